@@ -1,0 +1,36 @@
+"""Process environment for every entry point: project-local state, no telemetry. Set before Prefect is imported."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+QUIET = {
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "true",
+    "DVC_NO_ANALYTICS": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "GX_ANALYTICS_ENABLED": "false",
+    "TORCHINDUCTOR_COMPILE_THREADS": "1",   # inductor's compile workers fight inference for 2 cores
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+    "PYTHONWARNINGS": "ignore::DeprecationWarning,ignore::FutureWarning",
+}
+
+
+def find_project_root(start: Path | None = None) -> Path:
+    """The folder holding params.yaml and dvc.yaml, from here upwards."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "params.yaml").exists() and (folder / "dvc.yaml").exists():
+            return folder
+    return here
+
+
+def configure_environment(root: Path) -> None:
+    """Keep Prefect's database and results inside the project (not ~/.prefect); switch telemetry off."""
+    for key, value in QUIET.items():
+        os.environ.setdefault(key, value)
+    state = root / ".prefect"
+    (state / "db").mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PREFECT_HOME", str(state))
+    os.environ.setdefault("PREFECT_API_DATABASE_CONNECTION_URL", f"sqlite+aiosqlite:///{state / 'db' / 'prefect.db'}")
+    os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(state / "storage"))

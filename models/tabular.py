@@ -1,0 +1,69 @@
+"""Tabular classifiers whose preprocessing lives inside the module, so every export carries it."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class FeatureLayout:
+    """Column positions in the raw float matrix and the statistics fitted on the training split."""
+
+    numeric_index: list[int]
+    categorical_index: list[int]
+    cardinalities: list[int]          # known categories per categorical column (code 0 = unknown)
+    numeric_mean: list[float]
+    numeric_std: list[float]
+    n_classes: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class TabularPreprocessor(nn.Module):
+    """(B, F) raw floats -> (B, D) model inputs: impute + standardise numbers, embed category codes."""
+
+    def __init__(self, layout: FeatureLayout, embedding_dim: int):
+        super().__init__()
+        self.register_buffer("numeric_index", torch.tensor(layout.numeric_index, dtype=torch.long))
+        self.register_buffer("categorical_index", torch.tensor(layout.categorical_index, dtype=torch.long))
+        self.register_buffer("mean", torch.tensor(layout.numeric_mean, dtype=torch.float32))
+        self.register_buffer("std", torch.tensor(layout.numeric_std, dtype=torch.float32))
+        self.register_buffer("max_code", torch.tensor(layout.cardinalities, dtype=torch.long))
+        self.embeddings = nn.ModuleList(nn.Embedding(k + 1, embedding_dim) for k in layout.cardinalities)
+        self.has_numeric = bool(layout.numeric_index)
+        self.out_features = len(layout.numeric_index) + embedding_dim * len(layout.cardinalities)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = []
+        if self.has_numeric:
+            numbers = x.index_select(1, self.numeric_index)                    # (B, n_num)
+            numbers = torch.where(torch.isnan(numbers), self.mean, numbers)    # missing -> training mean
+            parts.append((numbers - self.mean) / self.std)
+        if len(self.embeddings):
+            codes = x.index_select(1, self.categorical_index)
+            codes = torch.nan_to_num(codes, nan=0.0).long()
+            # Out-of-range codes are unseen categories: map them to 0 ("unknown").
+            codes = torch.where((codes < 0) | (codes > self.max_code), torch.zeros_like(codes), codes)
+            parts.extend(emb(codes[:, j]) for j, emb in enumerate(self.embeddings))   # each (B, E)
+        return torch.cat(parts, dim=1)
+
+
+class TabularMLP(nn.Module):
+    """Preprocessor -> [Linear, ReLU, Dropout]* -> logits (B, n_classes)."""
+
+    def __init__(self, layout: FeatureLayout, hidden: list[int], embedding_dim: int = 8, dropout: float = 0.1):
+        super().__init__()
+        self.preprocess = TabularPreprocessor(layout, embedding_dim)
+        layers: list[nn.Module] = []
+        width = self.preprocess.out_features
+        for size in hidden:
+            layers += [nn.Linear(width, size), nn.ReLU(), nn.Dropout(dropout)]
+            width = size
+        layers.append(nn.Linear(width, layout.n_classes))
+        self.body = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(self.preprocess(x))

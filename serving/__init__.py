@@ -1,0 +1,1 @@
+"""The inference service: champion + challenger ONNX variants behind one FastAPI app."""

@@ -1,0 +1,156 @@
+"""canary: serve champion + challenger for real on 127.0.0.1, replay holdout rows, promote or roll back.
+(Prefect-only: it acts on live registry state.)"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel
+
+from tasks.config import CanaryParams, Params
+from tasks.errors import TorchshipError
+from tasks.gate import GateResult
+
+log = logging.getLogger("torchship.canary")
+
+
+class VariantTraffic(BaseModel):
+    version: str
+    requests: int
+    errors: int
+    accuracy: float
+    p50_ms: float
+    p95_ms: float
+
+
+class CanaryReport(BaseModel):
+    gate: GateResult
+    action: str
+    traffic: dict[str, VariantTraffic]
+    aliases: dict[str, str] = {}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_service(model_name: str, share: float, rules: CanaryParams, seed: int = 0) -> Iterator[str]:
+    """A real `python -m serving` process on a free loopback port; always stopped afterwards."""
+    import httpx
+
+    port = free_port()
+    command = [sys.executable, "-m", "serving", "--host", "127.0.0.1", "--port", str(port), "--model-name", model_name,
+               "--challenger-share", str(share), "--request-log", "", "--seed", str(seed)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + rules.startup_timeout_s
+        while True:
+            if process.poll() is not None:
+                raise TorchshipError(f"the service exited during start-up:\n{process.stdout.read()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=1.0).json().get("champion"):
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise TorchshipError(f"the service did not answer /health within {rules.startup_timeout_s:.0f}s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def replay(url: str, rows: pd.DataFrame, target: str) -> pd.DataFrame:
+    """One request per row; returns variant, version, correctness, latency and status per request."""
+    import httpx
+
+    records = []
+    features = rows.drop(columns=[target])
+    payloads = features.astype(object).where(features.notna(), None).to_dict(orient="records")
+    with httpx.Client(base_url=url, timeout=10.0) as client:
+        for payload, truth in zip(payloads, rows[target].astype(str)):
+            started = time.perf_counter()
+            try:
+                response = client.post("/predict", json={"rows": [payload]})
+                ok = response.status_code == 200
+                body = response.json() if ok else {}
+            except httpx.HTTPError:
+                ok, body = False, {}
+            records.append({"variant": body.get("variant", "unknown"), "version": body.get("version", ""),
+                            "ok": ok, "correct": ok and body["predictions"][0]["label"] == truth,
+                            "ms": (time.perf_counter() - started) * 1e3})
+    return pd.DataFrame(records)
+
+
+def analyse(traffic: pd.DataFrame, rules: CanaryParams) -> tuple[GateResult, dict[str, VariantTraffic]]:
+    """Pure core: compare the challenger's traffic with the champion's."""
+    summary = {}
+    for variant, group in traffic.groupby("variant"):
+        served = group[group["ok"]]
+        summary[variant] = VariantTraffic(
+            version=str(group["version"].iloc[0]), requests=len(group), errors=int((~group["ok"]).sum()),
+            accuracy=float(served["correct"].mean()) if len(served) else 0.0,
+            p50_ms=float(np.percentile(group["ms"], 50)), p95_ms=float(np.percentile(group["ms"], 95)))
+    champion, challenger = summary.get("champion"), summary.get("challenger")
+    failures = []
+    if challenger is None or champion is None:
+        failures.append("the traffic split gave one variant no requests; raise canary.requests")
+        return GateResult.decide("canary", failures), summary
+    error_rate = challenger.errors / challenger.requests
+    if error_rate > rules.max_error_rate:
+        failures.append(f"challenger error rate {error_rate:.2%} > {rules.max_error_rate:.2%}")
+    if challenger.accuracy < champion.accuracy - rules.max_metric_drop:
+        failures.append(f"challenger accuracy {challenger.accuracy:.3f} < champion {champion.accuracy:.3f} "
+                        f"- {rules.max_metric_drop}")
+    if challenger.p95_ms > rules.max_p95_ratio * champion.p95_ms:
+        failures.append(f"challenger p95 {challenger.p95_ms:.1f} ms > {rules.max_p95_ratio}x champion "
+                        f"{champion.p95_ms:.1f} ms")
+    passed = (f"challenger v{challenger.version} acc {challenger.accuracy:.3f} vs champion v{champion.version} "
+              f"{champion.accuracy:.3f}, p95 {challenger.p95_ms:.1f} vs {champion.p95_ms:.1f} ms, no errors")
+    return GateResult.decide("canary", failures, passed=passed), summary
+
+
+def run_canary(params: Params, holdout_rows: pd.DataFrame, target: str) -> CanaryReport:
+    """Smoke-test the champion alone, or canary the challenger against it and act on the result."""
+    from tasks.registry import CHALLENGER, alias_version, aliases, promote, registry_client, reject
+
+    client = registry_client(params.tracking)
+    name = params.data.registered_model_name()
+    challenger = alias_version(client, name, CHALLENGER)
+    rows = holdout_rows.sample(n=min(params.canary.requests, len(holdout_rows)), random_state=0)
+    share = params.canary.challenger_share if challenger is not None else 0.0
+    with running_service(name, share, params.canary) as url:
+        traffic = replay(url, rows, target)
+    if challenger is None:
+        champion = traffic[traffic["variant"] == "champion"]
+        errors = int((~traffic["ok"]).sum())
+        gate = GateResult.decide("canary", [f"{errors} of {len(traffic)} requests failed"] if errors else [],
+                                 passed=f"no challenger; champion answered {len(champion)} requests, "
+                                        f"accuracy {champion['correct'].mean():.3f}")
+        _, summary = analyse(traffic, params.canary)
+        return CanaryReport(gate=gate, action="none (no challenger)", traffic=summary, aliases=aliases(client, name))
+    gate, summary = analyse(traffic, params.canary)
+    if gate.status == "fail":
+        reject(client, name, challenger.version, "canary: " + "; ".join(gate.reasons))
+        action = f"rolled back: v{challenger.version} rejected, champion unchanged"
+    else:
+        old = promote(client, name, challenger.version, "canary: " + "; ".join(gate.reasons))
+        action = f"promoted v{challenger.version} to champion (v{old} tagged previous)"
+    return CanaryReport(gate=gate, action=action, traffic=summary, aliases=aliases(client, name))

@@ -1,0 +1,185 @@
+"""The one typed configuration, loaded from params.yaml: one section per stage."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tasks.errors import ConfigError
+
+PARAMS_FILE = "params.yaml"
+
+
+class Section(BaseModel):
+    # Unknown keys are typos: refuse them instead of silently ignoring them.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataParams(Section):
+    source: str = Field("synthetic", description="Where rows come from: `synthetic`, `sklearn:<name>` (breast_cancer, digits, iris, wine) or a path to a CSV or Parquet file.")
+    target: str | None = Field(None, description="Target column. Default: `churned` for synthetic, `target` for sklearn; required for a file.")
+    rows: int = Field(100_000, ge=200, le=20_000_000, description="Rows the synthetic generator makes.")
+    seed: int = Field(42, description="Seed of the synthetic generator.")
+    drift: float = Field(0.0, ge=0.0, le=1.0, description="Synthetic only: strength of covariate and concept shift (0 = reference distribution).")
+    model_name: str | None = Field(None, description="Registered model name. Default: derived from the data source, so each data set gets its own model.")
+
+    def registered_model_name(self) -> str:
+        """The registry name: explicit, or derived from the source."""
+        if self.model_name:
+            return self.model_name
+        if self.source == "synthetic":
+            return "synthetic-churn"
+        stem = Path(self.source.split(":", 1)[-1]).stem if not self.source.startswith("sklearn:") else self.source.replace(":", "-")
+        return re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-") or "model"
+
+
+class PrepareParams(Section):
+    val_fraction: float = Field(0.15, gt=0.0, lt=0.5, description="Share of rows for validation during training (early stopping).")
+    holdout_fraction: float = Field(0.15, gt=0.0, lt=0.5, description="Share of rows kept for benchmarking, blessing and the canary replay.")
+    seed: int = Field(42, description="Seed of the stratified split.")
+    max_categories: int = Field(50, ge=2, description="Most frequent categories kept per categorical column; rarer ones map to 'unknown'.")
+
+
+class ValidateParams(Section):
+    min_rows: int = Field(100, ge=1, description="Fewest training rows the gate accepts.")
+    max_null_share: float = Field(0.5, ge=0.0, le=1.0, description="Largest share of missing values allowed in a feature column.")
+    warn_blocks: bool = Field(False, description="Whether a `warn` gate result stops the pipeline like a `fail`.")
+
+
+class TrainParams(Section):
+    model: str = Field("mlp", description="Model name in the models/ registry.")
+    hidden: list[int] = Field([128, 64], min_length=1, description="Hidden layer widths of the MLP.")
+    embedding_dim: int = Field(8, ge=1, description="Embedding width per categorical column.")
+    dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout after each hidden layer.")
+    epochs: int = Field(8, ge=1, description="Most epochs; early stopping may end sooner.")
+    batch_size: int = Field(512, ge=1, description="Global batch size (split across processes).")
+    lr: float = Field(3e-3, gt=0.0, description="Peak AdamW learning rate.")
+    weight_decay: float = Field(1e-4, ge=0.0, description="AdamW weight decay.")
+    warmup_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="Share of steps spent warming the learning rate up.")
+    patience: int = Field(3, ge=1, description="Epochs without validation improvement before early stopping.")
+    grad_clip: float = Field(1.0, gt=0.0, description="Max gradient norm.")
+    seed: int = Field(42, description="Seed of initialisation and shuffling.")
+    nproc: int = Field(1, ge=1, description="Processes per node launched by torchrun.")
+    threads: int = Field(0, ge=0, description="Torch intra-op threads per process; 0 = cores / nproc.")
+
+
+class ExportParams(Section):
+    onnx_exporter: Literal["dynamo", "legacy"] = Field("legacy", description="ONNX exporter: `legacy` (TorchScript) or `dynamo` (torch.export based).")
+    parity_atol: float = Field(1e-4, gt=0.0, description="Largest allowed |logit difference| between a variant and eager.")
+    min_argmax_agreement: float = Field(0.999, ge=0.0, le=1.0, description="Smallest share of probe rows whose predicted class must match eager.")
+    probe_rows: int = Field(512, ge=16, description="Holdout rows in the parity probe set (edge rows are added).")
+
+
+class CompressParams(Section):
+    max_drop: float = Field(0.005, ge=0.0, description="Largest allowed accuracy drop of a compressed variant vs fp32 (0.005 = 0.5 points).")
+
+
+class ProfileParams(Section):
+    rounds: int = Field(300, ge=10, description="Timed batch-1 calls per variant.")
+    batch_size: int = Field(256, ge=2, description="Batch size of the throughput figure.")
+    threads: int = Field(1, ge=1, description="Threads per variant while timing (set on purpose: 2-core boxes collapse otherwise).")
+
+
+class BlessParams(Section):
+    metric: Literal["accuracy", "f1_macro"] = Field("f1_macro", description="Holdout metric a candidate must not lose on against the champion.")
+    min_improvement: float = Field(0.0, description="Candidate metric must be >= champion metric + this (may be negative to tolerate noise).")
+
+
+class CanaryParams(Section):
+    requests: int = Field(300, ge=10, le=100_000, description="Holdout rows replayed through the live service (one request each).")
+    challenger_share: float = Field(0.5, gt=0.0, le=1.0, description="Share of canary traffic routed to the challenger.")
+    max_metric_drop: float = Field(0.05, ge=0.0, description="Challenger accuracy on its traffic may trail the champion's by at most this.")
+    max_error_rate: float = Field(0.0, ge=0.0, le=1.0, description="Largest share of failed challenger requests.")
+    max_p95_ratio: float = Field(3.0, gt=0.0, description="Challenger p95 latency may be at most this many times the champion's.")
+    startup_timeout_s: float = Field(60.0, gt=0.0, description="Seconds to wait for the service to come up.")
+
+
+class ServeParams(Section):
+    host: str = Field("127.0.0.1", description="Bind address; loopback unless you mean to expose it.")
+    port: int = Field(8000, ge=0, le=65535, description="Port of `torchship serve`.")
+    challenger_share: float = Field(0.0, ge=0.0, le=1.0, description="Share of live traffic routed to the `challenger` alias.")
+    poll_seconds: float = Field(5.0, gt=0.0, description="How often the service checks the registry for moved aliases.")
+    request_log: str = Field("data/serve/requests.jsonl", description="Where served requests are appended (JSON lines) for monitoring.")
+
+
+class TrackingParams(Section):
+    uri: str = Field("sqlite:///mlflow/mlflow.db", description="MLflow tracking and registry URI.")
+    artifacts: str = Field("mlflow/artifacts", description="Artifact folder of the experiment (local default).")
+    experiment: str = Field("torchship", description="MLflow experiment name.")
+
+    def resolved_uri(self) -> str:
+        """The URI with a relative SQLite path made absolute (subprocesses may run elsewhere)."""
+        prefix = "sqlite:///"
+        if self.uri.startswith(prefix) and not self.uri.startswith(prefix + "/"):
+            return prefix + str(Path(self.uri[len(prefix):]).resolve())
+        return self.uri
+
+
+class Params(Section):
+    data: DataParams = DataParams()
+    prepare: PrepareParams = PrepareParams()
+    validate_: ValidateParams = Field(ValidateParams(), alias="validate")
+    train: TrainParams = TrainParams()
+    export: ExportParams = ExportParams()
+    compress: CompressParams = CompressParams()
+    profile: ProfileParams = ProfileParams()
+    bless: BlessParams = BlessParams()
+    canary: CanaryParams = CanaryParams()
+    serve: ServeParams = ServeParams()
+    tracking: TrackingParams = TrackingParams()
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _splits_leave_training_rows(self) -> "Params":
+        if self.prepare.val_fraction + self.prepare.holdout_fraction >= 0.8:
+            raise ValueError("prepare.val_fraction + prepare.holdout_fraction must leave at least 20% for training")
+        return self
+
+
+def parse_params(raw: dict[str, Any], origin: str = PARAMS_FILE) -> Params:
+    """Validate a params mapping; errors name the key, the rule and what to do."""
+    try:
+        return Params.model_validate(raw or {})
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"]).replace("validate_", "validate") or "(top level)"
+            if err["type"] == "extra_forbidden":
+                section = _section_fields(err["loc"][:-1])
+                lines.append(f"unknown key '{key}'" + (f" (known keys here: {', '.join(section)})" if section else ""))
+            else:
+                lines.append(f"'{key}': {err['msg']} (got {err.get('input')!r})")
+        raise ConfigError(f"{origin} is invalid: " + "; ".join(lines)
+                          + ". Fix the key in params.yaml or your --set, see docs/configuration.md.") from None
+
+
+def _section_fields(loc: tuple) -> list[str]:
+    model: type[BaseModel] = Params
+    for part in loc:
+        field = model.model_fields.get(part) or model.model_fields.get(f"{part}_")
+        if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
+            return []
+        model = field.annotation
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def read_params_file(path: str | Path = PARAMS_FILE) -> dict[str, Any]:
+    """Read a YAML params file into plain dicts (no validation)."""
+    from ruamel.yaml import YAML
+
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path} not found: run torchship from the project root or pass --params PATH.")
+    try:
+        loaded = YAML(typ="safe").load(path.read_text())
+    except Exception as exc:  # ruamel raises many parser error types
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    return loaded or {}
+
+
+def load_params(path: str | Path = PARAMS_FILE) -> Params:
+    """Load and validate params.yaml."""
+    return parse_params(read_params_file(path), origin=str(path))

@@ -1,0 +1,248 @@
+"""The data contract: strict parsing of raw tables, the feature schema, and the row encoding.
+
+The schema travels with every model (inside the ONNX file's metadata), so training, export and
+serving all turn raw rows into the model's float matrix with this one module.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel
+
+from tasks.errors import DataError
+
+# A column is numeric when at least this share of its non-null values parse as numbers;
+# the rest are then violations, not a reason to silently turn the column into text.
+NUMERIC_SHARE = 0.95
+# A numeric target with more distinct values than this is a regression target.
+MAX_NUMERIC_CLASSES = 100
+UNKNOWN_CODE = 0  # code of a missing or unseen category; known categories are 1..K
+SHOWN = 5  # offending lines named in a message
+
+
+class Feature(BaseModel):
+    name: str
+    kind: Literal["numeric", "categorical"]
+    categories: list[str] = []
+
+
+class Schema(BaseModel):
+    """What a model expects: ordered features, the target and its class labels."""
+
+    source: str
+    target: str
+    classes: list[str]
+    features: list[Feature]
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [f.name for f in self.features]
+
+    def signature(self) -> list[tuple[str, str]]:
+        """Input signature: names and kinds; two models are comparable only if these match."""
+        return [(f.name, f.kind) for f in self.features]
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Schema":
+        return cls.model_validate_json(text)
+
+
+def read_raw_table(path: Path) -> pd.DataFrame:
+    """Read a CSV (all cells as text) or Parquet file; the index holds each row's file line."""
+    if not path.exists():
+        raise DataError(f"data file {path} not found: check data.source in params.yaml (a CSV or Parquet path, "
+                        "`synthetic`, or `sklearn:<name>`).")
+    if path.stat().st_size == 0:
+        raise DataError(f"{path} is empty: expected a header line and at least one row.")
+    if path.suffix.lower() in {".parquet", ".pq"}:
+        try:
+            table = pd.read_parquet(path)
+        except Exception as exc:
+            raise DataError(f"{path} is not a valid Parquet file ({type(exc).__name__}: {exc}).") from None
+        table.index = pd.RangeIndex(1, len(table) + 1)  # Parquet has rows, not lines
+        return table
+    _check_csv_shape(path)
+    table = pd.read_csv(path, dtype=str, keep_default_na=True, skip_blank_lines=True)
+    table.index = _csv_data_lines(path)
+    return table
+
+
+def _check_csv_shape(path: Path) -> None:
+    """Refuse ragged rows and non-text files, naming the line."""
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            if not header or all(not cell.strip() for cell in header):
+                raise DataError(f"{path} has no header line: the first line must name the columns.")
+            if len(set(header)) != len(header):
+                dupes = sorted({c for c in header if header.count(c) > 1})
+                raise DataError(f"{path} line 1: duplicate column names {dupes}; rename them so each column is unique.")
+            rows = 0
+            for row in reader:
+                if not row:
+                    continue
+                rows += 1
+                if len(row) != len(header):
+                    raise DataError(f"{path} line {reader.line_num}: ragged row with {len(row)} fields, the header has "
+                                    f"{len(header)}. Fix or remove that line (a stray delimiter or missing quote is typical).")
+            if rows == 0:
+                raise DataError(f"{path} has a header but no data rows.")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not a valid CSV file (not UTF-8 text at byte {exc.start}); "
+                        "export it as UTF-8 CSV or Parquet.") from None
+    except csv.Error as exc:
+        raise DataError(f"{path} is not a valid CSV file: {exc}.") from None
+
+
+def _csv_data_lines(path: Path) -> list[int]:
+    """Physical line number of each non-blank data row (quoted newlines count)."""
+    lines = []
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle)
+        next(reader)
+        start = reader.line_num + 1
+        for row in reader:
+            if row:
+                lines.append(start)
+            start = reader.line_num + 1
+    return lines
+
+
+def parse_table(raw: pd.DataFrame, target: str, origin: str) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Strictly type a raw table: numbers where a column is numeric, text elsewhere.
+
+    Returns the typed table (index still holds file lines) and each feature's kind.
+    """
+    if target not in raw.columns:
+        raise DataError(f"{origin}: target column '{target}' does not exist (columns: {', '.join(map(str, raw.columns[:20]))}). "
+                        "Set data.target to one of them.")
+    if len(raw.columns) < 2:
+        raise DataError(f"{origin}: only the target column is present; at least one feature column is needed.")
+    typed = pd.DataFrame(index=raw.index)
+    kinds: dict[str, str] = {}
+    for column in raw.columns:
+        values = raw[column]
+        if column == target:
+            typed[column] = values
+            continue
+        kind, parsed = _parse_column(values, str(column), origin)
+        typed[column] = parsed
+        kinds[str(column)] = kind
+    check_classification_target(typed[target], target, origin)
+    return typed, kinds
+
+
+def _parse_column(values: pd.Series, column: str, origin: str) -> tuple[str, pd.Series]:
+    if pd.api.types.is_bool_dtype(values):
+        return "categorical", values.astype("string")
+    if pd.api.types.is_numeric_dtype(values):
+        return "numeric", values.astype("float64")
+    present = values.dropna()
+    if present.empty:
+        return "numeric", pd.Series(np.nan, index=values.index, dtype="float64")
+    numbers = pd.to_numeric(present, errors="coerce")
+    share = numbers.notna().mean()
+    if share >= NUMERIC_SHARE:
+        bad = present[numbers.isna()]
+        if len(bad):
+            shown = ", ".join(f"line {line}: {value!r}" for line, value in bad.head(SHOWN).items())
+            raise DataError(f"{origin}: column '{column}' is numeric but {len(bad)} value(s) do not parse as numbers "
+                            f"(rule: numeric column; {shown}). Fix or remove those rows, or leave the cells empty for missing.")
+        return "numeric", pd.to_numeric(values, errors="coerce").astype("float64")
+    return "categorical", values.astype("string").str.strip()
+
+
+def check_classification_target(target: pd.Series, name: str, origin: str) -> None:
+    """Refuse a target torchship cannot train a classifier on."""
+    missing = target[target.isna()]
+    if len(missing):
+        lines = ", ".join(str(i) for i in missing.index[:SHOWN])
+        raise DataError(f"{origin}: target column '{name}' is empty in {len(missing)} row(s) (lines {lines}); "
+                        "every training row needs a label. Remove or label those rows.")
+    numbers = pd.to_numeric(target, errors="coerce")
+    if numbers.notna().all():
+        distinct = numbers.nunique()
+        fractional = bool((numbers != numbers.round()).any())
+        if fractional or distinct > MAX_NUMERIC_CLASSES:
+            example = ", ".join(str(v) for v in numbers.drop_duplicates().head(3))
+            raise DataError(f"{origin}: target column '{name}' has {distinct} distinct numeric values (e.g. {example}): "
+                            "that is a regression target, and torchship trains classifiers only. Choose a categorical "
+                            "column as data.target, or bin the values into classes first.")
+    if target.nunique() < 2:
+        raise DataError(f"{origin}: target column '{name}' has a single class ({target.iloc[0]!r}); "
+                        "a classifier needs at least two. Check the data or data.target.")
+
+
+def class_labels(target: pd.Series) -> list[str]:
+    """Sorted class labels as text (numerically when the labels are numbers)."""
+    numbers = pd.to_numeric(target, errors="coerce")
+    if numbers.notna().all():
+        return [str(int(v)) for v in sorted(numbers.unique())]
+    return sorted(target.astype(str).unique())
+
+
+def label_strings(target: pd.Series) -> pd.Series:
+    """Labels in the same text form as `class_labels`."""
+    numbers = pd.to_numeric(target, errors="coerce")
+    if numbers.notna().all():
+        return numbers.astype("int64").astype(str)
+    return target.astype(str)
+
+
+def build_schema(train: pd.DataFrame, kinds: dict[str, str], target: str, classes: list[str],
+                 source: str, max_categories: int) -> Schema:
+    """Fit the category vocabularies on the training split only."""
+    features = []
+    for name, kind in kinds.items():
+        categories: list[str] = []
+        if kind == "categorical":
+            counts = train[name].dropna().value_counts()
+            categories = sorted(str(c) for c in counts.index[:max_categories])
+        features.append(Feature(name=name, kind=kind, categories=categories))
+    return Schema(source=source, target=target, classes=classes, features=features)
+
+
+def encode_features(rows: pd.DataFrame, schema: Schema) -> np.ndarray:
+    """Raw rows -> float32 matrix: numbers as-is (NaN = missing), categories as codes (0 = unknown)."""
+    missing = [f.name for f in schema.features if f.name not in rows.columns]
+    if missing:
+        raise DataError(f"rows lack feature column(s) {missing}: every feature in the schema must be present.")
+    matrix = np.empty((len(rows), len(schema.features)), dtype=np.float32)
+    for j, feature in enumerate(schema.features):
+        column = rows[feature.name]
+        if feature.kind == "numeric":
+            matrix[:, j] = pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        else:
+            lookup = {c: i + 1 for i, c in enumerate(feature.categories)}
+            matrix[:, j] = column.astype("string").map(lookup).fillna(UNKNOWN_CODE).to_numpy(dtype=np.float32)
+    return matrix
+
+
+def encode_target(target: pd.Series, schema: Schema) -> np.ndarray:
+    """Labels -> class indices; an unknown label is a contract violation."""
+    lookup = {c: i for i, c in enumerate(schema.classes)}
+    codes = label_strings(target).map(lookup)
+    if codes.isna().any():
+        unknown = sorted(set(label_strings(target)[codes.isna()]))[:SHOWN]
+        raise DataError(f"target '{schema.target}' has label(s) {unknown} not among the trained classes {schema.classes}.")
+    return codes.to_numpy(dtype=np.int64)
+
+
+def load_schema(path: Path) -> Schema:
+    return Schema.from_json(Path(path).read_text())
+
+
+def schema_from_metadata(metadata: dict[str, str]) -> Schema:
+    """The schema an exported ONNX model carries in its metadata."""
+    if "torchship.schema" not in metadata:
+        raise DataError("model file carries no torchship schema: it was not exported by torchship.")
+    return Schema.model_validate(json.loads(metadata["torchship.schema"]))

@@ -1,0 +1,47 @@
+"""Where each stage writes (dvc.yaml declares the same paths; a test keeps the two in step)."""
+from pathlib import Path
+
+DATA = Path("data")
+SOURCE_FINGERPRINT = DATA / "source.json"
+QUARANTINE = DATA / "quarantine"
+
+PREPARE = DATA / "prepare"
+TRAIN_SPLIT = PREPARE / "train.parquet"
+VAL_SPLIT = PREPARE / "val.parquet"
+HOLDOUT_SPLIT = PREPARE / "holdout.parquet"
+SCHEMA = PREPARE / "schema.json"
+PREPARE_METRICS = PREPARE / "metrics.json"
+
+VALIDATE = DATA / "validate"
+VALIDATE_REPORT = VALIDATE / "report.json"
+DATA_DOCS = VALIDATE / "docs"
+
+TRAIN = DATA / "train"
+MODEL_WEIGHTS = TRAIN / "model.pt"
+TRAIN_METRICS = TRAIN / "metrics.json"
+TRAIN_HISTORY = TRAIN / "history.csv"
+TRAIN_PLOTS = TRAIN / "plots"
+CHECKPOINTS = TRAIN / "checkpoints"
+
+EXPORT = DATA / "export"
+ONNX_MODEL = EXPORT / "model.onnx"
+PT2_MODEL = EXPORT / "model.pt2"
+PARITY_REPORT = EXPORT / "parity.json"
+
+COMPRESS = DATA / "compress"
+INT8_MODEL = COMPRESS / "model.int8.onnx"
+COMPRESS_REPORT = COMPRESS / "report.json"
+
+PROFILE = DATA / "profile"
+PROFILE_REPORT = PROFILE / "report.json"
+LATENCY_PLOT = PROFILE / "latency.png"
+
+# dvc.yaml stage name -> the JSON file holding its headline figures.
+STAGE_METRICS = {
+    "prepare": PREPARE_METRICS,
+    "validate": VALIDATE_REPORT,
+    "train": TRAIN_METRICS,
+    "export": PARITY_REPORT,
+    "compress": COMPRESS_REPORT,
+    "profile": PROFILE_REPORT,
+}

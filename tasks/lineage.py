@@ -1,0 +1,44 @@
+"""Where a model came from: git commit, DVC hashes of its data and params, so anyone can rebuild it."""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+from ruamel.yaml import YAML
+
+
+def git_state(root: Path = Path(".")) -> dict[str, str]:
+    """The commit and whether the tree had uncommitted changes (then the commit alone can't rebuild it)."""
+    def git(*args: str) -> str:
+        result = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        return result.stdout.strip() if result.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD") or "unknown (not a git checkout)"
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    return {"git_commit": commit, "git_dirty": str(dirty).lower()}
+
+
+def dvc_hashes(lock_path: Path = Path("dvc.lock")) -> dict[str, str]:
+    """md5s DVC recorded for the training data and the train params (from dvc.lock)."""
+    if not lock_path.exists():
+        return {}
+    lock = YAML(typ="safe").load(lock_path.read_text()) or {}
+    stages = lock.get("stages", {})
+    hashes = {}
+    for out in stages.get("prepare", {}).get("outs", []):
+        name = Path(out["path"]).stem
+        hashes[f"dvc_{name}_md5"] = out.get("md5", "")
+    train = stages.get("train", {})
+    if train.get("params"):
+        canonical = json.dumps(train["params"], sort_keys=True).encode()
+        hashes["dvc_train_params_md5"] = hashlib.md5(canonical).hexdigest()
+    for out in train.get("outs", []):
+        if out["path"].endswith("model.pt"):
+            hashes["dvc_weights_md5"] = out.get("md5", "")
+    return hashes
+
+
+def lineage_tags(root: Path = Path(".")) -> dict[str, str]:
+    return {**git_state(root), **dvc_hashes(root / "dvc.lock")}

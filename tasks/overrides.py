@@ -1,0 +1,90 @@
+"""`--params` / `--set key=value` overrides, validated first and then written into params.yaml
+(as `dvc exp run -S` does) so DVC sees exactly what the code runs with."""
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+from typing import Any, Iterator
+
+from tasks.config import PARAMS_FILE, Params, parse_params, read_params_file
+from tasks.errors import ConfigError
+
+
+def parse_assignment(text: str) -> tuple[list[str], Any]:
+    """'train.epochs=30' -> (['train', 'epochs'], 30); values are YAML (30, 0.5, null, [64, 32], text)."""
+    from ruamel.yaml import YAML
+
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r} is not key=value (example: --set train.epochs=30).")
+    key, raw = text.split("=", 1)
+    path = [part for part in key.strip().split(".") if part]
+    if len(path) < 2:
+        raise ConfigError(f"--set {text!r}: give section.key (example: --set train.epochs=30).")
+    value = YAML(typ="safe").load(raw) if raw.strip() else None
+    return path, value
+
+
+def merge(base: dict, extra: dict) -> dict:
+    merged = dict(base)
+    for key, value in extra.items():
+        merged[key] = merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
+def resolve(assignments: list[str], params_file: str | None = None, base_file: str = PARAMS_FILE) -> tuple[dict, Params]:
+    """The merged raw mapping and its validated Params; nothing is written."""
+    raw = read_params_file(base_file)
+    if params_file:
+        raw = merge(raw, read_params_file(params_file))
+    for text in assignments:
+        path, value = parse_assignment(text)
+        node = raw
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {text!r}: '{part}' is not a section.")
+        node[path[-1]] = value
+    return raw, parse_params(raw, origin="params (after --params/--set)")
+
+
+def write_params(raw: dict, target: str = PARAMS_FILE) -> bool:
+    """Write the values into params.yaml keeping its comments; returns whether anything changed."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    path = Path(target)
+    document = yaml.load(path.read_text())
+
+    def apply(node, values: dict) -> None:
+        for key, value in values.items():
+            if isinstance(value, dict) and isinstance(node.get(key), dict):
+                apply(node[key], value)
+            elif node.get(key) != value:
+                node[key] = value
+
+    apply(document, raw)
+    buffer = io.StringIO()
+    yaml.dump(document, buffer)
+    changed = buffer.getvalue() != path.read_text()
+    if changed:
+        from tasks.artifacts import write_bytes_atomic
+
+        write_bytes_atomic(path, buffer.getvalue().encode())
+    return changed
+
+
+@contextlib.contextmanager
+def temporarily_applied(raw: dict, files: list[Path]) -> Iterator[None]:
+    """Apply overrides for a look (torchship plan) and put every touched file back afterwards."""
+    saved = {path: path.read_bytes() if path.exists() else None for path in files}
+    try:
+        write_params(raw)
+        yield
+    finally:
+        for path, content in saved.items():
+            if content is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.write_bytes(content)

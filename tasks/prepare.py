@@ -1,0 +1,144 @@
+"""prepare: load the source, parse it strictly, split it stratified, fit the schema on train.
+
+DVC stage: `python -m tasks.prepare`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from sklearn.model_selection import train_test_split
+
+from tasks import layout
+from tasks.artifacts import write_atomic, write_json_atomic
+from tasks.config import DataParams, Params, PrepareParams
+from tasks.contract import Schema, build_schema, class_labels, label_strings, parse_table, read_raw_table
+from tasks.errors import DataError
+from tasks.sources import generate_customers, load_sklearn, resolve_target, source_path
+
+log = logging.getLogger("torchship.prepare")
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    train: pd.DataFrame
+    val: pd.DataFrame
+    holdout: pd.DataFrame
+    schema: Schema
+
+
+def load_source(data: DataParams) -> tuple[pd.DataFrame, str]:
+    """Raw rows and a name for messages; file rows keep their line numbers as index."""
+    path = source_path(data)
+    if path is not None:
+        return read_raw_table(path), str(path)
+    if data.source == "synthetic":
+        return generate_customers(data.rows, data.seed, data.drift), "synthetic"
+    return load_sklearn(data.source.split(":", 1)[1]), data.source
+
+
+def prepare_tables(raw: pd.DataFrame, target: str, origin: str, params: PrepareParams) -> PreparedData:
+    """Pure core: strict parse, stratified three-way split, schema fitted on the training split."""
+    typed, kinds = parse_table(raw, target, origin)
+    typed[target] = label_strings(typed[target])
+    classes = class_labels(typed[target])
+    smallest = typed[target].value_counts().min()
+    if smallest < 3:
+        raise DataError(f"{origin}: a class of '{target}' has only {smallest} row(s); each class needs at least 3 "
+                        "to appear in train, validation and holdout. Add rows or merge rare classes.")
+    typed = typed.reset_index(drop=True)
+    rest, holdout = train_test_split(typed, test_size=params.holdout_fraction, random_state=params.seed,
+                                     stratify=typed[target])
+    val_share = params.val_fraction / (1 - params.holdout_fraction)
+    train, val = train_test_split(rest, test_size=val_share, random_state=params.seed, stratify=rest[target])
+    schema = build_schema(train, kinds, target, classes, origin, params.max_categories)
+    return PreparedData(train.reset_index(drop=True), val.reset_index(drop=True),
+                        holdout.reset_index(drop=True), schema)
+
+
+def fingerprint_source(data: DataParams) -> dict[str, str]:
+    """What identifies the source's content: the file's md5, or the built-in source's spec."""
+    path = source_path(data)
+    if path is None or not path.exists():
+        return {"source": data.source}
+    digest = hashlib.md5()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return {"source": data.source, "md5": digest.hexdigest()}
+
+
+def write_source_fingerprint(data: DataParams, target: Path = layout.SOURCE_FINGERPRINT) -> None:
+    """Refresh the file DVC hashes for the source, rewriting it only when it changes."""
+    text = json.dumps(fingerprint_source(data), indent=2) + "\n"
+    if not target.exists() or target.read_text() != text:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+
+def quarantine_source(data: DataParams, reason: str) -> Path | None:
+    """Keep a copy of a rejected file with the reason, so nothing is lost."""
+    path = source_path(data)
+    if path is None or not path.exists():
+        return None
+    folder = layout.QUARANTINE / f"{time.strftime('%Y%m%d-%H%M%S')}-{path.stem}"
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(path, folder / path.name)
+    (folder / "reason.txt").write_text(reason + "\n")
+    return folder
+
+
+def write_prepared(prepared: PreparedData) -> dict:
+    """Write the splits, schema and headline figures atomically."""
+    for frame, path in ((prepared.train, layout.TRAIN_SPLIT), (prepared.val, layout.VAL_SPLIT),
+                        (prepared.holdout, layout.HOLDOUT_SPLIT)):
+        write_atomic(path, lambda tmp, frame=frame: frame.to_parquet(tmp, index=False))
+    write_atomic(layout.SCHEMA, lambda tmp: tmp.write_text(prepared.schema.to_json()))
+    target = prepared.schema.target
+    metrics = {
+        "rows": {"train": len(prepared.train), "val": len(prepared.val), "holdout": len(prepared.holdout)},
+        "features": {"numeric": sum(f.kind == "numeric" for f in prepared.schema.features),
+                     "categorical": sum(f.kind == "categorical" for f in prepared.schema.features)},
+        "classes": len(prepared.schema.classes),
+        "class_share": {str(k): round(float(v), 4) for k, v in
+                        prepared.train[target].value_counts(normalize=True).sort_index().items()},
+        "headline": f"{len(prepared.train) + len(prepared.val) + len(prepared.holdout):,} rows, "
+                    f"{len(prepared.schema.features)} features, {len(prepared.schema.classes)} classes",
+    }
+    write_json_atomic(layout.PREPARE_METRICS, metrics)
+    return metrics
+
+
+def run(params: Params) -> None:
+    """DVC stage body: load, prepare, write, log."""
+    from tasks.tracking import stage_run
+
+    import mlflow
+
+    target = resolve_target(params.data)
+    try:
+        raw, origin = load_source(params.data)
+        prepared = prepare_tables(raw, target, origin, params.prepare)
+    except DataError as exc:
+        folder = quarantine_source(params.data, str(exc))
+        if folder:
+            raise DataError(f"{exc} (a copy of the file and this reason are in {folder}/)") from None
+        raise
+    metrics = write_prepared(prepared)
+    with stage_run(params.tracking, "prepare"):
+        mlflow.log_params({"source": params.data.source, "target": target, **params.prepare.model_dump()})
+        mlflow.log_metrics({"rows_train": metrics["rows"]["train"], "classes": metrics["classes"]})
+        mlflow.log_artifact(str(layout.SCHEMA))
+    log.info("prepared %s", metrics["headline"])
+
+
+if __name__ == "__main__":
+    from tasks.stage import stage_main
+
+    stage_main("prepare", run)

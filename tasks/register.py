@@ -1,0 +1,92 @@
+"""register: log the selected ONNX variant to the MLflow registry with lineage and set aliases (Prefect-only)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel
+
+from tasks import layout
+from tasks.artifacts import read_json
+from tasks.bless import Blessing
+from tasks.config import Params
+from tasks.contract import load_schema
+from tasks.holdout import load_holdout
+from tasks.lineage import lineage_tags
+from tasks.registry import CHALLENGER, CHAMPION, SHA_TAG, alias_version, aliases, find_version_by_sha, promote, reject
+
+log = logging.getLogger("torchship.register")
+
+
+class Registration(BaseModel):
+    model_name: str
+    version: str
+    created: bool
+    action: str                 # what happened to the aliases, in words
+    aliases: dict[str, str]
+
+
+def passport(blessing: Blessing, tags: dict[str, str], profile: dict) -> str:
+    """The version's description in the MLflow UI: data version, gates, figures vs champion, verdict."""
+    selected = profile["variants"][profile["selected"]]
+    champion = blessing.champion_metrics or {}
+    rows = "\n".join(f"| {k} | {v:.4f} | {champion[k]:.4f} |" if k in champion else f"| {k} | {v:.4f} | — |"
+                     for k, v in blessing.candidate_metrics.items())
+    return (f"## torchship model passport\n\n"
+            f"**Verdict:** bless {blessing.gate.status}: {'; '.join(blessing.gate.reasons)}\n\n"
+            f"| holdout metric | this version | champion v{blessing.champion_version or '—'} |\n|---|---|---|\n{rows}\n\n"
+            f"**Variant:** {profile['selected']}: batch-1 p50 {selected['p50_us']:.0f} µs, "
+            f"p99 {selected['p99_us']:.0f} µs, {selected['rows_per_s']:,.0f} rows/s at batch "
+            f"{profile.get('batch_size', '')}\n\n"
+            f"**Lineage:** git {tags.get('git_commit', '?')[:12]} (dirty: {tags.get('git_dirty')}), "
+            f"training data md5 {tags.get('dvc_train_md5', '?')}, train params md5 {tags.get('dvc_train_params_md5', '?')}.\n"
+            f"Rebuild: `git checkout {tags.get('git_commit', '?')[:12]} && dvc pull && dvc repro`.\n")
+
+
+def register_candidate(params: Params, blessing: Blessing, run_id: str | None = None) -> Registration:
+    """Register (or reuse, for identical bytes) the candidate and apply the registry protocol."""
+    import mlflow
+    import onnx
+    from mlflow.models import infer_signature
+
+    from tasks.registry import registry_client
+
+    client = registry_client(params.tracking)
+    name = blessing.model_name
+    existing = find_version_by_sha(client, name, blessing.candidate_sha256)
+    if existing is not None:
+        return Registration(model_name=name, version=str(existing.version), created=False,
+                            action=f"same bytes as v{existing.version}: no new version, aliases unchanged",
+                            aliases=aliases(client, name))
+    schema = load_schema(layout.SCHEMA)
+    example = np.nan_to_num(load_holdout(schema).features[:5])
+    profile = read_json(layout.PROFILE_REPORT)
+    tags = {**lineage_tags(Path(".")), SHA_TAG: blessing.candidate_sha256, "variant": profile["selected"],
+            "bless": blessing.gate.status, "bless_reasons": "; ".join(blessing.gate.reasons)[:4000],
+            "data_source": params.data.source}
+    if blessing.champion_version:
+        tags["parent_version"] = blessing.champion_version
+    if run_id:
+        tags["pipeline_run"] = run_id
+    info = mlflow.onnx.log_model(onnx.load(blessing.candidate_path), name="model",
+                                 registered_model_name=name, signature=infer_signature(example),
+                                 onnx_execution_providers=["CPUExecutionProvider"])
+    version = str(info.registered_model_version)
+    for key, value in tags.items():
+        client.set_model_version_tag(name, version, key, value)
+    client.update_model_version(name, version, description=passport(blessing, tags, profile))
+    action = apply_aliases(client, name, version, blessing)
+    return Registration(model_name=name, version=version, created=True, action=action, aliases=aliases(client, name))
+
+
+def apply_aliases(client, name: str, version: str, blessing: Blessing) -> str:
+    """No champion yet -> champion; blessed -> challenger (the canary decides); else tagged rejected."""
+    if alias_version(client, name, CHAMPION) is None:
+        promote(client, name, version, "first model of this name")
+        return f"v{version} is champion (first model)"
+    if blessing.gate.status == "fail":
+        reject(client, name, version, "bless: " + "; ".join(blessing.gate.reasons))
+        return f"v{version} rejected by bless: {'; '.join(blessing.gate.reasons)}"
+    client.set_registered_model_alias(name, CHALLENGER, version)
+    return f"v{version} is challenger; the canary decides"

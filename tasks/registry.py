@@ -1,0 +1,100 @@
+"""The MLflow registry protocol: aliases `champion` / `challenger`, tags `previous` / `rejected`."""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+log = logging.getLogger("torchship.registry")
+
+CHAMPION, CHALLENGER = "champion", "challenger"
+SHA_TAG = "artifact_sha256"
+
+
+def registry_client(tracking) -> "object":
+    from mlflow import MlflowClient
+
+    from tasks.tracking import configure_mlflow
+
+    configure_mlflow(tracking)
+    return MlflowClient()
+
+
+def alias_version(client, name: str, alias: str):
+    """The model version holding `alias`, or None (also when the model is not registered yet)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(name, alias)
+    except MlflowException:
+        return None
+
+
+def aliases(client, name: str) -> dict[str, str]:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return {k: str(v) for k, v in client.get_registered_model(name).aliases.items()}
+    except MlflowException:
+        return {}
+
+
+def find_version_by_sha(client, name: str, sha256: str):
+    """An existing version registered from exactly these bytes, if any."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        versions = client.search_model_versions(f"name='{name}'")
+    except MlflowException:
+        return None
+    return next((v for v in versions if v.tags.get(SHA_TAG) == sha256), None)
+
+
+def download_onnx(name: str, version: str | int, destination: Path | None = None) -> Path:
+    """Fetch a version's ONNX file (the MLflow ONNX flavor folder holds model.onnx)."""
+    import mlflow
+
+    folder = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}",
+                                                      dst_path=str(destination) if destination else None))
+    return folder / "model.onnx"
+
+
+def promote(client, name: str, version: str, reason: str) -> str | None:
+    """Move `champion` to `version`; the old champion is tagged `previous`. Returns the old version."""
+    old = alias_version(client, name, CHAMPION)
+    for other in client.search_model_versions(f"name='{name}'"):
+        if "previous" in other.tags:
+            client.delete_model_version_tag(name, other.version, "previous")
+    if old is not None and str(old.version) != str(version):
+        client.set_model_version_tag(name, old.version, "previous", f"replaced by v{version} at {_now()}")
+    client.set_registered_model_alias(name, CHAMPION, version)
+    client.set_model_version_tag(name, version, "promoted", f"{_now()}: {reason}")
+    if (challenger := alias_version(client, name, CHALLENGER)) and str(challenger.version) == str(version):
+        client.delete_registered_model_alias(name, CHALLENGER)
+    log.info("%s v%s is champion (%s)", name, version, reason)
+    return str(old.version) if old is not None else None
+
+
+def reject(client, name: str, version: str, reason: str) -> None:
+    """Take `challenger` off a version and record why; the champion is untouched."""
+    if (challenger := alias_version(client, name, CHALLENGER)) and str(challenger.version) == str(version):
+        client.delete_registered_model_alias(name, CHALLENGER)
+    client.set_model_version_tag(name, version, "rejected", f"{_now()}: {reason}")
+    log.info("%s v%s rejected: %s", name, version, reason)
+
+
+def rollback(client, name: str) -> tuple[str, str]:
+    """Put the version tagged `previous` back as champion; returns (restored, replaced)."""
+    current = alias_version(client, name, CHAMPION)
+    previous = [v for v in client.search_model_versions(f"name='{name}'") if "previous" in v.tags]
+    if current is None or not previous:
+        raise LookupError(f"nothing to roll back to: {name} has no champion or no version tagged 'previous'.")
+    target = max(previous, key=lambda v: int(v.version))
+    promote(client, name, target.version, f"rollback from v{current.version}")
+    client.delete_model_version_tag(name, current.version, "previous")  # a rolled-back version is no fallback
+    client.set_model_version_tag(name, current.version, "rejected", f"{_now()}: rolled back by hand")
+    return str(target.version), str(current.version)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")

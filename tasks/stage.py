@@ -1,0 +1,33 @@
+"""The entry point shared by `python -m tasks.<stage>`: params, logging, plain errors."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Callable
+
+from tasks.config import Params, load_params
+from tasks.errors import TorchshipError
+
+log = logging.getLogger("torchship")
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """Rich console logs for humans; quiet the chatty libraries."""
+    from rich.logging import RichHandler
+
+    logging.basicConfig(level=level, format="%(message)s", datefmt="[%X]",
+                        handlers=[RichHandler(show_path=False, markup=False, rich_tracebacks=False)], force=True)
+    for noisy in ("mlflow", "alembic", "great_expectations", "urllib3", "httpx", "onnxruntime", "torch"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def stage_main(stage: str, body: Callable[[Params], None]) -> None:
+    """Run one stage from the command line; a TorchshipError becomes one paragraph and exit 2."""
+    configure_logging()
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    try:
+        body(load_params())
+    except TorchshipError as exc:
+        print(f"torchship {stage} failed: {exc}", file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
