@@ -68,6 +68,7 @@ def run(params: Path = typer.Option(None, "--params", help="A YAML file of param
         write_source_fingerprint(parsed.data)
         from flows.pipeline import pipeline
 
+        quiet_expected_tracebacks()
         started = time.perf_counter()
         summary = pipeline(params_file="params.yaml")
     except TorchshipError as exc:
@@ -76,6 +77,24 @@ def run(params: Path = typer.Option(None, "--params", help="A YAML file of param
                 path.write_bytes(content)
         fail(f"{exc}\nNothing was registered or promoted; params.yaml is as it was before this run.")
     render_summary(summary, time.perf_counter() - started)
+
+
+class _NoTracebackForUserErrors:
+    """Prefect logs every failed task with its traceback; for errors we explain ourselves, the
+    message is enough (a real bug keeps its traceback)."""
+
+    def filter(self, record) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], TorchshipError):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_expected_tracebacks() -> None:
+    import logging
+
+    for name in ("prefect", "prefect.flow_runs", "prefect.task_runs"):
+        for handler in logging.getLogger(name).handlers:
+            handler.addFilter(_NoTracebackForUserErrors())
 
 
 def render_summary(summary, seconds: float) -> None:
@@ -267,6 +286,17 @@ def clean(yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for co
     for target in existing:
         shutil.rmtree(target) if target.is_dir() else target.unlink()
     console.print("Clean.")
+
+
+@app.command("config-docs", hidden=True)
+def config_docs() -> None:
+    """Regenerate docs/configuration.md from the typed configuration."""
+    from tasks.config import configuration_markdown
+
+    root = enter_project()
+    (root / "docs").mkdir(exist_ok=True)
+    (root / "docs" / "configuration.md").write_text(configuration_markdown())
+    console.print("wrote docs/configuration.md")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,6 @@
 """The pipeline flow: DVC stages, then bless -> register -> canary against live registry state."""
 from __future__ import annotations
 
-import time
-
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
@@ -10,7 +8,7 @@ from tasks import bless, canary, register, reproduce, tracking
 from tasks.config import Params, load_params
 from tasks.holdout import load_holdout
 from tasks.lineage import git_state
-from tasks.summary import REPORTS, PipelineSummary, StepRow
+from tasks.summary import PipelineSummary, summarize
 
 
 @task(name="dvc-stage", task_run_name="{stage}")
@@ -70,24 +68,14 @@ def pipeline(params_file: str = "params.yaml") -> PipelineSummary:
     """prepare -> validate -> train -> export -> compress -> profile -> bless -> register -> canary."""
     params = load_params(params_file)
     parent_run = open_tracking(params)
-    steps = []
-    for stage in reproduce.DVC_STAGES:
-        outcome = run_dvc_stage(stage, parent_run)
-        steps.append(StepRow(step=stage, status=outcome.status, seconds=outcome.seconds, headline=outcome.headline))
-    started = time.perf_counter()
-    blessing = bless_step(params, parent_run)
-    steps.append(StepRow(step="bless", status=blessing.gate.status, seconds=time.perf_counter() - started,
-                         headline="; ".join(blessing.gate.reasons)))
-    started = time.perf_counter()
-    registration = register_step(params, blessing, parent_run)
-    steps.append(StepRow(step="register", status="new version" if registration.created else "reused",
-                         seconds=time.perf_counter() - started, headline=registration.action))
-    started = time.perf_counter()
-    report = canary_step(params, parent_run)
-    steps.append(StepRow(step="canary", status=report.gate.status, seconds=time.perf_counter() - started,
-                         headline=f"{report.action}: {'; '.join(report.gate.reasons)}"))
-    summary = PipelineSummary(model_name=registration.model_name, steps=steps, version=registration.version,
-                              aliases=report.aliases, verdict=report.action,
-                              pipeline_run=parent_run, reports=REPORTS)
+    try:
+        outcomes = [run_dvc_stage(stage, parent_run) for stage in reproduce.DVC_STAGES]
+        blessing = bless_step(params, parent_run)
+        registration = register_step(params, blessing, parent_run)
+        report = canary_step(params, parent_run)
+    except Exception:
+        tracking.close_pipeline_run(params.tracking, parent_run, ok=False)
+        raise
+    summary = summarize(registration.model_name, outcomes, blessing, registration, report, parent_run)
     close_tracking(params, parent_run, summary)
     return summary

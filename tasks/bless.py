@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -24,6 +25,7 @@ log = logging.getLogger("torchship.bless")
 
 
 class Blessing(BaseModel):
+    seconds: float = 0.0
     gate: GateResult
     model_name: str
     candidate_path: str
@@ -60,6 +62,7 @@ def bless_candidate(params: Params) -> Blessing:
     """Score the selected variant and the live champion on the same holdout and decide."""
     from tasks.contract import load_schema
 
+    started = time.perf_counter()
     profile = read_json(layout.PROFILE_REPORT)
     path = Path(profile["selected_path"])
     schema = load_schema(layout.SCHEMA)
@@ -84,7 +87,8 @@ def bless_candidate(params: Params) -> Blessing:
         identical = str(champion.version)
     blessing = Blessing(gate=gate, model_name=name, candidate_path=str(path), candidate_sha256=sha,
                         candidate_metrics=candidate, champion_version=str(champion.version) if champion else None,
-                        champion_metrics=champion_metrics, identical_to=identical)
+                        champion_metrics=champion_metrics, identical_to=identical,
+                        seconds=time.perf_counter() - started)
     log.info("bless: %s", gate.summary())
     return blessing
 

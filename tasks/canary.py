@@ -32,6 +32,7 @@ class VariantTraffic(BaseModel):
 
 
 class CanaryReport(BaseModel):
+    seconds: float = 0.0
     gate: GateResult
     action: str
     traffic: dict[str, VariantTraffic]
@@ -110,6 +111,9 @@ def analyse(traffic: pd.DataFrame, rules: CanaryParams) -> tuple[GateResult, dic
             p50_ms=float(np.percentile(group["ms"], 50)), p95_ms=float(np.percentile(group["ms"], 95)))
     champion, challenger = summary.get("champion"), summary.get("challenger")
     failures = []
+    unattributed = summary.get("unknown")
+    if unattributed is not None and unattributed.errors:
+        failures.append(f"{unattributed.errors} requests failed before a variant answered")
     if challenger is None or champion is None:
         failures.append("the traffic split gave one variant no requests; raise canary.requests")
         return GateResult.decide("canary", failures), summary
@@ -131,6 +135,7 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame, target: str) -> Canar
     """Smoke-test the champion alone, or canary the challenger against it and act on the result."""
     from tasks.registry import CHALLENGER, alias_version, aliases, promote, registry_client, reject
 
+    started = time.perf_counter()
     client = registry_client(params.tracking)
     name = params.data.registered_model_name()
     challenger = alias_version(client, name, CHALLENGER)
@@ -145,7 +150,8 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame, target: str) -> Canar
                                  passed=f"no challenger; champion answered {len(champion)} requests, "
                                         f"accuracy {champion['correct'].mean():.3f}")
         _, summary = analyse(traffic, params.canary)
-        return CanaryReport(gate=gate, action="none (no challenger)", traffic=summary, aliases=aliases(client, name))
+        return CanaryReport(gate=gate, action="none (no challenger)", traffic=summary, aliases=aliases(client, name),
+                            seconds=time.perf_counter() - started)
     gate, summary = analyse(traffic, params.canary)
     if gate.status == "fail":
         reject(client, name, challenger.version, "canary: " + "; ".join(gate.reasons))
@@ -153,4 +159,5 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame, target: str) -> Canar
     else:
         old = promote(client, name, challenger.version, "canary: " + "; ".join(gate.reasons))
         action = f"promoted v{challenger.version} to champion (v{old} tagged previous)"
-    return CanaryReport(gate=gate, action=action, traffic=summary, aliases=aliases(client, name))
+    return CanaryReport(gate=gate, action=action, traffic=summary, aliases=aliases(client, name),
+                            seconds=time.perf_counter() - started)

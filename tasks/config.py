@@ -18,6 +18,8 @@ class Section(BaseModel):
 
 
 class DataParams(Section):
+    """Where the rows come from and what to call the model."""
+
     source: str = Field("synthetic", description="Where rows come from: `synthetic`, `sklearn:<name>` (breast_cancer, digits, iris, wine) or a path to a CSV or Parquet file.")
     target: str | None = Field(None, description="Target column. Default: `churned` for synthetic, `target` for sklearn; required for a file.")
     rows: int = Field(100_000, ge=200, le=20_000_000, description="Rows the synthetic generator makes.")
@@ -36,6 +38,8 @@ class DataParams(Section):
 
 
 class PrepareParams(Section):
+    """Strict parsing and the stratified train / validation / holdout split."""
+
     val_fraction: float = Field(0.15, gt=0.0, lt=0.5, description="Share of rows for validation during training (early stopping).")
     holdout_fraction: float = Field(0.15, gt=0.0, lt=0.5, description="Share of rows kept for benchmarking, blessing and the canary replay.")
     seed: int = Field(42, description="Seed of the stratified split.")
@@ -43,12 +47,16 @@ class PrepareParams(Section):
 
 
 class ValidateParams(Section):
+    """The Great Expectations gate on the prepared splits."""
+
     min_rows: int = Field(100, ge=1, description="Fewest training rows the gate accepts.")
     max_null_share: float = Field(0.5, ge=0.0, le=1.0, description="Largest share of missing values allowed in a feature column.")
     warn_blocks: bool = Field(False, description="Whether a `warn` gate result stops the pipeline like a `fail`.")
 
 
 class TrainParams(Section):
+    """The model and its training under torchrun."""
+
     model: str = Field("mlp", description="Model name in the models/ registry.")
     hidden: list[int] = Field([128, 64], min_length=1, description="Hidden layer widths of the MLP.")
     embedding_dim: int = Field(8, ge=1, description="Embedding width per categorical column.")
@@ -66,6 +74,8 @@ class TrainParams(Section):
 
 
 class ExportParams(Section):
+    """ONNX and torch.export variants and their parity gate."""
+
     onnx_exporter: Literal["dynamo", "legacy"] = Field("legacy", description="ONNX exporter: `legacy` (TorchScript) or `dynamo` (torch.export based).")
     parity_atol: float = Field(1e-4, gt=0.0, description="Largest allowed |logit difference| between a variant and eager.")
     min_argmax_agreement: float = Field(0.999, ge=0.0, le=1.0, description="Smallest share of probe rows whose predicted class must match eager.")
@@ -73,21 +83,29 @@ class ExportParams(Section):
 
 
 class CompressParams(Section):
+    """Dynamic int8 quantisation and its accuracy budget."""
+
     max_drop: float = Field(0.005, ge=0.0, description="Largest allowed accuracy drop of a compressed variant vs fp32 (0.005 = 0.5 points).")
 
 
 class ProfileParams(Section):
+    """Latency and accuracy of each variant on the holdout."""
+
     rounds: int = Field(300, ge=10, description="Timed batch-1 calls per variant.")
     batch_size: int = Field(256, ge=2, description="Batch size of the throughput figure.")
     threads: int = Field(1, ge=1, description="Threads per variant while timing (set on purpose: 2-core boxes collapse otherwise).")
 
 
 class BlessParams(Section):
+    """The candidate vs the live champion on the same holdout."""
+
     metric: Literal["accuracy", "f1_macro"] = Field("f1_macro", description="Holdout metric a candidate must not lose on against the champion.")
     min_improvement: float = Field(0.0, description="Candidate metric must be >= champion metric + this (may be negative to tolerate noise).")
 
 
 class CanaryParams(Section):
+    """The live canary: replayed holdout traffic through the real service."""
+
     requests: int = Field(300, ge=10, le=100_000, description="Holdout rows replayed through the live service (one request each).")
     challenger_share: float = Field(0.5, gt=0.0, le=1.0, description="Share of canary traffic routed to the challenger.")
     max_metric_drop: float = Field(0.05, ge=0.0, description="Challenger accuracy on its traffic may trail the champion's by at most this.")
@@ -97,6 +115,8 @@ class CanaryParams(Section):
 
 
 class ServeParams(Section):
+    """`torchship serve`: the HTTP service."""
+
     host: str = Field("127.0.0.1", description="Bind address; loopback unless you mean to expose it.")
     port: int = Field(8000, ge=0, le=65535, description="Port of `torchship serve`.")
     challenger_share: float = Field(0.0, ge=0.0, le=1.0, description="Share of live traffic routed to the `challenger` alias.")
@@ -105,6 +125,8 @@ class ServeParams(Section):
 
 
 class TrackingParams(Section):
+    """MLflow tracking and registry."""
+
     uri: str = Field("sqlite:///mlflow/mlflow.db", description="MLflow tracking and registry URI.")
     artifacts: str = Field("mlflow/artifacts", description="Artifact folder of the experiment (local default).")
     experiment: str = Field("torchship", description="MLflow experiment name.")
@@ -183,3 +205,21 @@ def read_params_file(path: str | Path = PARAMS_FILE) -> dict[str, Any]:
 def load_params(path: str | Path = PARAMS_FILE) -> Params:
     """Load and validate params.yaml."""
     return parse_params(read_params_file(path), origin=str(path))
+
+
+def configuration_markdown() -> str:
+    """docs/configuration.md, generated from the typed model: every key, type, default, meaning."""
+    lines = ["# Configuration (`params.yaml`)", "",
+             "Generated from `tasks/config.py` by `torchship config-docs`; do not edit by hand.",
+             "Override any key for one run with `torchship run --set section.key=value`.", ""]
+    for section_name, section_field in Params.model_fields.items():
+        section = section_field.annotation
+        key = section_field.alias or section_name
+        lines += [f"## `{key}`", "", (section.__doc__ or "").strip(), "",
+                  "| key | type | default | meaning |", "|---|---|---|---|"]
+        for name, field in section.model_fields.items():
+            kind = (str(field.annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
+                    .replace(" | ", " or "))
+            lines.append(f"| `{key}.{name}` | `{kind}` | `{field.default!r}` | {field.description or ''} |")
+        lines.append("")
+    return "\n".join(lines)

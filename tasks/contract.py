@@ -223,7 +223,7 @@ def encode_features(rows: pd.DataFrame, schema: Schema) -> np.ndarray:
             matrix[:, j] = pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         else:
             lookup = {c: i + 1 for i, c in enumerate(feature.categories)}
-            matrix[:, j] = column.astype("string").map(lookup).fillna(UNKNOWN_CODE).to_numpy(dtype=np.float32)
+            matrix[:, j] = column.astype("string").str.strip().map(lookup).fillna(UNKNOWN_CODE).to_numpy(dtype=np.float32)
     return matrix
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -21,7 +22,13 @@ def parse_assignment(text: str) -> tuple[list[str], Any]:
     path = [part for part in key.strip().split(".") if part]
     if len(path) < 2:
         raise ConfigError(f"--set {text!r}: give section.key (example: --set train.epochs=30).")
-    value = YAML(typ="safe").load(raw) if raw.strip() else None
+    try:
+        value = YAML(typ="safe").load(raw) if raw.strip() else None
+    except Exception as exc:  # ruamel has many parser error types
+        raise ConfigError(f"--set {text!r}: the value is not valid YAML ({str(exc).splitlines()[0]}); "
+                          "quote it or fix the brackets (example: --set train.hidden=[64,32]).") from None
+    if isinstance(value, dict) and not raw.lstrip().startswith("{"):
+        value = raw  # "Segment: 2026" is a column name, not a mapping
     return path, value
 
 
@@ -54,8 +61,11 @@ def write_params(raw: dict, target: str = PARAMS_FILE) -> bool:
 
     yaml = YAML()
     yaml.preserve_quotes = True
+    # Keep `null` spelled out (ruamel would write an empty value).
+    yaml.representer.add_representer(type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null"))
     path = Path(target)
     document = yaml.load(path.read_text())
+    before = json.dumps(document, sort_keys=True, default=str)
 
     def apply(node, values: dict) -> None:
         for key, value in values.items():
@@ -65,10 +75,10 @@ def write_params(raw: dict, target: str = PARAMS_FILE) -> bool:
                 node[key] = value
 
     apply(document, raw)
-    buffer = io.StringIO()
-    yaml.dump(document, buffer)
-    changed = buffer.getvalue() != path.read_text()
+    changed = json.dumps(document, sort_keys=True, default=str) != before
     if changed:
+        buffer = io.StringIO()
+        yaml.dump(document, buffer)
         from tasks.artifacts import write_bytes_atomic
 
         write_bytes_atomic(path, buffer.getvalue().encode())

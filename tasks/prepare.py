@@ -53,10 +53,15 @@ def prepare_tables(raw: pd.DataFrame, target: str, origin: str, params: PrepareP
         raise DataError(f"{origin}: a class of '{target}' has only {smallest} row(s); each class needs at least 3 "
                         "to appear in train, validation and holdout. Add rows or merge rare classes.")
     typed = typed.reset_index(drop=True)
-    rest, holdout = train_test_split(typed, test_size=params.holdout_fraction, random_state=params.seed,
-                                     stratify=typed[target])
-    val_share = params.val_fraction / (1 - params.holdout_fraction)
-    train, val = train_test_split(rest, test_size=val_share, random_state=params.seed, stratify=rest[target])
+    try:
+        rest, holdout = train_test_split(typed, test_size=params.holdout_fraction, random_state=params.seed,
+                                         stratify=typed[target])
+        val_share = params.val_fraction / (1 - params.holdout_fraction)
+        train, val = train_test_split(rest, test_size=val_share, random_state=params.seed, stratify=rest[target])
+    except ValueError as exc:  # too few rows for a stratified split with this many classes
+        raise DataError(f"{origin}: {len(typed)} rows are too few to split {len(classes)} classes into train, "
+                        f"validation and holdout ({exc}). Add rows, or raise prepare.val_fraction / "
+                        "prepare.holdout_fraction.") from None
     schema = build_schema(train, kinds, target, classes, origin, params.max_categories)
     return PreparedData(train.reset_index(drop=True), val.reset_index(drop=True),
                         holdout.reset_index(drop=True), schema)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ log = logging.getLogger("torchship.register")
 
 
 class Registration(BaseModel):
+    seconds: float = 0.0
     model_name: str
     version: str
     created: bool
@@ -52,13 +54,14 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
 
     from tasks.registry import registry_client
 
+    started = time.perf_counter()
     client = registry_client(params.tracking)
     name = blessing.model_name
     existing = find_version_by_sha(client, name, blessing.candidate_sha256)
     if existing is not None:
         return Registration(model_name=name, version=str(existing.version), created=False,
                             action=f"same bytes as v{existing.version}: no new version, aliases unchanged",
-                            aliases=aliases(client, name))
+                            aliases=aliases(client, name), seconds=time.perf_counter() - started)
     schema = load_schema(layout.SCHEMA)
     example = np.nan_to_num(load_holdout(schema).features[:5])
     profile = read_json(layout.PROFILE_REPORT)
@@ -77,7 +80,8 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
         client.set_model_version_tag(name, version, key, value)
     client.update_model_version(name, version, description=passport(blessing, tags, profile))
     action = apply_aliases(client, name, version, blessing)
-    return Registration(model_name=name, version=version, created=True, action=action, aliases=aliases(client, name))
+    return Registration(model_name=name, version=version, created=True, action=action, aliases=aliases(client, name),
+                        seconds=time.perf_counter() - started)
 
 
 def apply_aliases(client, name: str, version: str, blessing: Blessing) -> str:

@@ -37,6 +37,13 @@ def dvc_command() -> list[str]:
     return [sys.executable, "-m", "dvc"]
 
 
+def stage_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """dvc.yaml says `python -m tasks.<stage>`: put this interpreter's folder first on PATH so
+    `python` is the project's environment even when no venv is activated."""
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), **(extra or {})}
+
+
 def stage_changes(stage: str | None = None, cwd: Path = Path(".")) -> dict[str, list[str]]:
     """`dvc status` as {stage: [why it would run, ...]}; an empty dict means up to date."""
     command = dvc_command() + ["status", "--json"] + ([stage] if stage else [])
@@ -45,7 +52,44 @@ def stage_changes(stage: str | None = None, cwd: Path = Path(".")) -> dict[str, 
         raise StageFailed(f"dvc status failed: {result.stderr.strip() or result.stdout.strip()}")
     text = result.stdout.strip()
     raw = json.loads(text[text.index("{"):]) if "{" in text else {}
-    return {name: _describe(entries) for name, entries in raw.items() if ":" not in name or name.endswith(".dvc")}
+    changes = {name: _describe(entries) for name, entries in raw.items() if ":" not in name or name.endswith(".dvc")}
+    for name, reasons in changes.items():
+        detail = changed_params(name, cwd)
+        if detail:
+            changes[name] = [r for r in reasons if not r.startswith("deps params.yaml")] + detail
+    return changes
+
+
+def changed_params(stage: str, cwd: Path = Path(".")) -> list[str]:
+    """Param values that differ from what dvc.lock recorded for the stage: 'train.epochs 3 -> 2'."""
+    from ruamel.yaml import YAML
+
+    lock_path, params_path = cwd / "dvc.lock", cwd / "params.yaml"
+    if not lock_path.exists():
+        return []
+    recorded = ((YAML(typ="safe").load(lock_path.read_text()) or {}).get("stages", {}).get(stage, {})
+                .get("params", {}).get("params.yaml", {}))
+    current = YAML(typ="safe").load(params_path.read_text()) or {}
+    old, new = _flatten(recorded), {}
+    for key in old:
+        node = current
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        new[key] = node
+    flat_new = _flatten({k: v for k, v in new.items()})
+    return [f"param {key}: {old.get(key)!r} -> {flat_new.get(key)!r}"
+            for key in sorted(set(old) | set(flat_new)) if old.get(key) != flat_new.get(key)]
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
 
 
 def _describe(entries: list) -> list[str]:
@@ -56,11 +100,17 @@ def _describe(entries: list) -> list[str]:
             continue
         for kind, changes in entry.items():
             if isinstance(changes, dict):
-                reasons += [f"{kind.replace('changed ', '')} {path}: {what}" if isinstance(what, str)
-                            else f"{kind.replace('changed ', '')} {path} changed" for path, what in changes.items()]
+                reasons += [f"{kind.replace('changed ', '')} {path}: {_what(what)}" for path, what in changes.items()]
             else:
                 reasons.append(f"{kind}: {changes}")
     return reasons or ["changed"]
+
+
+def _what(change) -> str:
+    """'modified', or for params {'train.epochs': 'modified'} -> 'train.epochs modified'."""
+    if isinstance(change, dict):
+        return ", ".join(f"{key} {value}" for key, value in change.items())
+    return str(change)
 
 
 def headline(stage: str) -> str:
@@ -77,7 +127,9 @@ def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout) ->
     if not changes:
         return StageOutcome(stage=stage, status="skipped", reason="deps, params and outs unchanged",
                             seconds=time.perf_counter() - started, headline=headline(stage))
-    process = subprocess.Popen(dvc_command() + ["repro", "--single-item", stage], env={**os.environ, **(env or {})},
+    echo.write(f"── {stage} ── {'; '.join(changes)[:200]}\n")
+    echo.flush()
+    process = subprocess.Popen(dvc_command() + ["repro", "--quiet", "--single-item", stage], env=stage_environment(env),
                                stdout=None, stderr=subprocess.PIPE, text=True)
     tail: collections.deque[str] = collections.deque(maxlen=60)
     reader = threading.Thread(target=_tee, args=(process.stderr, tail, echo), daemon=True)

@@ -36,3 +36,24 @@ REPORTS = {"Data Docs (GX)": str(layout.DATA_DOCS / "index.html"),
            "confusion matrix": str(layout.TRAIN_PLOTS / "confusion_matrix.png"),
            "parity": str(layout.PARITY_REPORT), "latency chart": str(layout.LATENCY_PLOT),
            "profile": str(layout.PROFILE_REPORT)}
+
+
+def summarize(model_name: str, outcomes: list, blessing, registration, canary, pipeline_run: str) -> PipelineSummary:
+    """One row per step and the verdict in words."""
+    steps = [StepRow(step=o.stage, status=o.status, seconds=o.seconds, headline=o.headline) for o in outcomes]
+    steps += [
+        StepRow(step="bless", status=blessing.gate.status, seconds=blessing.seconds,
+                headline="; ".join(blessing.gate.reasons)),
+        StepRow(step="register", status="new version" if registration.created else "reused",
+                seconds=registration.seconds, headline=registration.action),
+        StepRow(step="canary", status=canary.gate.status, seconds=canary.seconds,
+                headline=f"{canary.action}: {'; '.join(canary.gate.reasons)}"),
+    ]
+    if registration.created and "rejected" in registration.action:
+        verdict = f"{registration.action}; the champion keeps serving"
+    elif not registration.created:
+        verdict = f"{registration.action}"
+    else:
+        verdict = canary.action if canary.action != "none (no challenger)" else registration.action
+    return PipelineSummary(model_name=model_name, steps=steps, version=registration.version, aliases=canary.aliases,
+                           verdict=verdict, pipeline_run=pipeline_run, reports=REPORTS)

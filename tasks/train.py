@@ -94,12 +94,14 @@ def fit(model: nn.Module, train: Split, val: Split, params: TrainParams, rank: i
     for epoch in range(params.epochs):
         model.train()
         started = time.perf_counter()
+        # Shuffle once per epoch, then take contiguous slices: no per-batch gather on the hot path.
         order = torch.randperm(len(train.labels), generator=generator)[rank * shard:(rank + 1) * shard]
+        features, labels = train.features[order], train.labels[order]
         loss_sum = torch.zeros(())
         for step in range(steps_per_epoch):
-            index = order[step * per_rank_batch:(step + 1) * per_rank_batch]
+            batch = slice(step * per_rank_batch, (step + 1) * per_rank_batch)
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(train.features[index]), train.labels[index])
+            loss = loss_fn(model(features[batch]), labels[batch])
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), params.grad_clip)
             optimizer.step()

@@ -70,7 +70,8 @@ def validate_frames(frames: dict[str, pd.DataFrame], schema: Schema, rules: Vali
                     if not check.success:
                         message = (f"{split}: {row['expectation']} on '{row['column'] or 'table'}' "
                                    f"({row['unexpected_count']} offending rows, e.g. {row['sample']})")
-                        (warnings if row["expectation"] in WARN_ONLY else failures).append(message)
+                        warn_only = row["expectation"] in WARN_ONLY and row["column"] != schema.target
+                        (warnings if warn_only else failures).append(message)
         if docs_dir is not None:
             context.build_data_docs()
             site = Path(root) / "gx" / "uncommitted" / "data_docs" / "local_site"

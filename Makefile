@@ -1,0 +1,39 @@
+# torchship: `make pipeline` runs everything on the embedded default; `make test` runs the tests.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true PREFECT_SERVER_ANALYTICS_ENABLED=false
+
+.PHONY: install pipeline test test-fast bench docs clean
+
+install: $(STAMP)
+
+# Where there is no NVIDIA GPU, install the CPU build of torch first (a local wheel on our machines):
+# an open torch range in a fresh venv would otherwise pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	if ! command -v nvidia-smi >/dev/null 2>&1; then $(PIP) install -q torch==2.13.0; fi
+	$(PIP) install -q -e '.[dev]'
+	touch $(STAMP)
+
+pipeline: install
+	$(VENV)/bin/torchship run
+
+test: install
+	$(VENV)/bin/python -m pytest -q
+
+test-fast: install
+	$(VENV)/bin/python -m pytest -q -m "not integration"
+
+bench: install
+	for script in bench/bench_*.py; do $(PY) $$script || exit 1; done
+	$(PY) bench/render_table.py
+
+docs: install
+	$(VENV)/bin/torchship config-docs
+
+clean:
+	$(VENV)/bin/torchship clean

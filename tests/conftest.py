@@ -1,0 +1,105 @@
+"""Shared fixtures: tiny seeded data, and one tiny pipeline run per test session in a project copy."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+TINY = {
+    "data": {"rows": 3000},
+    "validate": {"min_rows": 50},
+    "train": {"epochs": 3, "hidden": [32], "batch_size": 256},
+    "export": {"probe_rows": 64},
+    "profile": {"rounds": 30},
+    "canary": {"requests": 60},
+}
+
+
+@dataclass
+class Project:
+    """A throwaway clone of this repository with its own DVC, MLflow and Prefect state."""
+
+    root: Path
+
+    def torchship(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "PYTEST_"))}
+        env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+        return subprocess.run([str(BIN / "torchship"), *args], cwd=self.root, capture_output=True, text=True,
+                              timeout=timeout, env=env)
+
+    def python(self, code: str) -> str:
+        """Run code in a separate interpreter in the project (e.g. an independent MLflow client)."""
+        result = subprocess.run([sys.executable, "-c", code], cwd=self.root, capture_output=True, text=True,
+                                timeout=300, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout
+
+    def registry(self, name: str) -> dict:
+        """Versions, tags and aliases, read by a fresh MLflow client in another process."""
+        out = self.python(
+            "import json, mlflow\n"
+            "from mlflow import MlflowClient\n"
+            "mlflow.set_tracking_uri('sqlite:///mlflow/mlflow.db')\n"
+            "c = MlflowClient()\n"
+            f"vs = c.search_model_versions(\"name='{name}'\")\n"
+            f"aliases = {{k: str(v) for k, v in c.get_registered_model('{name}').aliases.items()}} if vs else {{}}\n"
+            "print(json.dumps({'aliases': aliases, 'versions': {str(v.version): dict(v.tags) for v in vs}}))\n")
+        return json.loads(out.strip().splitlines()[-1])
+
+    def dvc(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=self.root, capture_output=True, text=True,
+                              timeout=300)
+
+
+def make_project(target: Path, overrides: dict | None = None) -> Project:
+    """Copy the git-tracked files, apply tiny params, and commit, like a fresh clone."""
+    from tasks.overrides import merge
+
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.decode()
+    for name in filter(None, files.split("\0")):
+        source = REPO / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    params = yaml.load((target / "params.yaml").read_text())
+    merged = merge(json.loads(json.dumps(params)), merge(TINY, overrides or {}))
+    with (target / "params.yaml").open("w") as handle:
+        yaml.dump(merged, handle)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for command in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "fixture"]):
+        subprocess.run(command, cwd=target, check=True, env=env)
+    return Project(target)
+
+
+@pytest.fixture(scope="session")
+def tiny_pipeline(tmp_path_factory) -> tuple[Project, subprocess.CompletedProcess]:
+    """One full pipeline run on tiny params, shared by the integration tests of a session."""
+    project = make_project(tmp_path_factory.mktemp("project"))
+    first = project.torchship("run")
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+    return project, first
+
+
+@pytest.fixture
+def fresh_project(tmp_path) -> Project:
+    return make_project(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def customers():
+    from tasks.sources import generate_customers
+
+    return generate_customers(1500, seed=3)

@@ -1,0 +1,83 @@
+"""tasks/sources.py: the seeded synthetic generator, scikit-learn's sets, and the target rules."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tasks.config import DataParams
+from tasks.errors import ConfigError
+from tasks.sources import SYNTHETIC_TARGET, generate_customers, load_sklearn, resolve_target, source_path
+
+
+def test_same_seed_same_table(customers):
+    pd.testing.assert_frame_equal(generate_customers(1500, seed=3), customers)
+
+
+def test_other_seed_other_table(customers):
+    other = generate_customers(1500, seed=4)
+    assert not other.equals(customers)
+    assert list(other.columns) == list(customers.columns)
+
+
+def test_shape_types_and_label_values(customers):
+    assert len(customers) == 1500
+    assert set(customers[SYNTHETIC_TARGET]) == {"yes", "no"}
+    assert customers["plan"].dtype == object and customers["customer age"].dtype == np.float64
+
+
+def test_positive_share_is_a_minority(customers):
+    share = (customers[SYNTHETIC_TARGET] == "yes").mean()
+    assert 0.1 < share < 0.4
+
+
+def test_has_missing_values_where_exports_have_them(customers):
+    nulls = customers.isna().sum()
+    assert nulls["customer age"] > 0 and nulls["satisfaction"] > 0 and nulls["payment method"] > 0
+    assert nulls[SYNTHETIC_TARGET] == 0
+
+
+def test_drift_shifts_age_up_and_changes_churn():
+    reference, drifted = generate_customers(4000, seed=11), generate_customers(4000, seed=11, drift=1.0)
+    assert drifted["customer age"].mean() - reference["customer age"].mean() > 5  # +8 years by construction
+    churn = lambda table: (table[SYNTHETIC_TARGET] == "yes").mean()  # noqa: E731
+    assert abs(churn(drifted) - churn(reference)) > 0.03
+    assert (drifted["region"] == "central").mean() > 2 * (reference["region"] == "central").mean()
+
+
+def test_drift_zero_is_the_reference_distribution():
+    pd.testing.assert_frame_equal(generate_customers(300, seed=5, drift=0.0), generate_customers(300, seed=5))
+
+
+def test_sklearn_digits_has_ten_classes_and_a_target_column():
+    digits = load_sklearn("digits")
+    assert "target" in digits.columns
+    assert digits["target"].nunique() == 10 and len(digits) == 1797
+
+
+def test_unknown_sklearn_set_is_a_config_error():
+    with pytest.raises(ConfigError, match="sklearn:digits"):
+        load_sklearn("mnist")
+
+
+@pytest.mark.parametrize("source, target, expected", [
+    ("synthetic", None, "churned"),
+    ("sklearn:iris", None, "target"),
+    ("data/rows.csv", "label", "label"),
+    ("synthetic", "plan", "plan"),
+])
+def test_resolve_target(source, target, expected):
+    assert resolve_target(DataParams(source=source, target=target)) == expected
+
+
+def test_a_file_needs_an_explicit_target():
+    with pytest.raises(ConfigError, match="data.target"):
+        resolve_target(DataParams(source="data/rows.csv"))
+
+
+def test_source_path_only_for_files():
+    assert source_path(DataParams(source="synthetic")) is None
+    assert source_path(DataParams(source="sklearn:wine")) is None
+    assert source_path(DataParams(source="data/rows.parquet")) == Path("data/rows.parquet")

@@ -1,0 +1,87 @@
+"""The whole pipeline through the real CLI, in a throwaway clone: Prefect, DVC, MLflow, GX, a real service."""
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+MODEL = "synthetic-churn"
+STAGES = ["prepare", "validate", "train", "export", "compress", "profile"]
+
+
+def test_first_run_registers_a_champion_with_lineage(tiny_pipeline):
+    project, first = tiny_pipeline
+    for step in STAGES + ["bless", "register", "canary"]:
+        assert step in first.stdout
+    registry = project.registry(MODEL)
+    assert set(registry["aliases"]) >= {"champion"}
+    tags = registry["versions"][registry["aliases"]["champion"]]
+    head = project.python("import subprocess;print(subprocess.check_output(['git','rev-parse','HEAD'],text=True))")
+    assert tags["git_commit"] == head.strip()
+    assert tags["git_dirty"] in {"true", "false"}
+    lock = (project.root / "dvc.lock").read_text()
+    assert tags["dvc_train_md5"] and tags["dvc_train_md5"] in lock
+    assert len(tags["artifact_sha256"]) == 64
+
+
+def test_reports_exist_and_dvc_is_clean(tiny_pipeline):
+    project, _ = tiny_pipeline
+    for path in ("data/validate/docs/index.html", "data/train/plots/learning_curves.png",
+                 "data/train/plots/confusion_matrix.png", "data/profile/latency.png", "data/export/model.onnx",
+                 "data/export/model.pt2", "data/compress/model.int8.onnx"):
+        assert (project.root / path).stat().st_size > 0, path
+    status = project.dvc("status")
+    assert "up to date" in status.stdout, status.stdout
+    dag = project.dvc("dag").stdout
+    positions = [dag.index(stage) for stage in STAGES]
+    assert positions == sorted(positions), dag
+
+
+def test_rerun_with_nothing_changed_skips_and_registers_nothing(tiny_pipeline):
+    project, _ = tiny_pipeline
+    before = project.registry(MODEL)
+    again = project.torchship("run")
+    assert again.returncode == 0, again.stderr[-3000:]
+    for stage in STAGES:
+        assert f"│ {stage:<8} │ skipped" in again.stdout.replace("┃", "│"), again.stdout
+    after = project.registry(MODEL)
+    assert after["versions"].keys() == before["versions"].keys()
+    assert after["aliases"] == before["aliases"]
+    assert "no new version" in again.stdout
+
+
+def test_plan_names_what_would_rerun_without_changing_anything(tiny_pipeline):
+    project, _ = tiny_pipeline
+    params_before = (project.root / "params.yaml").read_bytes()
+    plan = project.torchship("plan", "--set", "train.epochs=2")
+    assert plan.returncode == 0, plan.stderr
+    lines = {line.split("│")[1].strip(): line for line in plan.stdout.splitlines() if line.count("│") >= 3}
+    assert "skip" in lines["prepare"] and "skip" in lines["validate"]
+    assert "run" in lines["train"] and "train.epochs" in plan.stdout
+    assert (project.root / "params.yaml").read_bytes() == params_before
+
+
+def test_changed_params_make_a_new_version_that_is_promoted_or_rejected(tiny_pipeline):
+    project, _ = tiny_pipeline
+    before = project.registry(MODEL)
+    changed = project.torchship("run", "--set", "train.seed=7", "--set", "train.epochs=2")
+    assert changed.returncode == 0, changed.stdout[-3000:] + changed.stderr[-3000:]
+    # prepare and validate depend on no train.* key: DVC must skip them.
+    assert "│ prepare  │ skipped" in changed.stdout and "│ train    │ ran" in changed.stdout
+    after = project.registry(MODEL)
+    new = sorted(set(after["versions"]) - set(before["versions"]), key=int)
+    assert len(new) == 1
+    tags = after["versions"][new[0]]
+    if after["aliases"]["champion"] == new[0]:
+        old = before["aliases"]["champion"]
+        assert "previous" in after["versions"][old]
+    else:
+        assert "rejected" in tags and tags["rejected"]
+        assert after["aliases"]["champion"] == before["aliases"]["champion"]
+    assert tags["parent_version"] == before["aliases"]["champion"]
+
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -1,0 +1,103 @@
+"""models/: shapes, robustness to missing and unseen inputs, the registry."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from models import MODELS, FeatureLayout, TabularMLP, build_model
+
+LAYOUT = FeatureLayout(numeric_index=[0, 2], categorical_index=[1, 3], cardinalities=[3, 5],
+                       numeric_mean=[10.0, -1.0], numeric_std=[2.0, 0.5], n_classes=4)
+
+
+def rows(batch: int, seed: int = 0) -> torch.Tensor:
+    """(B, 4) raw rows: numbers in columns 0 and 2, valid category codes in 1 and 3."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, 4, generator=generator) * 3
+    x[:, 1] = torch.randint(0, 4, (batch,), generator=generator).float()
+    x[:, 3] = torch.randint(0, 6, (batch,), generator=generator).float()
+    return x
+
+
+@pytest.fixture
+def model() -> TabularMLP:
+    torch.manual_seed(0)
+    return TabularMLP(LAYOUT, hidden=[16, 8], embedding_dim=3, dropout=0.0).eval()
+
+
+@pytest.mark.parametrize("batch", [1, 7, 64])
+def test_logits_shape(model, batch):
+    assert model(rows(batch)).shape == (batch, LAYOUT.n_classes)
+
+
+def test_preprocessor_width(model):
+    assert model.preprocess(rows(5)).shape == (5, 2 + 3 * 2)
+
+
+def test_missing_numbers_are_imputed_with_the_training_mean(model):
+    x = rows(6)
+    with_nan = x.clone()
+    with_nan[:, 0] = float("nan")
+    with_mean = x.clone()
+    with_mean[:, 0] = LAYOUT.numeric_mean[0]
+    logits = model(with_nan)
+    assert torch.isfinite(logits).all()
+    torch.testing.assert_close(logits, model(with_mean))
+
+
+@pytest.mark.parametrize("code", [-3.0, 6.0, 1e6, float("nan")])
+def test_unseen_negative_or_missing_codes_act_as_unknown(model, code):
+    x = rows(6)
+    odd, unknown = x.clone(), x.clone()
+    odd[:, 3], unknown[:, 3] = code, 0.0
+    logits = model(odd)
+    assert torch.isfinite(logits).all()
+    torch.testing.assert_close(logits, model(unknown))
+
+
+def test_known_codes_matter(model):
+    x = rows(6)
+    other = x.clone()
+    other[:, 3] = (x[:, 3] % 5) + 1  # a different known category in every row
+    assert not torch.allclose(model(x), model(other))
+
+
+def test_all_missing_row_gives_finite_logits(model):
+    assert torch.isfinite(model(torch.full((3, 4), float("nan")))).all()
+
+
+def test_numbers_only_and_categories_only_layouts():
+    numeric = FeatureLayout([0, 1], [], [], [0.0, 0.0], [1.0, 1.0], 2)
+    categorical = FeatureLayout([], [0], [4], [], [], 3)
+    assert TabularMLP(numeric, hidden=[4])(torch.randn(5, 2)).shape == (5, 2)
+    assert TabularMLP(categorical, hidden=[4])(torch.tensor([[0.0], [4.0], [9.0]])).shape == (3, 3)
+
+
+def test_build_model_constructs_registered_models():
+    built = build_model("mlp", LAYOUT, hidden=[8])
+    assert isinstance(built, TabularMLP)
+    assert sum(isinstance(m, torch.nn.Linear) for m in built.modules()) == 2
+
+
+def test_build_model_unknown_name_lists_the_known():
+    with pytest.raises(KeyError) as caught:
+        build_model("transformer", LAYOUT, hidden=[8])
+    message = str(caught.value)
+    assert "transformer" in message and all(name in message for name in MODELS)
+
+
+def test_models_package_imports_no_pipeline_libraries():
+    import subprocess
+    import sys
+
+    code = ("import sys, models; bad = [m for m in ('prefect', 'mlflow', 'dvc', 'great_expectations') "
+            "if m in sys.modules]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_layout_round_trips_as_a_dict():
+    assert FeatureLayout(**LAYOUT.to_dict()) == LAYOUT
+    assert math.isclose(LAYOUT.to_dict()["numeric_std"][1], 0.5)

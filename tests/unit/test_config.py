@@ -1,0 +1,85 @@
+"""tasks/config.py: params.yaml loads, typos and bad values are refused by name, docs stay generated."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tasks.config import DataParams, Params, TrainParams, configuration_markdown, load_params, parse_params
+from tasks.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_repo_params_file_loads_and_matches_its_raw_values():
+    from ruamel.yaml import YAML
+
+    params = load_params(REPO / "params.yaml")
+    raw = YAML(typ="safe").load((REPO / "params.yaml").read_text())
+    assert isinstance(params, Params)
+    assert params.train.epochs == raw["train"]["epochs"]
+    assert list(params.train.hidden) == raw["train"]["hidden"]
+    assert params.validate_.min_rows == raw["validate"]["min_rows"]
+
+
+def test_typo_key_is_refused_naming_the_key_and_the_known_keys():
+    with pytest.raises(ConfigError) as caught:
+        parse_params({"train": {"epoch": 3}})
+    message = str(caught.value)
+    assert "'train.epoch'" in message
+    for known in TrainParams.model_fields:
+        assert known in message
+
+
+def test_unknown_section_is_refused():
+    with pytest.raises(ConfigError, match="trian"):
+        parse_params({"trian": {"epochs": 3}})
+
+
+def test_bad_literal_names_the_key_and_the_allowed_values():
+    with pytest.raises(ConfigError) as caught:
+        parse_params({"export": {"onnx_exporter": "foo"}})
+    message = str(caught.value)
+    assert "export.onnx_exporter" in message
+    assert "'dynamo'" in message and "'legacy'" in message
+    assert "'foo'" in message
+
+
+def test_out_of_range_value_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"prepare\.val_fraction"):
+        parse_params({"prepare": {"val_fraction": 0.7}})
+
+
+def test_splits_must_leave_training_rows():
+    with pytest.raises(ConfigError, match="20%"):
+        parse_params({"prepare": {"val_fraction": 0.45, "holdout_fraction": 0.45}})
+
+
+def test_validate_section_is_reached_by_its_yaml_name():
+    assert parse_params({"validate": {"min_rows": 7}}).validate_.min_rows == 7
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("synthetic", "synthetic-churn"),
+    ("sklearn:digits", "sklearn-digits"),
+    ("data/My Customers.csv", "my-customers"),
+    ("exports/Q3 churn (final).parquet", "q3-churn-final"),
+])
+def test_registered_model_name_is_derived_from_the_source(source, expected):
+    assert DataParams(source=source).registered_model_name() == expected
+
+
+def test_explicit_model_name_wins():
+    assert DataParams(source="sklearn:iris", model_name="flowers").registered_model_name() == "flowers"
+
+
+def test_configuration_docs_are_generated_from_the_model():
+    assert (REPO / "docs" / "configuration.md").read_text() == configuration_markdown()
+
+
+def test_configuration_docs_list_every_key():
+    text = configuration_markdown()
+    for section_name, section_field in Params.model_fields.items():
+        key = section_field.alias or section_name
+        for name in section_field.annotation.model_fields:
+            assert f"`{key}.{name}`" in text

@@ -1,0 +1,127 @@
+"""The pure decision cores: bless.decide, compress.accuracy_budget, canary.analyse."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tasks.bless import decide
+from tasks.canary import analyse
+from tasks.compress import accuracy_budget
+from tasks.config import BlessParams, CanaryParams, CompressParams
+
+
+
+def test_first_model_passes():
+    result = decide({"f1_macro": 0.1, "accuracy": 0.5}, None, True, BlessParams())
+    assert result.status == "pass" and "first model" in result.reasons[0]
+
+
+@pytest.mark.parametrize("candidate, champion, status", [(0.70, 0.80, "fail"), (0.80, 0.80, "pass"), (0.81, 0.80, "pass")])
+def test_candidate_must_not_lose_on_the_metric(candidate, champion, status):
+    result = decide({"f1_macro": candidate}, {"f1_macro": champion}, True, BlessParams(metric="f1_macro"),
+                    champion_version="3")
+    assert result.status == status
+    assert "v3" in result.reasons[0]
+
+
+def test_the_configured_metric_is_the_one_compared():
+    candidate, champion = {"f1_macro": 0.9, "accuracy": 0.6}, {"f1_macro": 0.5, "accuracy": 0.7}
+    assert decide(candidate, champion, True, BlessParams(metric="accuracy")).status == "fail"
+    assert decide(candidate, champion, True, BlessParams(metric="f1_macro")).status == "pass"
+
+
+def test_incomparable_signature_fails_even_when_better():
+    result = decide({"f1_macro": 0.99}, {}, False, BlessParams(), champion_version="2")
+    assert result.status == "fail" and "signature" in result.reasons[0]
+
+
+@pytest.mark.parametrize("min_improvement, status", [(0.02, "fail"), (0.01, "pass"), (-0.05, "pass")])
+def test_min_improvement_is_respected(min_improvement, status):
+    rules = BlessParams(metric="f1_macro", min_improvement=min_improvement)
+    assert decide({"f1_macro": 0.760}, {"f1_macro": 0.745}, True, rules).status == status
+
+
+def test_negative_min_improvement_tolerates_a_small_loss_only():
+    rules = BlessParams(metric="f1_macro", min_improvement=-0.01)
+    assert decide({"f1_macro": 0.795}, {"f1_macro": 0.80}, True, rules).status == "pass"
+    assert decide({"f1_macro": 0.785}, {"f1_macro": 0.80}, True, rules).status == "fail"
+
+
+
+@pytest.mark.parametrize("variant, status", [(0.900, "pass"), (0.896, "pass"), (0.894, "fail"), (0.95, "pass")])
+def test_accuracy_budget(variant, status):
+    result = accuracy_budget("onnx-int8", {"accuracy": 0.9}, {"accuracy": variant}, CompressParams(max_drop=0.005))
+    assert result.status == status
+    assert result.gate == "accuracy budget onnx-int8"
+
+
+def test_accuracy_budget_reports_the_drop_in_points():
+    result = accuracy_budget("x", {"accuracy": 0.90}, {"accuracy": 0.85}, CompressParams(max_drop=0.01))
+    assert result.status == "fail" and "5.00 points" in result.reasons[0]
+
+
+
+def traffic(seed: int = 0, n: int = 200, champion_acc: float = 0.8, challenger_acc: float = 0.8,
+            challenger_ms: float = 10.0, challenger_errors: int = 0) -> pd.DataFrame:
+    """Hand-built replay log: half the requests to each variant."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for variant, version, acc, ms in (("champion", "1", champion_acc, 10.0), ("challenger", "2", challenger_acc, challenger_ms)):
+        correct = rng.random(n) < acc
+        ok = np.ones(n, dtype=bool)
+        if variant == "challenger":
+            ok[:challenger_errors] = False
+        for i in range(n):
+            rows.append({"variant": variant, "version": version, "ok": bool(ok[i]), "correct": bool(ok[i] and correct[i]),
+                         "ms": float(ms * rng.uniform(0.8, 1.2))})
+    return pd.DataFrame(rows).sample(frac=1.0, random_state=seed).reset_index(drop=True)
+
+
+def test_equal_variants_pass_and_are_summarised():
+    log = traffic()
+    result, summary = analyse(log, CanaryParams())
+    assert result.status == "pass", result.reasons
+    assert set(summary) == {"champion", "challenger"}
+    challenger = log[log.variant == "challenger"]
+    assert summary["challenger"].requests == len(challenger)
+    assert summary["challenger"].version == "2"
+    assert summary["challenger"].accuracy == pytest.approx(challenger["correct"].mean())
+    assert summary["challenger"].p95_ms == pytest.approx(np.percentile(challenger["ms"], 95))
+
+
+def test_challenger_errors_fail():
+    result, summary = analyse(traffic(challenger_errors=3), CanaryParams(max_error_rate=0.0))
+    assert result.status == "fail" and any("error rate" in r for r in result.reasons)
+    assert summary["challenger"].errors == 3
+
+
+def test_error_rate_within_the_budget_passes():
+    result, _ = analyse(traffic(challenger_errors=1, challenger_acc=0.9), CanaryParams(max_error_rate=0.01))
+    assert result.status == "pass", result.reasons
+
+
+def test_accuracy_drop_fails():
+    result, _ = analyse(traffic(champion_acc=0.9, challenger_acc=0.6), CanaryParams(max_metric_drop=0.05))
+    assert result.status == "fail" and any("accuracy" in r for r in result.reasons)
+
+
+def test_p95_ratio_fails():
+    result, _ = analyse(traffic(challenger_ms=50.0), CanaryParams(max_p95_ratio=3.0))
+    assert result.status == "fail" and any("p95" in r for r in result.reasons)
+    relaxed, _ = analyse(traffic(challenger_ms=50.0), CanaryParams(max_p95_ratio=10.0))
+    assert relaxed.status == "pass"
+
+
+@pytest.mark.parametrize("missing", ["champion", "challenger"])
+def test_a_variant_without_traffic_fails(missing):
+    log = traffic()
+    result, _ = analyse(log[log.variant != missing], CanaryParams())
+    assert result.status == "fail" and "no requests" in result.reasons[0]
+
+
+def test_unattributed_failed_requests_do_not_pass():
+    log = traffic()
+    failed = pd.DataFrame([{"variant": "unknown", "version": "", "ok": False, "correct": False, "ms": 5.0}] * 20)
+    result, _ = analyse(pd.concat([log, failed], ignore_index=True), CanaryParams(max_error_rate=0.0))
+    assert result.status != "pass"
