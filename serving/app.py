@@ -207,8 +207,13 @@ def _validate_rows(row_type: type[BaseModel], rows: list) -> list[dict]:
         try:
             row_type.model_validate(row)
         except ValidationError as exc:
-            problems += [{"row": index, "field": ".".join(map(str, e["loc"])), "rule": e["type"], "message": e["msg"]}
-                         for e in exc.errors()]
+            seen = set()
+            for error in exc.errors():
+                column = str(error["loc"][0]) if error["loc"] else "(row)"
+                if column in seen:  # a union type reports once per member: one line per column is enough
+                    continue
+                seen.add(column)
+                problems.append({"row": index, "field": column, "rule": error["type"], "message": error["msg"]})
     return problems
 
 

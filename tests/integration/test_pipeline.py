@@ -1,8 +1,6 @@
 """The whole pipeline through the real CLI, in a throwaway clone: Prefect, DVC, MLflow, GX, a real service."""
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -37,6 +35,13 @@ def test_reports_exist_and_dvc_is_clean(tiny_pipeline):
     dag = project.dvc("dag").stdout
     positions = [dag.index(stage) for stage in STAGES]
     assert positions == sorted(positions), dag
+
+
+def test_local_dvc_remote_works_out_of_the_box(tiny_pipeline):
+    project, _ = tiny_pipeline
+    push = project.dvc("push")
+    assert push.returncode == 0, push.stderr
+    assert any((project.root / ".dvc-remote").rglob("*")), "nothing was pushed to the local remote"
 
 
 def test_rerun_with_nothing_changed_skips_and_registers_nothing(tiny_pipeline):
@@ -82,6 +87,3 @@ def test_changed_params_make_a_new_version_that_is_promoted_or_rejected(tiny_pip
         assert after["aliases"]["champion"] == before["aliases"]["champion"]
     assert tags["parent_version"] == before["aliases"]["champion"]
 
-
-def _digest(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest()
