@@ -19,7 +19,8 @@ from tasks.contract import encode_features, encode_target  # noqa: E402
 from tasks.prepare import prepare_tables  # noqa: E402
 from tasks.config import PrepareParams  # noqa: E402
 from tasks.sources import generate_customers  # noqa: E402
-from tasks.train import Split, fit, fit_layout, model_spec  # noqa: E402
+from tasks.train import fit_layout, model_spec  # noqa: E402
+from tasks.train_loop import Split, train_model  # noqa: E402
 
 ROWS, EPOCHS, ROUNDS, THREADS = 100_000, 2, 3, 1
 
@@ -55,7 +56,7 @@ def main() -> None:
     ours, theirs = [], []
     for _ in range(ROUNDS):  # interleaved: both see the same machine noise
         torch.manual_seed(0)
-        _, history = fit(build_model(spec["name"], layout, **spec["kwargs"]), train, val, params)
+        _, history = train_model(build_model(spec["name"], layout, **spec["kwargs"]), train, val, params)
         ours.append(float(np.mean([r["samples_per_s"] for r in history])))
         torch.manual_seed(0)
         theirs.append(plain_loop(build_model(spec["name"], layout, **spec["kwargs"]), train.features, train.labels, params))

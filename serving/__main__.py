@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--poll-seconds", type=float, default=params.serve.poll_seconds)
     parser.add_argument("--request-log", default=params.serve.request_log)
     parser.add_argument("--seed", type=int, default=None, help="seed of the traffic split (reproducible canaries)")
+    parser.add_argument("--shadow", action="store_true",
+                        help="also score every request with the other variant and return it under 'shadow' (canary)")
     args = parser.parse_args(argv)
 
     import mlflow
@@ -33,7 +35,8 @@ def main(argv: list[str] | None = None) -> None:
     mlflow.set_tracking_uri(params.tracking.resolved_uri())
     settings = ServiceSettings(model_name=args.model_name, challenger_share=args.challenger_share,
                                poll_seconds=args.poll_seconds,
-                               request_log=Path(args.request_log) if args.request_log else None, seed=args.seed)
+                               request_log=Path(args.request_log) if args.request_log else None, seed=args.seed,
+                               shadow=args.shadow)
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="warning")
 
 

@@ -32,6 +32,7 @@ class ServiceSettings:
     poll_seconds: float = 5.0
     request_log: Path | None = None
     seed: int | None = None
+    shadow: bool = False   # also score each request with the other variant (canary analysis on paired rows)
 
 
 @dataclass
@@ -49,6 +50,12 @@ class Router:
         if self.champion is None:
             raise HTTPException(503, "no champion model is loaded yet: register one (torchship run) and retry")
         return self.champion
+
+    def other(self, variant: Variant) -> Variant | None:
+        """The variant not answering this request (for shadow scoring), if both are loaded."""
+        if self.challenger is None or self.champion is None:
+            return None
+        return self.challenger if variant is self.champion else self.champion
 
 
 def row_model(schema: Schema) -> type[BaseModel]:
@@ -169,13 +176,23 @@ def create_app(settings: ServiceSettings, client=None) -> FastAPI:
         if problems:
             metrics.requests.labels(variant.alias, variant.version, "invalid").inc()
             return JSONResponse(status_code=422, content={"detail": problems})
-        labels, probabilities = variant.predict(pd.DataFrame(rows))
+        frame = pd.DataFrame(rows)
+        labels, probabilities = variant.predict(frame)
+        metrics.latency.labels(variant.alias).observe(time.perf_counter() - started)
         request_log.write(variant, rows, labels)
         metrics.requests.labels(variant.alias, variant.version, "ok").inc()
-        metrics.latency.labels(variant.alias).observe(time.perf_counter() - started)
-        return JSONResponse({"variant": variant.alias, "version": variant.version, "predictions": [
+        answer = {"variant": variant.alias, "version": variant.version, "predictions": [
             {"label": label, "probabilities": dict(zip(variant.schema.classes, map(float, p)))}
-            for label, p in zip(labels, probabilities)]})
+            for label, p in zip(labels, probabilities)]}
+        shadow = router.other(variant) if settings.shadow else None
+        if shadow is not None:  # after the answer's latency is recorded: shadow work is not the user's wait
+            try:
+                answer["shadow"] = {"variant": shadow.alias, "version": shadow.version,
+                                    "labels": shadow.predict(frame)[0]}
+            except Exception as exc:  # a failing shadow must never fail the answer
+                metrics.requests.labels(shadow.alias, shadow.version, "shadow-error").inc()
+                log.error("shadow %s v%s failed: %s", shadow.alias, shadow.version, exc)
+        return JSONResponse(answer)
 
     @app.get("/metrics")
     def prometheus() -> PlainTextResponse:

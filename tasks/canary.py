@@ -52,7 +52,7 @@ def running_service(model_name: str, share: float, rules: CanaryParams, seed: in
 
     port = free_port()
     command = [sys.executable, "-m", "serving", "--host", "127.0.0.1", "--port", str(port), "--model-name", model_name,
-               "--challenger-share", str(share), "--request-log", "", "--seed", str(seed)]
+               "--challenger-share", str(share), "--request-log", "", "--seed", str(seed), "--shadow"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     url = f"http://127.0.0.1:{port}"
@@ -94,9 +94,12 @@ def replay(url: str, rows: pd.DataFrame, target: str) -> pd.DataFrame:
                 body = response.json() if ok else {}
             except httpx.HTTPError:
                 ok, body = False, {}
+            shadow = body.get("shadow") or {}
             records.append({"variant": body.get("variant", "unknown"), "version": body.get("version", ""),
                             "ok": ok, "correct": ok and body["predictions"][0]["label"] == truth,
-                            "ms": (time.perf_counter() - started) * 1e3})
+                            "ms": (time.perf_counter() - started) * 1e3,
+                            "shadow_variant": shadow.get("variant"),
+                            "shadow_correct": bool(shadow) and shadow["labels"][0] == truth})
     return pd.DataFrame(records)
 
 
@@ -105,9 +108,14 @@ def analyse(traffic: pd.DataFrame, rules: CanaryParams) -> tuple[GateResult, dic
     summary = {}
     for variant, group in traffic.groupby("variant"):
         served = group[group["ok"]]
+        # With shadow scoring, each variant is judged on every row (paired with the other): far less noise
+        # than comparing accuracies on two disjoint random halves of the traffic.
+        correct = served["correct"].tolist()
+        if "shadow_variant" in traffic:
+            correct += traffic.loc[traffic["shadow_variant"] == variant, "shadow_correct"].tolist()
         summary[variant] = VariantTraffic(
             version=str(group["version"].iloc[0]), requests=len(group), errors=int((~group["ok"]).sum()),
-            accuracy=float(served["correct"].mean()) if len(served) else 0.0,
+            accuracy=float(sum(correct) / len(correct)) if correct else 0.0,
             p50_ms=float(np.percentile(group["ms"], 50)), p95_ms=float(np.percentile(group["ms"], 95)))
     champion, challenger = summary.get("champion"), summary.get("challenger")
     failures = []

@@ -70,6 +70,15 @@ class TrainParams(Section):
     grad_clip: float = Field(1.0, gt=0.0, description="Max gradient norm.")
     seed: int = Field(42, description="Seed of initialisation and shuffling.")
     nproc: int = Field(1, ge=1, description="Processes per node launched by torchrun.")
+    nnodes: int = Field(1, ge=1, description="Nodes in the job; above 1, torchrun meets the others at train.rdzv_endpoint (c10d).")
+    rdzv_endpoint: str = Field("127.0.0.1:29400", description="host:port of the c10d rendezvous (multi-node only).")
+    rdzv_id: str = Field("torchship", description="Job id shared by all nodes of one run (multi-node only).")
+    max_restarts: int = Field(0, ge=0, description="torchrun restarts of failed workers; they resume from the last checkpoint.")
+    strategy: Literal["ddp", "fsdp"] = Field("ddp", description="`ddp` (replicas) or `fsdp` (FSDP2 fully_shard per Linear layer).")
+    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="Autocast precision; falls back to fp32 where it would not pay (the reason is logged).")
+    compile: bool = Field(False, description="torch.compile the model for training.")
+    checkpoint_every: int = Field(200, ge=0, description="Steps between checkpoints (0 = only at epoch ends).")
+    collective_timeout_s: int = Field(300, ge=10, description="A rank stuck this long in a collective fails the job instead of hanging it.")
     threads: int = Field(0, ge=0, description="Torch intra-op threads per process; 0 = cores / nproc.")
 
 
@@ -108,7 +117,7 @@ class CanaryParams(Section):
 
     requests: int = Field(300, ge=10, le=100_000, description="Holdout rows replayed through the live service (one request each).")
     challenger_share: float = Field(0.5, gt=0.0, le=1.0, description="Share of canary traffic routed to the challenger.")
-    max_metric_drop: float = Field(0.05, ge=0.0, description="Challenger accuracy on its traffic may trail the champion's by at most this.")
+    max_metric_drop: float = Field(0.02, ge=0.0, description="Challenger accuracy may trail the champion's by at most this (both scored on every replayed row: one answers, the other in shadow).")
     max_error_rate: float = Field(0.0, ge=0.0, le=1.0, description="Largest share of failed challenger requests.")
     max_p95_ratio: float = Field(3.0, gt=0.0, description="Challenger p95 latency may be at most this many times the champion's.")
     startup_timeout_s: float = Field(60.0, gt=0.0, description="Seconds to wait for the service to come up.")

@@ -1,6 +1,8 @@
 """What the train stage leaves behind: metrics, history, plots, and the MLflow run (rank 0 only)."""
 from __future__ import annotations
 
+import logging
+
 import pandas as pd
 import torch
 from torch import nn
@@ -12,14 +14,16 @@ from tasks.contract import Schema
 from tasks.metrics import classification_metrics, confusion
 from tasks.plots import plot_confusion, plot_learning_curves
 
+log = logging.getLogger("torchship.train")
 
-def report_training(params: Params, model: nn.Module, val, history: list[dict], schema: Schema,
-                    backend: str, world: int) -> dict:
+
+def report_training(params: Params, model: nn.Module, val, history: list[dict], schema: Schema, runtime) -> dict:
     """Write metrics.json / history.csv / plots and log them with the params to MLflow."""
     import mlflow
 
     from tasks.tracking import stage_run
 
+    backend, world = runtime.backend, runtime.world
     model.eval()
     with torch.no_grad():
         predicted = model(val.features).argmax(1).numpy()
@@ -29,10 +33,12 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
     metrics = {"val_accuracy": scores["accuracy"], "val_f1_macro": scores["f1_macro"],
                "epochs_run": len(history), "best_epoch": best["epoch"],
                "samples_per_s": sum(r["samples_per_s"] for r in history) / len(history),
-               "backend": backend, "world_size": world,
+               "backend": backend, "world_size": world, "strategy": params.train.strategy,
+               "device": str(runtime.device), "precision": runtime.precision,
+               "precision_note": runtime.precision_note,
                "parameters": sum(p.numel() for p in model.parameters()),
                "headline": f"val f1 {scores['f1_macro']:.4f}, acc {scores['accuracy']:.4f} "
-                           f"({len(history)} epochs, {world}x{backend})"}
+                           f"({len(history)} epochs, {params.train.strategy} {world}x{backend}, {runtime.precision})"}
     write_json_atomic(layout.TRAIN_METRICS, metrics)
     frame = pd.DataFrame(history)
     write_atomic(layout.TRAIN_HISTORY, lambda tmp: frame.to_csv(tmp, index=False))
@@ -41,10 +47,36 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
     plot_confusion(confusion(val.labels.numpy(), predicted, n_classes), schema.classes,
                    layout.TRAIN_PLOTS / "confusion_matrix.png")
     with stage_run(params.tracking, "train"):
-        mlflow.log_params({**params.train.model_dump(), "backend": backend, "world_size": world})
+        mlflow.log_params({**params.train.model_dump(), "backend": backend, "world_size": world,
+                           "precision_used": runtime.precision, "precision_note": runtime.precision_note})
         for record in history:
             mlflow.log_metrics({k: v for k, v in record.items() if k != "epoch"}, step=record["epoch"])
         mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
         mlflow.log_artifacts(str(layout.TRAIN_PLOTS), artifact_path="plots")
         mlflow.log_artifact(str(layout.TRAIN_HISTORY))
     return metrics
+
+
+class TrainingProgress:
+    """A rich progress bar on rank 0: epoch, step, loss, validation F1, samples/s."""
+
+    def __init__(self, epochs: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn("train epoch {task.fields[epoch]}/" + str(epochs)), BarColumn(),
+                            MofNCompleteColumn(), TextColumn("{task.fields[note]}"), TimeRemainingColumn())
+        self.task = self.bar.add_task("train", total=None, epoch=1, note="")
+        self.bar.start()
+
+    def step(self, epoch: int, step: int, steps: int) -> None:
+        if step % 20 == 0 or step == steps - 1:
+            self.bar.update(self.task, total=steps, completed=step + 1, epoch=epoch + 1)
+
+    def epoch(self, record: dict) -> None:
+        self.bar.update(self.task, note=f"loss {record['train_loss']:.4f}  val f1 {record['val_f1_macro']:.4f}  "
+                                        f"{record['samples_per_s']:,.0f} samples/s")
+        log.info("epoch %d: train loss %.4f, val loss %.4f, val acc %.4f, val f1 %.4f", record["epoch"],
+                 record["train_loss"], record["val_loss"], record["val_accuracy"], record["val_f1_macro"])
+
+    def close(self) -> None:
+        self.bar.stop()

@@ -10,7 +10,8 @@ from models import FeatureLayout
 from tasks.config import PrepareParams, TrainParams
 from tasks.contract import encode_features, encode_target
 from tasks.prepare import PreparedData, prepare_tables
-from tasks.train import Split, fit_layout
+from tasks.train import fit_layout
+from tasks.train_loop import Split
 
 
 

@@ -1,0 +1,105 @@
+"""torchrun launch, device/backend/precision choice at run time, and DDP / FSDP2 wrapping."""
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from tasks.config import TrainParams
+
+
+def torchrun_command(params: TrainParams, module: str = "tasks.train") -> list[str]:
+    """`torchrun` for one node (standalone) or many (c10d rendezvous at train.rdzv_endpoint)."""
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={params.nproc}",
+               f"--max_restarts={params.max_restarts}"]
+    if params.nnodes > 1:
+        command += [f"--nnodes={params.nnodes}", "--rdzv_backend=c10d", f"--rdzv_endpoint={params.rdzv_endpoint}",
+                    f"--rdzv_id={params.rdzv_id}"]
+    else:
+        command += ["--standalone"]
+    return command + ["-m", module]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    device: torch.device
+    backend: str
+    precision: str          # what is used
+    precision_note: str     # why, when it differs from what was asked
+    rank: int
+    world: int
+    local_rank: int
+
+
+def resolve_precision(asked: str, device: torch.device) -> tuple[str, str]:
+    """bf16/fp16 only where they pay; otherwise fp32 with the reason."""
+    if asked == "fp32":
+        return "fp32", ""
+    if device.type == "cuda":
+        if asked == "bf16" and not torch.cuda.is_bf16_supported():
+            return "fp16", "this GPU has no bf16: using fp16 with a GradScaler"
+        return asked, ""
+    if asked == "fp16":
+        return "fp32", "fp16 autocast needs CUDA: using fp32 on the CPU"
+    capability = torch.backends.cpu.get_cpu_capability()
+    if "AVX512" not in capability.upper() and "AMX" not in capability.upper():
+        return "fp32", f"bf16 on a {capability} CPU (no AVX-512-BF16/AMX) is 5-20x slower: using fp32"
+    return "bf16", ""
+
+
+def init_runtime(params: TrainParams) -> Runtime:
+    """Join the process group: nccl on CUDA, gloo on CPU, with the collective timeout from params."""
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        device, backend = torch.device("cuda", local_rank), "nccl"
+        torch.cuda.set_device(device)
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=params.collective_timeout_s))
+    precision, note = resolve_precision(params.precision, device)
+    return Runtime(device, backend, precision, note, dist.get_rank(), dist.get_world_size(), local_rank)
+
+
+def wrap_model(model: nn.Module, strategy: str, runtime: Runtime) -> nn.Module:
+    """DDP (replicas, gradients all-reduced) or FSDP2 (`fully_shard` per Linear, then the root)."""
+    model = model.to(runtime.device)
+    if strategy == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(runtime.device.type, (runtime.world,))
+        for layer in model.modules():
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model
+    if runtime.world > 1:
+        return nn.parallel.DistributedDataParallel(model, device_ids=[runtime.local_rank]
+                                                   if runtime.device.type == "cuda" else None)
+    return model
+
+
+def full_state(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> tuple[dict, dict | None]:
+    """Unsharded model (and optimizer) state on the CPU; a collective under FSDP: every rank calls it."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_state = get_model_state_dict(model, options=options)
+    optimizer_state = get_optimizer_state_dict(model, optimizer, options=options) if optimizer else None
+    return model_state, optimizer_state
+
+
+def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict,
+                    optimizer_state: dict) -> None:
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+
+    options = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, model_state, options=options)
+    set_optimizer_state_dict(model, optimizer, optimizer_state, options=options)
