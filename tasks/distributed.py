@@ -13,10 +13,13 @@ from torch import nn
 from tasks.config import TrainParams
 
 
-def torchrun_command(params: TrainParams, module: str = "tasks.train") -> list[str]:
-    """`torchrun` for one node (standalone) or many (c10d rendezvous at train.rdzv_endpoint)."""
+def torchrun_command(params: TrainParams, module: str = "tasks.train", log_dir: str | None = None) -> list[str]:
+    """`torchrun` for one node (standalone) or many (c10d rendezvous at train.rdzv_endpoint); with
+    `log_dir`, each worker's output is also kept there (tee), so a failure can quote its last lines."""
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={params.nproc}",
                f"--max_restarts={params.max_restarts}"]
+    if log_dir:
+        command += [f"--log_dir={log_dir}", "--tee=3"]
     if params.nnodes > 1:
         command += [f"--nnodes={params.nnodes}", "--rdzv_backend=c10d", f"--rdzv_endpoint={params.rdzv_endpoint}",
                     f"--rdzv_id={params.rdzv_id}"]

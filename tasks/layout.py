@@ -22,6 +22,7 @@ TRAIN_METRICS = TRAIN / "metrics.json"
 TRAIN_HISTORY = TRAIN / "history.csv"
 TRAIN_PLOTS = TRAIN / "plots"
 CHECKPOINTS = TRAIN / "checkpoints"
+TRAIN_LOGS = TRAIN / "logs"          # each torchrun worker's output (not a DVC output)
 
 EXPORT = DATA / "export"
 ONNX_MODEL = EXPORT / "model.onnx"

@@ -47,6 +47,26 @@ def plot_confusion(matrix: np.ndarray, classes: list[str], path: Path) -> None:
     _save(plt, fig, path)
 
 
+def plot_roc_pr(labels: np.ndarray, scores: np.ndarray, positive: str, path: Path) -> None:
+    """ROC and precision-recall curves of a binary classifier (positive class = `positive`)."""
+    from sklearn.metrics import auc, precision_recall_curve, roc_curve
+
+    plt = _pyplot()
+    fpr, tpr, _ = roc_curve(labels, scores)
+    precision, recall, _ = precision_recall_curve(labels, scores)
+    fig, (roc_ax, pr_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    roc_ax.plot(fpr, tpr, label=f"AUC {auc(fpr, tpr):.3f}")
+    roc_ax.plot([0, 1], [0, 1], linestyle="--", color="grey")
+    roc_ax.set(title=f"ROC (positive: {positive})", xlabel="false positive rate", ylabel="true positive rate")
+    roc_ax.legend()
+    pr_ax.plot(recall, precision, label=f"AUC {auc(recall, precision):.3f}")
+    pr_ax.axhline(labels.mean(), linestyle="--", color="grey", label="base rate")
+    pr_ax.set(title="Precision-recall", xlabel="recall", ylabel="precision")
+    pr_ax.legend()
+    fig.tight_layout()
+    _save(plt, fig, path)
+
+
 def plot_latency(latencies_us: dict[str, np.ndarray], path: Path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))

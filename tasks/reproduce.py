@@ -132,7 +132,7 @@ def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout) ->
     process = subprocess.Popen(dvc_command() + ["repro", "--quiet", "--single-item", stage], env=stage_environment(env),
                                stdout=None, stderr=subprocess.PIPE, text=True)
     tail: collections.deque[str] = collections.deque(maxlen=60)
-    reader = threading.Thread(target=_tee, args=(process.stderr, tail, echo), daemon=True)
+    reader = threading.Thread(target=tee_lines, args=(process.stderr, tail, echo), daemon=True)
     reader.start()
     code = process.wait()
     reader.join()
@@ -142,7 +142,8 @@ def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout) ->
                         seconds=time.perf_counter() - started, headline=headline(stage))
 
 
-def _tee(stream, tail: collections.deque, echo) -> None:
+def tee_lines(stream, tail: collections.deque, echo) -> None:
+    """Copy a text stream to `echo`, keeping its last lines in `tail`."""
     for line in stream:
         tail.append(line.rstrip("\n"))
         echo.write(line)

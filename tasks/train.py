@@ -6,10 +6,17 @@ killed job re-run, or a worker restarted by `torchrun --max_restarts`, continues
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import logging
 import os
+import re
+import signal
+import sys
+import threading
+import time
+import resource
 import subprocess
 from dataclasses import asdict
 
@@ -25,6 +32,7 @@ from tasks.config import Params, TrainParams
 from tasks.contract import Schema, encode_features, encode_target, load_schema
 from tasks.distributed import full_state, init_runtime, load_full_state, torchrun_command, wrap_model
 from tasks.errors import TorchshipError
+from tasks.reproduce import tee_lines
 from tasks.train_loop import LoopState, Split, fit
 
 log = logging.getLogger("torchship.train")
@@ -46,6 +54,8 @@ def fit_layout(features: np.ndarray, schema: Schema) -> FeatureLayout:
 
 def model_spec(params: TrainParams) -> dict:
     """Constructor arguments saved beside the weights so export can rebuild the model."""
+    if ":" in params.model:
+        return {"name": params.model, "kwargs": dict(params.model_args)}
     return {"name": params.model, "kwargs": {"hidden": list(params.hidden), "embedding_dim": params.embedding_dim,
                                              "dropout": params.dropout}}
 
@@ -70,12 +80,33 @@ def threads_per_process(params: TrainParams) -> int:
 
 
 def launch(params: Params) -> None:
-    """Re-run this module under torchrun; a worker's own error message is what the user sees."""
+    """Re-run this module under torchrun; a failure names the rank that failed and its last log lines."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_process(params.train)), "PYTHONUNBUFFERED": "1"}
-    code = subprocess.call(torchrun_command(params.train), env=env)
+    process = subprocess.Popen(torchrun_command(params.train, log_dir=str(layout.TRAIN_LOGS)), env=env,
+                               stderr=subprocess.PIPE, text=True)
+    tail: collections.deque[str] = collections.deque(maxlen=400)
+    reader = threading.Thread(target=tee_lines, args=(process.stderr, tail, sys.stderr), daemon=True)
+    reader.start()
+    code = process.wait()
+    reader.join()
     if code != 0:
-        raise TorchshipError(f"torchrun exited with code {code}: a training process failed (its message and "
-                             "torchrun's summary naming the rank are above). Re-run to resume from the last checkpoint.")
+        raise TorchshipError(describe_failure(list(tail), code))
+
+
+def describe_failure(lines: list[str], code: int) -> str:
+    """From torchrun's summary: which rank failed first, how, and the last lines it logged."""
+    text = "\n".join(lines)
+    root = text[text.find("Root Cause"):] if "Root Cause" in text else text
+    rank = re.search(r"rank\s*:\s*(\d+)", root)
+    how = re.search(r"traceback\s*:\s*(Signal.+)", root) or re.search(r"exitcode\s*:\s*(.+)", root)
+    own = [line for line in lines if "failed:" in line and line.startswith("torchship ")]
+    logs = sorted(layout.TRAIN_LOGS.glob(f"**/attempt_*/{rank.group(1) if rank else 0}/*.log"),
+                  key=lambda p: p.stat().st_mtime)
+    last = [l for l in (logs[-1].read_text(errors="replace").splitlines() if logs else []) if l.strip()][-5:]
+    return (f"rank {rank.group(1) if rank else '?'} of the torchrun job failed first: "
+            f"{how.group(1).strip() if how else 'unknown cause'} (torchrun exit {code}). " + (f"Its error: {own[0]} " if own else "")
+            + (f"Its last log lines: {' | '.join(last)}. " if last else "")
+            + "Re-run to resume from the last checkpoint (data/train/checkpoints).")
 
 
 def worker(params: Params) -> None:
@@ -112,12 +143,20 @@ def worker(params: Params) -> None:
                     "rng": torch.get_rng_state()}, fingerprint)
 
         progress = TrainingProgress(params.train.epochs) if runtime.rank == 0 else None
+
+        def on_oom(micro_batch: int, parts: int) -> None:
+            log.warning("rank %d: out of memory; micro-batch halved to %d, accumulating %d per step (same "
+                        "effective batch)", runtime.rank, micro_batch, parts)
+
         state = fit(model, train, val, params.train, len(schema.classes), runtime.rank, runtime.world,
                     runtime.precision, resume=_resume_hooks(resume), save=save,
                     on_step=progress.step if progress else None, on_epoch=progress.epoch if progress else None,
-                    full_state=lambda m: full_state(m)[0])
+                    full_state=lambda m: full_state(m)[0], before_step=injected_fault(runtime.rank), on_oom=on_oom)
         if progress:
             progress.close()
+        # Peak resident memory summed over ranks (a collective: every rank takes part).
+        peak_rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024], dtype=torch.float64)
+        dist.all_reduce(peak_rss)
         if runtime.rank == 0:
             best = build_model(spec["name"], feature_layout, **spec["kwargs"])
             best.load_state_dict(state.best_state)
@@ -125,9 +164,33 @@ def worker(params: Params) -> None:
                      "classes": list(schema.classes)}
             write_atomic(layout.MODEL_WEIGHTS, lambda tmp: torch.save(saved, tmp))
             report_training(params, best.eval(), Split(val.features.cpu(), val.labels.cpu()), state.history, schema,
-                            runtime)
+                            runtime, peak_rss_mb=float(peak_rss))
     finally:
         dist.destroy_process_group()
+
+
+def injected_fault(rank: int):
+    """TORCHSHIP_FAULT=kind:rank:step makes that rank fail for real at that global step, for the
+    reliability tests: `kill` (SIGKILL itself), `hang` (stop answering collectives), `oom` (an
+    out-of-memory error once, as CUDA would raise)."""
+    spec = os.environ.get("TORCHSHIP_FAULT")
+    if not spec:
+        return None
+    kind, fault_rank, fault_step = spec.split(":")
+    fired = []
+
+    def hook(global_step: int) -> None:
+        if rank != int(fault_rank) or global_step != int(fault_step) or fired:
+            return
+        fired.append(True)
+        if kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif kind == "hang":
+            time.sleep(3600)
+        elif kind == "oom":
+            raise torch.OutOfMemoryError("injected out-of-memory (TORCHSHIP_FAULT)")
+
+    return hook
 
 
 def _resume_hooks(saved: dict | None) -> dict | None:

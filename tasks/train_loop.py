@@ -33,6 +33,7 @@ class LoopState:
     best: float = -1.0
     best_state: dict | None = None
     stale: int = 0
+    accumulation: int = 1   # micro-batches per step; doubles on out-of-memory
 
 
 def class_weights(labels: torch.Tensor, n_classes: int) -> torch.Tensor:
@@ -60,10 +61,23 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
 
 
+def accumulate(model: nn.Module, loss_fn, features: torch.Tensor, labels: torch.Tensor, parts: int, autocast,
+               scaler, optimizer) -> torch.Tensor:
+    """Forward/backward one batch as `parts` micro-batches; gradients equal the whole batch's. Returns the loss."""
+    optimizer.zero_grad(set_to_none=True)
+    total = torch.zeros((), device=features.device)
+    for x, y in zip(features.chunk(parts), labels.chunk(parts)):
+        with autocast:
+            loss = loss_fn(model(x), y) * (len(y) / len(labels))
+        scaler.scale(loss).backward()
+        total += loss.detach().float()
+    return total
+
+
 def fit(model: nn.Module, train: Split, val: Split, params: TrainParams, n_classes: int, rank: int = 0,
         world: int = 1, precision: str = "fp32", resume: dict | None = None,
         save: Callable[[LoopState, torch.optim.Optimizer, object], None] | None = None,
-        on_step=None, on_epoch=None, full_state=None) -> LoopState:
+        on_step=None, on_epoch=None, full_state=None, before_step=None, on_oom=None) -> LoopState:
     """Sharded batches sliced from pre-collated tensors, AdamW, warmup+cosine, class weights, gradient
     clipping, early stopping on validation macro-F1; checkpoints through `save` every
     `checkpoint_every` steps and at each epoch end. Returns the final state (best weights inside)."""
@@ -97,16 +111,27 @@ def fit(model: nn.Module, train: Split, val: Split, params: TrainParams, n_class
         first_step = state.step_in_epoch
         for step in range(first_step, steps_per_epoch):
             batch = slice(step * per_rank_batch, (step + 1) * per_rank_batch)
-            optimizer.zero_grad(set_to_none=True)
-            with autocast:
-                loss = loss_fn(model(features[batch]), labels[batch])
-            scaler.scale(loss).backward()
+            while True:
+                try:
+                    if before_step:
+                        before_step(state.global_step)
+                    loss = accumulate(model, loss_fn, features[batch], labels[batch], state.accumulation,
+                                      autocast, scaler, optimizer)
+                    break
+                except torch.OutOfMemoryError:
+                    # Same effective batch, half the micro-batch: twice the accumulation steps.
+                    if per_rank_batch // (state.accumulation * 2) < 1:
+                        raise
+                    state.accumulation *= 2
+                    on_oom and on_oom(per_rank_batch // state.accumulation, state.accumulation)
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
             scaler.unscale_(optimizer)
             nn.utils.clip_grad_norm_(model.parameters(), params.grad_clip)
             scaler.step(optimizer)
             scaler.update()
             scheduler.step()
-            loss_sum += loss.detach().float()
+            loss_sum += loss
             state.global_step += 1
             if on_step:
                 on_step(state.epoch, step, steps_per_epoch)
@@ -123,6 +148,7 @@ def fit(model: nn.Module, train: Split, val: Split, params: TrainParams, n_class
                   "val_loss": float(nn.functional.cross_entropy(logits, val.labels)),
                   "val_accuracy": scores["accuracy"], "val_f1_macro": scores["f1_macro"],
                   "samples_per_s": (steps_per_epoch - first_step) * per_rank_batch * world / seconds,
+                  "seconds": seconds,
                   "lr": scheduler.get_last_lr()[0]}
         state.history.append(record)
         if on_epoch:

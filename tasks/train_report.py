@@ -12,12 +12,13 @@ from tasks.artifacts import write_atomic, write_json_atomic
 from tasks.config import Params
 from tasks.contract import Schema
 from tasks.metrics import classification_metrics, confusion
-from tasks.plots import plot_confusion, plot_learning_curves
+from tasks.plots import plot_confusion, plot_learning_curves, plot_roc_pr
 
 log = logging.getLogger("torchship.train")
 
 
-def report_training(params: Params, model: nn.Module, val, history: list[dict], schema: Schema, runtime) -> dict:
+def report_training(params: Params, model: nn.Module, val, history: list[dict], schema: Schema, runtime,
+                    peak_rss_mb: float = 0.0) -> dict:
     """Write metrics.json / history.csv / plots and log them with the params to MLflow."""
     import mlflow
 
@@ -26,13 +27,15 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
     backend, world = runtime.backend, runtime.world
     model.eval()
     with torch.no_grad():
-        predicted = model(val.features).argmax(1).numpy()
+        logits = model(val.features)
+    predicted = logits.argmax(1).numpy()
     n_classes = len(schema.classes)
     scores = classification_metrics(val.labels.numpy(), predicted, n_classes)
     best = max(history, key=lambda r: r["val_f1_macro"])
     metrics = {"val_accuracy": scores["accuracy"], "val_f1_macro": scores["f1_macro"],
                "epochs_run": len(history), "best_epoch": best["epoch"],
                "samples_per_s": sum(r["samples_per_s"] for r in history) / len(history),
+               "train_seconds": sum(r["seconds"] for r in history), "peak_rss_mb": round(peak_rss_mb, 1),
                "backend": backend, "world_size": world, "strategy": params.train.strategy,
                "device": str(runtime.device), "precision": runtime.precision,
                "precision_note": runtime.precision_note,
@@ -46,6 +49,10 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
     plot_learning_curves(frame, layout.TRAIN_PLOTS / "learning_curves.png")
     plot_confusion(confusion(val.labels.numpy(), predicted, n_classes), schema.classes,
                    layout.TRAIN_PLOTS / "confusion_matrix.png")
+    if n_classes == 2:  # the minority class is the one people ask about (churn, fraud)
+        positive = int(torch.bincount(val.labels, minlength=2).argmin())
+        plot_roc_pr((val.labels.numpy() == positive).astype(int), torch.softmax(logits, 1)[:, positive].numpy(),
+                    schema.classes[positive], layout.TRAIN_PLOTS / "roc_pr.png")
     with stage_run(params.tracking, "train"):
         mlflow.log_params({**params.train.model_dump(), "backend": backend, "world_size": world,
                            "precision_used": runtime.precision, "precision_note": runtime.precision_note})
