@@ -288,6 +288,47 @@ def clean(yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for co
     console.print("Clean.")
 
 
+contract_app = typer.Typer(help="The data contract: propose one from reference data.", no_args_is_help=True)
+app.add_typer(contract_app, name="contract")
+
+
+@contract_app.command("suggest")
+def contract_suggest(data: str = typer.Argument(..., help="A CSV/Parquet path, `synthetic` or `sklearn:<name>`."),
+                     target: str = typer.Option(None, help="The label column (default: data.target or the "
+                                                            "built-in source's)."),
+                     margin: float = typer.Option(0.1, help="Widen observed numeric ranges by this share."),
+                     ) -> None:
+    """Profile DATA and print a proposed `contract:` section (YAML) for a human to review and commit.
+
+    Use it with: torchship run --params contract.yaml (the section is merged into params.yaml)."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    from tasks.config import DataParams, load_params
+    from tasks.contract import parse_table
+    from tasks.contract_spec import suggest_contract
+    from tasks.prepare import load_source
+    from tasks.sources import resolve_target
+
+    enter_project()
+    try:
+        current = load_params().data
+        source = DataParams(**{**current.model_dump(), "source": data, "target": target or current.target})
+        label = resolve_target(source)
+        raw, origin = load_source(source)
+        typed, kinds = parse_table(raw, label, origin)
+        proposal = suggest_contract(typed, kinds, label, margin=margin)
+    except TorchshipError as exc:
+        fail(str(exc))
+    buffer = io.StringIO()
+    yaml = YAML()
+    yaml.width = 120
+    yaml.dump({"contract": proposal.model_dump(exclude_none=True)}, buffer)
+    typer.echo(f"# Proposed from {origin} ({len(typed)} rows) by `torchship contract suggest`: review every rule.\n"
+               + buffer.getvalue())
+
+
 @app.command("config-docs", hidden=True)
 def config_docs() -> None:
     """Regenerate docs/configuration.md from the typed configuration."""

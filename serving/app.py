@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import pandas as pd
 from fastapi import FastAPI, Header, HTTPException, Request
@@ -59,11 +59,17 @@ class Router:
 
 
 def row_model(schema: Schema) -> type[BaseModel]:
-    """The request row type, generated from the model's schema: every feature present, typed."""
+    """The request row type, generated from the model's schema (and so from the data contract it was
+    trained under): every feature present, typed, in range, in its category set, null only if allowed."""
     fields: dict[str, Any] = {}
     for i, feature in enumerate(schema.features):
-        kind = float | None if feature.kind == "numeric" else str | int | None
-        fields[f"f{i}"] = (kind, Field(..., alias=feature.name))
+        if feature.kind == "numeric":
+            kind: Any = Annotated[float, Field(ge=feature.min, le=feature.max)]
+        elif feature.closed_categories:
+            kind = Literal[tuple(feature.categories)]
+        else:
+            kind = str | int
+        fields[f"f{i}"] = (kind | None if feature.nullable else kind, Field(..., alias=feature.name))
     return create_model("Row", __config__=ConfigDict(extra="forbid", strict=True), **fields)
 
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from tasks.contract_spec import Contract
 from tasks.errors import ConfigError
 
 PARAMS_FILE = "params.yaml"
@@ -161,6 +162,7 @@ class Params(Section):
     canary: CanaryParams = CanaryParams()
     serve: ServeParams = ServeParams()
     tracking: TrackingParams = TrackingParams()
+    contract: Contract | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -168,6 +170,8 @@ class Params(Section):
     def _splits_leave_training_rows(self) -> "Params":
         if self.prepare.val_fraction + self.prepare.holdout_fraction >= 0.8:
             raise ValueError("prepare.val_fraction + prepare.holdout_fraction must leave at least 20% for training")
+        if self.contract and self.data.target and self.data.target != self.contract.target:
+            raise ValueError(f"data.target '{self.data.target}' differs from contract.target '{self.contract.target}'")
         return self
 
 
@@ -224,6 +228,12 @@ def configuration_markdown() -> str:
              "Override any key for one run with `torchship run --set section.key=value`.", ""]
     for section_name, section_field in Params.model_fields.items():
         section = section_field.annotation
+        if section_name == "contract":
+            lines += ["## `contract`", "", "Optional data contract (null = strict types and parse only): per table "
+                      "`target`, `classes`, `min_class_share`, `min_rows`, `max_rows`, `key`; per column under `columns:` "
+                      "`type` (numeric|categorical), `nullable`, `max_null_share`, `min`, `max`, `categories`, "
+                      "`on_violation` (fail|warn). Propose one with `torchship contract suggest DATA`.", ""]
+            continue
         key = section_field.alias or section_name
         lines += [f"## `{key}`", "", (section.__doc__ or "").strip(), "",
                   "| key | type | default | meaning |", "|---|---|---|---|"]

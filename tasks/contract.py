@@ -29,6 +29,11 @@ class Feature(BaseModel):
     name: str
     kind: Literal["numeric", "categorical"]
     categories: list[str] = []
+    # From the declared contract, when there is one: what a served request may hold.
+    min: float | None = None
+    max: float | None = None
+    nullable: bool = True
+    closed_categories: bool = False   # an unseen category is refused (not mapped to "unknown")
 
 
 class Schema(BaseModel):
@@ -141,7 +146,39 @@ def parse_table(raw: pd.DataFrame, target: str, origin: str) -> tuple[pd.DataFra
     return typed, kinds
 
 
-def _parse_column(values: pd.Series, column: str, origin: str) -> tuple[str, pd.Series]:
+def parse_with_contract(raw: pd.DataFrame, contract, origin: str) -> tuple[pd.DataFrame, dict[str, str], list[str]]:
+    """Type a raw table by the declared contract (never by inference): every declared column must be
+    there, and every cell of a numeric column must parse. Returns typed table, feature kinds, dropped columns."""
+    missing = [name for name in contract.columns if name not in raw.columns]
+    if missing:
+        raise DataError(f"{origin}: column(s) {missing} are missing (rule: required by the contract; "
+                        f"{len(raw)} rows affected). Add them, or change the contract in params.yaml.")
+    typed = pd.DataFrame(index=raw.index)
+    kinds: dict[str, str] = {}
+    for name, rule in contract.columns.items():
+        if name == contract.target:
+            typed[name] = raw[name]
+            continue
+        kind, parsed = _parse_column(raw[name], name, origin, forced=rule.type)
+        typed[name] = parsed
+        if name != contract.key:
+            kinds[name] = kind
+    check_classification_target(typed[contract.target], contract.target, origin)
+    return typed, kinds, [c for c in raw.columns if c not in contract.columns]
+
+
+def _parse_column(values: pd.Series, column: str, origin: str, forced: str | None = None) -> tuple[str, pd.Series]:
+    if forced == "categorical":
+        return "categorical", values.astype("string").str.strip()
+    if forced == "numeric" and not pd.api.types.is_numeric_dtype(values):
+        present = values.dropna()
+        numbers = pd.to_numeric(present, errors="coerce")
+        bad = present[numbers.isna()]
+        if len(bad):
+            shown = ", ".join(f"line {line}: {value!r}" for line, value in bad.head(SHOWN).items())
+            raise DataError(f"{origin}: column '{column}' must be numeric (rule: contract type numeric) but "
+                            f"{len(bad)} value(s) do not parse ({shown}). Fix or remove those rows.")
+        return "numeric", pd.to_numeric(values, errors="coerce").astype("float64")
     if pd.api.types.is_bool_dtype(values):
         return "categorical", values.astype("string")
     if pd.api.types.is_numeric_dtype(values):
@@ -199,15 +236,22 @@ def label_strings(target: pd.Series) -> pd.Series:
 
 
 def build_schema(train: pd.DataFrame, kinds: dict[str, str], target: str, classes: list[str],
-                 source: str, max_categories: int) -> Schema:
-    """Fit the category vocabularies on the training split only."""
+                 source: str, max_categories: int, contract=None) -> Schema:
+    """Fit the category vocabularies on the training split only (a contract's declared categories win)."""
     features = []
     for name, kind in kinds.items():
+        rule = contract.columns.get(name) if contract else None
         categories: list[str] = []
         if kind == "categorical":
-            counts = train[name].dropna().value_counts()
-            categories = sorted(str(c) for c in counts.index[:max_categories])
-        features.append(Feature(name=name, kind=kind, categories=categories))
+            if rule is not None and rule.categories:
+                categories = list(rule.categories)
+            else:
+                counts = train[name].dropna().value_counts()
+                categories = sorted(str(c) for c in counts.index[:max_categories])
+        limits = {} if rule is None else {
+            "min": rule.min, "max": rule.max, "nullable": rule.nullable,
+            "closed_categories": bool(rule.categories) and rule.on_violation == "fail"}
+        features.append(Feature(name=name, kind=kind, categories=categories, **limits))
     return Schema(source=source, target=target, classes=classes, features=features)
 
 

@@ -18,7 +18,9 @@ from sklearn.model_selection import train_test_split
 from tasks import layout
 from tasks.artifacts import write_atomic, write_json_atomic
 from tasks.config import DataParams, Params, PrepareParams
-from tasks.contract import Schema, build_schema, class_labels, label_strings, parse_table, read_raw_table
+from tasks.contract import (Schema, build_schema, class_labels, label_strings, parse_table, parse_with_contract,
+                            read_raw_table)
+from tasks.contract_spec import Contract
 from tasks.errors import DataError
 from tasks.sources import generate_customers, load_sklearn, resolve_target, source_path
 
@@ -43,9 +45,16 @@ def load_source(data: DataParams) -> tuple[pd.DataFrame, str]:
     return load_sklearn(data.source.split(":", 1)[1]), data.source
 
 
-def prepare_tables(raw: pd.DataFrame, target: str, origin: str, params: PrepareParams) -> PreparedData:
-    """Pure core: strict parse, stratified three-way split, schema fitted on the training split."""
-    typed, kinds = parse_table(raw, target, origin)
+def prepare_tables(raw: pd.DataFrame, target: str, origin: str, params: PrepareParams,
+                   contract: Contract | None = None) -> PreparedData:
+    """Pure core: strict parse (by the contract when there is one), stratified three-way split, schema
+    fitted on the training split."""
+    if contract is None:
+        typed, kinds = parse_table(raw, target, origin)
+    else:
+        typed, kinds, dropped = parse_with_contract(raw, contract, origin)
+        if dropped:
+            log.warning("%s: column(s) %s are not in the contract and are not used", origin, dropped)
     typed[target] = label_strings(typed[target])
     classes = class_labels(typed[target])
     smallest = typed[target].value_counts().min()
@@ -62,7 +71,7 @@ def prepare_tables(raw: pd.DataFrame, target: str, origin: str, params: PrepareP
         raise DataError(f"{origin}: {len(typed)} rows are too few to split {len(classes)} classes into train, "
                         f"validation and holdout ({exc}). Add rows, or raise prepare.val_fraction / "
                         "prepare.holdout_fraction.") from None
-    schema = build_schema(train, kinds, target, classes, origin, params.max_categories)
+    schema = build_schema(train, kinds, target, classes, origin, params.max_categories, contract)
     return PreparedData(train.reset_index(drop=True), val.reset_index(drop=True),
                         holdout.reset_index(drop=True), schema)
 
@@ -126,10 +135,10 @@ def run(params: Params) -> None:
 
     import mlflow
 
-    target = resolve_target(params.data)
+    target = params.contract.target if params.contract else resolve_target(params.data)
     try:
         raw, origin = load_source(params.data)
-        prepared = prepare_tables(raw, target, origin, params.prepare)
+        prepared = prepare_tables(raw, target, origin, params.prepare, params.contract)
     except DataError as exc:
         folder = quarantine_source(params.data, str(exc))
         if folder:

@@ -65,6 +65,11 @@ def accumulate(model: nn.Module, loss_fn, features: torch.Tensor, labels: torch.
                scaler, optimizer) -> torch.Tensor:
     """Forward/backward one batch as `parts` micro-batches; gradients equal the whole batch's. Returns the loss."""
     optimizer.zero_grad(set_to_none=True)
+    if parts == 1:  # the common case: no chunking, no rescaling on the hot path
+        with autocast:
+            loss = loss_fn(model(features), labels)
+        (scaler.scale(loss) if scaler.is_enabled() else loss).backward()
+        return loss.detach()
     total = torch.zeros((), device=features.device)
     for x, y in zip(features.chunk(parts), labels.chunk(parts)):
         with autocast:
@@ -86,7 +91,8 @@ def fit(model: nn.Module, train: Split, val: Split, params: TrainParams, n_class
     shard = len(train.labels) // world
     steps_per_epoch = max(1, math.ceil(shard / per_rank_batch))
     total_steps = steps_per_epoch * params.epochs
-    optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=params.weight_decay)
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=params.lr, weight_decay=params.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_at(s, total_steps, int(params.warmup_fraction * total_steps)))
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
@@ -126,10 +132,14 @@ def fit(model: nn.Module, train: Split, val: Split, params: TrainParams, n_class
                     on_oom and on_oom(per_rank_batch // state.accumulation, state.accumulation)
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
-            scaler.unscale_(optimizer)
-            nn.utils.clip_grad_norm_(model.parameters(), params.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
+            if scaler.is_enabled():
+                scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(parameters, params.grad_clip, foreach=True)
+            if scaler.is_enabled():
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
             scheduler.step()
             loss_sum += loss
             state.global_step += 1

@@ -15,16 +15,16 @@ from tasks import layout
 from tasks.artifacts import write_json_atomic
 from tasks.config import Params, ValidateParams
 from tasks.contract import Schema, load_schema
+from tasks.contract_spec import Contract
 from tasks.gate import GateResult
 
 log = logging.getLogger("torchship.validate")
 
-# Expectations whose violation only warns (the rest fail the gate).
-WARN_ONLY = {"expect_column_values_to_be_in_set"}
+WARN = {"on_violation": "warn"}  # expectation meta: a violation warns instead of failing
 
 
 def build_expectations(schema: Schema, rules: ValidateParams, split: str) -> list:
-    """The suite derived from the schema: columns, types, nulls, categories, labels, row count."""
+    """Without a contract: the suite derived from the schema (columns, types, nulls, labels, rows)."""
     import great_expectations.expectations as gxe
 
     columns = schema.feature_names + [schema.target]
@@ -39,13 +39,45 @@ def build_expectations(schema: Schema, rules: ValidateParams, split: str) -> lis
         elif feature.categories:
             # Unseen categories map to "unknown": worth a warning on held-out splits, never silent.
             suite.append(gxe.ExpectColumnValuesToBeInSet(column=feature.name, value_set=feature.categories,
-                                                         mostly=0.99))
+                                                         mostly=0.99, meta=WARN))
     return suite
 
 
+def contract_expectations(contract: Contract) -> list:
+    """With a contract: exactly what it declares, each with its own severity."""
+    import great_expectations.expectations as gxe
+
+    suite = [gxe.ExpectTableColumnsToMatchSet(column_set=list(contract.columns), exact_match=True),
+             gxe.ExpectTableRowCountToBeBetween(min_value=contract.min_rows, max_value=contract.max_rows),
+             gxe.ExpectColumnValuesToNotBeNull(column=contract.target),
+             gxe.ExpectColumnValuesToBeInSet(column=contract.target, value_set=contract.classes)]
+    if contract.key:
+        suite.append(gxe.ExpectColumnValuesToBeUnique(column=contract.key))
+    for name in contract.features:
+        rule = contract.columns[name]
+        meta = {"on_violation": rule.on_violation}
+        nulls_allowed = rule.max_null_share if rule.nullable else 0.0
+        suite.append(gxe.ExpectColumnValuesToNotBeNull(column=name, mostly=1 - nulls_allowed, meta=meta))
+        if rule.type == "numeric" and (rule.min is not None or rule.max is not None):
+            suite.append(gxe.ExpectColumnValuesToBeBetween(column=name, min_value=rule.min, max_value=rule.max,
+                                                           meta=meta))
+        if rule.type == "categorical" and rule.categories:
+            suite.append(gxe.ExpectColumnValuesToBeInSet(column=name, value_set=rule.categories, meta=meta))
+    return suite
+
+
+def class_share_failures(target: pd.Series, contract: Contract) -> list[str]:
+    """Each declared class must hold at least `min_class_share` of the rows."""
+    shares = target.astype(str).value_counts(normalize=True)
+    return [f"target '{contract.target}': class '{label}' holds {shares.get(label, 0.0):.3f} of {len(target)} rows "
+            f"(rule: min_class_share {contract.min_class_share})"
+            for label in contract.classes if shares.get(label, 0.0) < contract.min_class_share]
+
+
 def validate_frames(frames: dict[str, pd.DataFrame], schema: Schema, rules: ValidateParams,
-                    docs_dir: Path | None = None) -> tuple[GateResult, list[dict]]:
-    """Run the suite on each split; return the gate result and one row per expectation."""
+                    docs_dir: Path | None = None, contract: Contract | None = None) -> tuple[GateResult, list[dict]]:
+    """Run the suite (the contract's, else the schema's) on each frame; return the gate result and one
+    row per expectation."""
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -56,8 +88,8 @@ def validate_frames(frames: dict[str, pd.DataFrame], schema: Schema, rules: Vali
         rows, failures, warnings = [], [], []
         for split, frame in frames.items():
             batch = source.add_dataframe_asset(name=split).add_batch_definition_whole_dataframe("all")
-            suite = context.suites.add(gx.ExpectationSuite(name=f"{split}_contract",
-                                                           expectations=build_expectations(schema, rules, split)))
+            expectations = contract_expectations(contract) if contract else build_expectations(schema, rules, split)
+            suite = context.suites.add(gx.ExpectationSuite(name=f"{split}_contract", expectations=expectations))
             definition = context.validation_definitions.add(gx.ValidationDefinition(name=split, data=batch, suite=suite))
             checkpoint = context.checkpoints.add(gx.Checkpoint(
                 name=f"{split}_gate", validation_definitions=[definition],
@@ -70,8 +102,10 @@ def validate_frames(frames: dict[str, pd.DataFrame], schema: Schema, rules: Vali
                     if not check.success:
                         message = (f"{split}: {row['expectation']} on '{row['column'] or 'table'}' "
                                    f"({row['unexpected_count']} offending rows, e.g. {row['sample']})")
-                        warn_only = row["expectation"] in WARN_ONLY and row["column"] != schema.target
+                        warn_only = (check.expectation_config.meta or {}).get("on_violation") == "warn"
                         (warnings if warn_only else failures).append(message)
+            if contract is not None:
+                failures += class_share_failures(frame[contract.target], contract)
         if docs_dir is not None:
             context.build_data_docs()
             site = Path(root) / "gx" / "uncommitted" / "data_docs" / "local_site"
@@ -99,7 +133,13 @@ def run(params: Params) -> None:
     schema = load_schema(layout.SCHEMA)
     frames = {"train": pd.read_parquet(layout.TRAIN_SPLIT), "val": pd.read_parquet(layout.VAL_SPLIT),
               "holdout": pd.read_parquet(layout.HOLDOUT_SPLIT)}
-    gate, rows = validate_frames(frames, schema, params.validate_, docs_dir=layout.DATA_DOCS)
+    if params.contract is not None:  # the contract judges the table as a whole (row count, key, class shares)
+        frames = {"training data": pd.concat(frames.values(), ignore_index=True)}
+    else:
+        log.warning("no data contract in params.yaml: only strict types and parsing are enforced "
+                    "(propose one with `torchship contract suggest DATA`)")
+    gate, rows = validate_frames(frames, schema, params.validate_, docs_dir=layout.DATA_DOCS,
+                                 contract=params.contract)
     passed = sum(r["success"] for r in rows)
     write_json_atomic(layout.VALIDATE_REPORT, {**gate.model_dump(), "expectations": rows,
                                                "headline": f"{gate.status}: {passed}/{len(rows)} expectations"})
