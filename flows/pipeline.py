@@ -4,7 +4,8 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
-from tasks import bless, canary, register, reproduce, tracking
+from tasks import bless, canary, layout, register, reproduce, tracking, validate
+from tasks.artifacts import read_json
 from tasks.config import Params, load_params
 from tasks.holdout import load_holdout
 from tasks.lineage import git_state
@@ -14,7 +15,12 @@ from tasks.summary import PipelineSummary, summarize
 @task(name="dvc-stage", task_run_name="{stage}")
 def run_dvc_stage(stage: str, parent_run: str) -> reproduce.StageOutcome:
     """Let DVC decide skip-or-run from hashes; the stage nests its MLflow run under the pipeline's."""
-    outcome = reproduce.reproduce(stage, env={tracking.PARENT_RUN_ENV: parent_run})
+    try:
+        outcome = reproduce.reproduce(stage, env={tracking.PARENT_RUN_ENV: parent_run})
+    finally:
+        if stage == "validate" and layout.VALIDATE_REPORT.exists():  # the gate's table, pass or fail
+            create_markdown_artifact(key="data-contract-gate", markdown=validate.report_markdown(
+                read_json(layout.VALIDATE_REPORT)), description="Great Expectations gate on the training data")
     get_run_logger().info("%s %s (%.1fs): %s", stage, outcome.status, outcome.seconds, outcome.reason)
     return outcome
 
@@ -44,7 +50,6 @@ def register_step(params: Params, blessing: bless.Blessing, parent_run: str) -> 
 @task(name="canary")
 def canary_step(params: Params, parent_run: str) -> canary.CanaryReport:
     from tasks.contract import load_schema
-    from tasks import layout
 
     schema = load_schema(layout.SCHEMA)
     with tracking.stage_run(params.tracking, "canary", parent_run):
@@ -68,12 +73,14 @@ def pipeline(params_file: str = "params.yaml") -> PipelineSummary:
     """prepare -> validate -> train -> export -> compress -> profile -> bless -> register -> canary."""
     params = load_params(params_file)
     parent_run = open_tracking(params)
+    last_good = reproduce.snapshot_state()
     try:
         outcomes = [run_dvc_stage(stage, parent_run) for stage in reproduce.DVC_STAGES]
         blessing = bless_step(params, parent_run)
         registration = register_step(params, blessing, parent_run)
         report = canary_step(params, parent_run)
     except Exception:
+        reproduce.restore_workspace(last_good)
         tracking.close_pipeline_run(params.tracking, parent_run, ok=False)
         raise
     summary = summarize(registration.model_name, outcomes, blessing, registration, report, parent_run)

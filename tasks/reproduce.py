@@ -113,6 +113,24 @@ def _what(change) -> str:
     return str(change)
 
 
+def snapshot_state(cwd: Path = Path(".")) -> dict[str, bytes | None]:
+    """dvc.lock and the uncached metric files as they are before a run."""
+    paths = [Path("dvc.lock"), *layout.STAGE_METRICS.values()]
+    return {str(p): (cwd / p).read_bytes() if (cwd / p).exists() else None for p in paths}
+
+
+def restore_workspace(saved: dict[str, bytes | None], cwd: Path = Path(".")) -> None:
+    """After a failed run: put dvc.lock and the metric files back and check the last good outputs out of
+    the DVC cache, so a rejected batch never stays in data/ as if it were the training set."""
+    if saved.get("dvc.lock") is None:
+        return
+    for name, content in saved.items():
+        if content is not None:
+            (cwd / name).write_bytes(content)
+    subprocess.run(dvc_command() + ["checkout", "--force", "--quiet"], cwd=cwd, capture_output=True,
+                   env=stage_environment())
+
+
 def headline(stage: str) -> str:
     path = layout.STAGE_METRICS.get(stage)
     if path is None or not Path(path).exists():
