@@ -288,6 +288,28 @@ def clean(yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for co
     console.print("Clean.")
 
 
+@app.command()
+def ingest(batch: Path = typer.Argument(..., help="A labelled CSV/Parquet batch (production rows with outcomes).")) -> None:
+    """Judge a new labelled batch by the committed contract before it joins the training set.
+
+    Accepted: stored in data/batches/ and used by the next `torchship run` (prepare re-runs). Refused: the
+    file is moved to data/quarantine/<time>-<name>/ with its report; the training set is unchanged."""
+    from tasks.config import load_params
+    from tasks.ingest import ingest_batch
+
+    enter_project()
+    try:
+        params = load_params()
+        if not batch.exists():
+            fail(f"{batch} not found.")
+        gate, where = ingest_batch(batch, params)
+    except TorchshipError as exc:
+        fail(str(exc))
+    if gate.blocks(params.validate_.warn_blocks):
+        fail(f"batch refused: {gate.summary()}\nThe file and its report are in {where}/; the training set is unchanged.")
+    console.print(f"[green]batch accepted[/] ({gate.summary()}): {where}. The next `torchship run` retrains on it.")
+
+
 contract_app = typer.Typer(help="The data contract: propose one from reference data.", no_args_is_help=True)
 app.add_typer(contract_app, name="contract")
 

@@ -4,6 +4,7 @@ from pathlib import Path
 DATA = Path("data")
 SOURCE_FINGERPRINT = DATA / "source.json"
 QUARANTINE = DATA / "quarantine"
+BATCHES = DATA / "batches"           # labelled batches accepted by `torchship ingest` (prepare reads them)
 
 PREPARE = DATA / "prepare"
 TRAIN_SPLIT = PREPARE / "train.parquet"

@@ -35,14 +35,25 @@ class PreparedData:
     schema: Schema
 
 
-def load_source(data: DataParams) -> tuple[pd.DataFrame, str]:
-    """Raw rows and a name for messages; file rows keep their line numbers as index."""
+def load_source(data: DataParams, with_batches: bool = True) -> tuple[pd.DataFrame, str]:
+    """Raw rows (plus batches accepted by `torchship ingest`) and a name for messages; file rows keep
+    their line numbers as index."""
     path = source_path(data)
     if path is not None:
-        return read_raw_table(path), str(path)
-    if data.source == "synthetic":
-        return generate_customers(data.rows, data.seed, data.drift), "synthetic"
-    return load_sklearn(data.source.split(":", 1)[1]), data.source
+        raw, origin = read_raw_table(path), str(path)
+    elif data.source == "synthetic":
+        raw, origin = generate_customers(data.rows, data.seed, data.drift), "synthetic"
+    else:
+        raw, origin = load_sklearn(data.source.split(":", 1)[1]), data.source
+    batches = sorted(layout.BATCHES.glob("*.parquet")) if with_batches else []
+    if not batches:
+        return raw, origin
+    frames = [raw.astype(object)]
+    for path in batches:
+        batch = pd.read_parquet(path).astype(object)
+        batch.index = [f"{path.name} row {i + 1}" for i in range(len(batch))]
+        frames.append(batch)
+    return pd.concat(frames).where(lambda f: f.notna(), None), f"{origin} + {len(batches)} accepted batch(es)"
 
 
 def prepare_tables(raw: pd.DataFrame, target: str, origin: str, params: PrepareParams,
@@ -76,16 +87,25 @@ def prepare_tables(raw: pd.DataFrame, target: str, origin: str, params: PrepareP
                         holdout.reset_index(drop=True), schema)
 
 
-def fingerprint_source(data: DataParams) -> dict[str, str]:
-    """What identifies the source's content: the file's md5, or the built-in source's spec."""
+def fingerprint_source(data: DataParams) -> dict:
+    """What identifies the source's content: the file's md5 (or the built-in source's spec) and the md5
+    of each accepted batch."""
     path = source_path(data)
-    if path is None or not path.exists():
-        return {"source": data.source}
+    fingerprint: dict = {"source": data.source}
+    if path is not None and path.exists():
+        fingerprint["md5"] = _md5(path)
+    batches = sorted(layout.BATCHES.glob("*.parquet"))
+    if batches:
+        fingerprint["batches"] = {b.name: _md5(b) for b in batches}
+    return fingerprint
+
+
+def _md5(path: Path) -> str:
     digest = hashlib.md5()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return {"source": data.source, "md5": digest.hexdigest()}
+    return digest.hexdigest()
 
 
 def write_source_fingerprint(data: DataParams, target: Path = layout.SOURCE_FINGERPRINT) -> None:

@@ -73,7 +73,7 @@ def class_share_failures(target: pd.Series, contract: Contract) -> list[str]:
             for label in contract.classes if shares.get(label, 0.0) < contract.min_class_share]
 
 
-def validate_frames(frames: dict[str, pd.DataFrame], schema: Schema, rules: ValidateParams,
+def validate_frames(frames: dict[str, pd.DataFrame], schema: Schema | None, rules: ValidateParams,
                     docs_dir: Path | None = None, contract: Contract | None = None) -> tuple[GateResult, list[dict]]:
     """Run the suite (the contract's, else the schema's) on each frame; return the gate result and one
     row per expectation."""

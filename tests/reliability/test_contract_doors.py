@@ -147,3 +147,31 @@ def test_the_same_bad_row_is_refused_at_both_doors(contracted):
         service.terminate()
         service.wait(timeout=15)
         (project.root / "data" / "batch.csv").unlink(missing_ok=True)
+
+
+def test_a_new_batch_is_judged_before_it_joins_the_training_set(contracted):
+    project = contracted
+    batches = project.root / "data" / "batches"
+    good = _reference(400, seed=99)
+    good["customer_id"] += 10_000
+    good.to_csv(project.root / "data" / "good.csv", index=False)
+    bad = good.copy()
+    bad.loc[bad.index[:3], "region"] = "atlantis"
+    bad.to_csv(project.root / "data" / "bad.csv", index=False)
+
+    refused = project.torchship("ingest", "data/bad.csv")
+    assert refused.returncode != 0
+    assert "'region'" in refused.stderr and "in_set" in refused.stderr and "3 offending rows" in refused.stderr
+    assert not (project.root / "data" / "bad.csv").exists(), "a refused batch must be moved to quarantine"
+    quarantined = list((project.root / "data" / "quarantine").glob("*-bad/report.json"))
+    assert quarantined and list(quarantined[0].parent.glob("bad.csv"))
+    assert not list(batches.glob("*.parquet")), "the training set must stay as it was"
+
+    accepted = project.torchship("ingest", "data/good.csv")
+    assert accepted.returncode == 0, accepted.stderr
+    assert len(list(batches.glob("*.parquet"))) == 1
+    plan = project.torchship("plan")
+    rows = {line.split("│")[1].strip(): line.split("│")[2] for line in plan.stdout.splitlines() if line.count("│") >= 3}
+    assert "run" in rows["prepare"], plan.stdout  # prepare re-runs on the grown training set
+    for path in batches.glob("*.parquet"):
+        path.unlink()
