@@ -6,10 +6,12 @@ from typing import Any, Callable
 
 from torch import nn
 
+from models.ft_transformer import FTTransformer
 from models.tabular import FeatureLayout, TabularMLP, TabularPreprocessor
 
 MODELS: dict[str, Callable[..., nn.Module]] = {
     "mlp": TabularMLP,
+    "ft_transformer": FTTransformer,
 }
 
 
@@ -30,4 +32,4 @@ def build_model(name: str, layout: FeatureLayout, **kwargs: Any) -> nn.Module:
     return MODELS[name](layout, **kwargs)
 
 
-__all__ = ["FeatureLayout", "MODELS", "TabularMLP", "TabularPreprocessor", "build_model"]
+__all__ = ["FTTransformer", "FeatureLayout", "MODELS", "TabularMLP", "TabularPreprocessor", "build_model"]

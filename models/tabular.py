@@ -36,19 +36,25 @@ class TabularPreprocessor(nn.Module):
         self.has_numeric = bool(layout.numeric_index)
         self.out_features = len(layout.numeric_index) + embedding_dim * len(layout.cardinalities)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        parts = []
+    def parts(self, x: torch.Tensor) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
+        """Standardised numbers (B, n_num) or None, and one (B, E) embedding per categorical column."""
+        numbers = None
         if self.has_numeric:
             numbers = x.index_select(1, self.numeric_index)                    # (B, n_num)
             numbers = torch.where(torch.isnan(numbers), self.mean, numbers)    # missing -> training mean
-            parts.append((numbers - self.mean) / self.std)
+            numbers = (numbers - self.mean) / self.std
+        embedded = []
         if len(self.embeddings):
             codes = x.index_select(1, self.categorical_index)
             codes = torch.nan_to_num(codes, nan=0.0).long()
             # Out-of-range codes are unseen categories: map them to 0 ("unknown").
             codes = torch.where((codes < 0) | (codes > self.max_code), torch.zeros_like(codes), codes)
-            parts.extend(emb(codes[:, j]) for j, emb in enumerate(self.embeddings))   # each (B, E)
-        return torch.cat(parts, dim=1)
+            embedded = [emb(codes[:, j]) for j, emb in enumerate(self.embeddings)]   # each (B, E)
+        return numbers, embedded
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        numbers, embedded = self.parts(x)
+        return torch.cat(([numbers] if numbers is not None else []) + embedded, dim=1)
 
 
 class TabularMLP(nn.Module):

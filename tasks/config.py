@@ -58,8 +58,8 @@ class ValidateParams(Section):
 class TrainParams(Section):
     """The model and its training under torchrun."""
 
-    model: str = Field("mlp", description="Model name in the models/ registry, or `package.module:Class` for your own nn.Module (called as Class(layout, **model_args)).")
-    model_args: dict[str, Any] = Field({}, description="Constructor arguments of a `package.module:Class` model (the built-in mlp uses hidden, embedding_dim, dropout).")
+    model: str = Field("mlp", description="`mlp`, `ft_transformer`, or `package.module:Class` for your own nn.Module (called as Class(layout, **model_args)).")
+    model_args: dict[str, Any] = Field({}, description="Constructor arguments for models other than `mlp` (ft_transformer: d_token, layers, heads, dropout, ffn_factor); the mlp uses hidden, embedding_dim, dropout.")
     hidden: list[int] = Field([128, 64], min_length=1, description="Hidden layer widths of the MLP.")
     embedding_dim: int = Field(8, ge=1, description="Embedding width per categorical column.")
     dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout after each hidden layer.")

@@ -53,11 +53,22 @@ def stage_changes(stage: str | None = None, cwd: Path = Path(".")) -> dict[str, 
     text = result.stdout.strip()
     raw = json.loads(text[text.index("{"):]) if "{" in text else {}
     changes = {name: _describe(entries) for name, entries in raw.items() if ":" not in name or name.endswith(".dvc")}
+    recorded = _locked_stages(cwd)
     for name, reasons in changes.items():
+        if name not in recorded:
+            changes[name] = ["never run in this checkout (no record in dvc.lock)"]
+            continue
         detail = changed_params(name, cwd)
         if detail:
             changes[name] = [r for r in reasons if not r.startswith("deps params.yaml")] + detail
     return changes
+
+
+def _locked_stages(cwd: Path) -> set[str]:
+    from ruamel.yaml import YAML
+
+    lock = cwd / "dvc.lock"
+    return set(((YAML(typ="safe").load(lock.read_text()) or {}).get("stages") or {}) if lock.exists() else set())
 
 
 def changed_params(stage: str, cwd: Path = Path(".")) -> list[str]:

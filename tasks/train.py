@@ -54,7 +54,7 @@ def fit_layout(features: np.ndarray, schema: Schema) -> FeatureLayout:
 
 def model_spec(params: TrainParams) -> dict:
     """Constructor arguments saved beside the weights so export can rebuild the model."""
-    if ":" in params.model:
+    if params.model != "mlp":
         return {"name": params.model, "kwargs": dict(params.model_args)}
     return {"name": params.model, "kwargs": {"hidden": list(params.hidden), "embedding_dim": params.embedding_dim,
                                              "dropout": params.dropout}}

@@ -1,0 +1,66 @@
+"""FT-Transformer (Gorishniy et al., 2021): each feature becomes a token, a transformer mixes them,
+the CLS token classifies. A stronger (and slower) tabular model than the MLP: the distillation teacher."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from models.tabular import FeatureLayout, TabularPreprocessor
+
+
+class Block(nn.Module):
+    """Pre-norm self-attention + feed-forward, written out so every exporter sees plain ops."""
+
+    def __init__(self, d_token: int, heads: int, dropout: float, ffn_factor: int):
+        super().__init__()
+        self.heads = heads
+        self.attention_norm = nn.LayerNorm(d_token)
+        self.qkv = nn.Linear(d_token, 3 * d_token)
+        self.out = nn.Linear(d_token, d_token)
+        self.ffn_norm = nn.LayerNorm(d_token)
+        self.ffn = nn.Sequential(nn.Linear(d_token, ffn_factor * d_token), nn.GELU(), nn.Dropout(dropout),
+                                 nn.Linear(ffn_factor * d_token, d_token))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        batch, tokens, width = h.shape                                          # (B, T, D)
+        q, k, v = self.qkv(self.attention_norm(h)).chunk(3, dim=-1)
+        split = lambda t: t.reshape(batch, tokens, self.heads, width // self.heads).transpose(1, 2)  # noqa: E731
+        q, k, v = split(q), split(k), split(v)                                   # (B, H, T, D/H)
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(width // self.heads), dim=-1)
+        mixed = (self.dropout(weights) @ v).transpose(1, 2).reshape(batch, tokens, width)
+        h = h + self.dropout(self.out(mixed))
+        return h + self.dropout(self.ffn(self.ffn_norm(h)))
+
+
+class FTTransformer(nn.Module):
+    """Preprocessor -> feature tokens (numeric: x * w_j + b_j; categorical: embeddings) + CLS ->
+    transformer blocks -> LayerNorm -> linear head on CLS -> logits (B, n_classes)."""
+
+    def __init__(self, layout: FeatureLayout, d_token: int = 32, layers: int = 2, heads: int = 4,
+                 dropout: float = 0.1, ffn_factor: int = 2):
+        super().__init__()
+        if d_token % heads:
+            raise ValueError(f"d_token {d_token} must be divisible by heads {heads}")
+        self.preprocess = TabularPreprocessor(layout, embedding_dim=d_token)
+        n_numeric = len(layout.numeric_index)
+        self.numeric_weight = nn.Parameter(torch.randn(n_numeric, d_token) / math.sqrt(d_token))
+        self.numeric_bias = nn.Parameter(torch.zeros(n_numeric, d_token))
+        self.cls = nn.Parameter(torch.zeros(1, 1, d_token))
+        self.blocks = nn.ModuleList(Block(d_token, heads, dropout, ffn_factor) for _ in range(layers))
+        self.norm = nn.LayerNorm(d_token)
+        self.head = nn.Linear(d_token, layout.n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        numbers, embedded = self.preprocess.parts(x)
+        tokens = [self.cls.expand(x.shape[0], -1, -1)]                            # (B, 1, D)
+        if numbers is not None:
+            tokens.append(numbers.unsqueeze(-1) * self.numeric_weight + self.numeric_bias)  # (B, n_num, D)
+        if embedded:
+            tokens.append(torch.stack(embedded, dim=1))                          # (B, n_cat, D)
+        h = torch.cat(tokens, dim=1)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.norm(h[:, 0]))
