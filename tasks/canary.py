@@ -20,6 +20,7 @@ from tasks.errors import TorchshipError
 from tasks.gate import GateResult
 
 log = logging.getLogger("torchship.canary")
+SMOKE_ONLY = "smoke test only (no challenger)"
 
 
 class VariantTraffic(BaseModel):
@@ -155,10 +156,10 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame, target: str) -> Canar
         champion = traffic[traffic["variant"] == "champion"]
         errors = int((~traffic["ok"]).sum())
         gate = GateResult.decide("canary", [f"{errors} of {len(traffic)} requests failed"] if errors else [],
-                                 passed=f"no challenger; champion answered {len(champion)} requests, "
+                                 passed=f"champion answered {len(champion)} requests, "
                                         f"accuracy {champion['correct'].mean():.3f}")
         _, summary = analyse(traffic, params.canary)
-        return CanaryReport(gate=gate, action="none (no challenger)", traffic=summary, aliases=aliases(client, name),
+        return CanaryReport(gate=gate, action=SMOKE_ONLY, traffic=summary, aliases=aliases(client, name),
                             seconds=time.perf_counter() - started)
     gate, summary = analyse(traffic, params.canary)
     if gate.status == "fail":

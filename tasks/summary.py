@@ -54,6 +54,6 @@ def summarize(model_name: str, outcomes: list, blessing, registration, canary, p
     elif not registration.created:
         verdict = f"{registration.action}"
     else:
-        verdict = canary.action if canary.action != "none (no challenger)" else registration.action
+        verdict = registration.action if canary.action.startswith("smoke test") else canary.action
     return PipelineSummary(model_name=model_name, steps=steps, version=registration.version, aliases=canary.aliases,
                            verdict=verdict, pipeline_run=pipeline_run, reports=REPORTS)
