@@ -271,8 +271,10 @@ def clean(yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for co
           cache: bool = typer.Option(False, help="Also empty the DVC cache (.dvc/cache).")) -> None:
     """Remove local state: stage outputs under data/, the MLflow store, Prefect's database."""
     root = enter_project()
-    targets = [root / "data" / name for name in ("prepare", "validate", "train", "export", "compress", "profile",
-                                                  "quarantine", "serve")]
+    # Stage folders keep their .gitignore (written by DVC, committed with the project).
+    targets = [p for name in ("prepare", "validate", "train", "export", "compress", "profile")
+               for p in (root / "data" / name).glob("*") if p.name != ".gitignore"]
+    targets += [root / "data" / name for name in ("quarantine", "serve", "batches")]
     targets += [p for p in (root / "mlflow").glob("*") if p.name != ".gitkeep"] + [root / ".prefect"]
     if cache:
         targets.append(root / ".dvc" / "cache")
