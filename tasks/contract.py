@@ -171,14 +171,7 @@ def _parse_column(values: pd.Series, column: str, origin: str, forced: str | Non
     if forced == "categorical":
         return "categorical", values.astype("string").str.strip()
     if forced == "numeric" and not pd.api.types.is_numeric_dtype(values):
-        present = values.dropna()
-        numbers = pd.to_numeric(present, errors="coerce")
-        bad = present[numbers.isna()]
-        if len(bad):
-            shown = ", ".join(f"line {line}: {value!r}" for line, value in bad.head(SHOWN).items())
-            raise DataError(f"{origin}: column '{column}' must be numeric (rule: contract type numeric) but "
-                            f"{len(bad)} value(s) do not parse ({shown}). Fix or remove those rows.")
-        return "numeric", pd.to_numeric(values, errors="coerce").astype("float64")
+        return "numeric", _strict_numbers(values, column, origin, "contract type numeric")
     if pd.api.types.is_bool_dtype(values):
         return "categorical", values.astype("string")
     if pd.api.types.is_numeric_dtype(values):
@@ -189,13 +182,19 @@ def _parse_column(values: pd.Series, column: str, origin: str, forced: str | Non
     numbers = pd.to_numeric(present, errors="coerce")
     share = numbers.notna().mean()
     if share >= NUMERIC_SHARE:
-        bad = present[numbers.isna()]
-        if len(bad):
-            shown = ", ".join(f"line {line}: {value!r}" for line, value in bad.head(SHOWN).items())
-            raise DataError(f"{origin}: column '{column}' is numeric but {len(bad)} value(s) do not parse as numbers "
-                            f"(rule: numeric column; {shown}). Fix or remove those rows, or leave the cells empty for missing.")
-        return "numeric", pd.to_numeric(values, errors="coerce").astype("float64")
+        return "numeric", _strict_numbers(values, column, origin, f"numeric column, {share:.0%} of its cells are numbers")
     return "categorical", values.astype("string").str.strip()
+
+
+def _strict_numbers(values: pd.Series, column: str, origin: str, rule: str) -> pd.Series:
+    """Every non-empty cell must parse as a number; the error names the column, the rule and the lines."""
+    present = values.dropna()
+    bad = present[pd.to_numeric(present, errors="coerce").isna()]
+    if len(bad):
+        shown = ", ".join(f"line {line}: {value!r}" for line, value in bad.head(SHOWN).items())
+        raise DataError(f"{origin}: column '{column}' must be numeric (rule: {rule}) but {len(bad)} value(s) do not "
+                        f"parse ({shown}). Fix or remove those rows, or leave the cells empty for missing.")
+    return pd.to_numeric(values, errors="coerce").astype("float64")
 
 
 def check_classification_target(target: pd.Series, name: str, origin: str) -> None:
