@@ -71,10 +71,12 @@ def run(params: Path = typer.Option(None, "--params", help="A YAML file of param
         quiet_expected_tracebacks()
         started = time.perf_counter()
         summary = pipeline(params_file="params.yaml")
-    except TorchshipError as exc:
+    except BaseException as exc:  # any failure, Ctrl-C included, puts params.yaml back
         for path, content in saved.items():
             if content is not None:
                 path.write_bytes(content)
+        if not isinstance(exc, TorchshipError):
+            raise
         fail(f"{exc}\nNothing was registered or promoted; params.yaml is as it was before this run.")
     render_summary(summary, time.perf_counter() - started)
 
@@ -340,7 +342,7 @@ def contract_suggest(data: str = typer.Argument(..., help="A CSV/Parquet path, `
         current = load_params().data
         source = DataParams(**{**current.model_dump(), "source": data, "target": target or current.target})
         label = resolve_target(source)
-        raw, origin = load_source(source)
+        raw, origin = load_source(source, with_batches=False)
         typed, kinds = parse_table(raw, label, origin)
         proposal = suggest_contract(typed, kinds, label, margin=margin)
     except TorchshipError as exc:

@@ -25,6 +25,14 @@ def run_dvc_stage(stage: str, parent_run: str) -> reproduce.StageOutcome:
     return outcome
 
 
+@task(name="fingerprint-source")
+def fingerprint_source(params: Params) -> None:
+    """DVC hashes data/source.json: refresh it so a changed file or a new accepted batch re-runs prepare."""
+    from tasks.prepare import write_source_fingerprint
+
+    write_source_fingerprint(params.data)
+
+
 @task(name="open-tracking")
 def open_tracking(params: Params) -> str:
     return tracking.open_pipeline_run(params.tracking, {**git_state(), "data_source": params.data.source})
@@ -55,7 +63,7 @@ def canary_step(params: Params, parent_run: str) -> canary.CanaryReport:
     with tracking.stage_run(params.tracking, "canary", parent_run):
         import mlflow
 
-        report = canary.run_canary(params, load_holdout(schema).rows, schema.target)
+        report = canary.run_canary(params, load_holdout(schema).rows, schema)
         mlflow.log_dict(report.model_dump(), "canary.json")
         mlflow.set_tag("gate.status", report.gate.status)
     get_run_logger().info("canary: %s -> %s", report.gate.summary(), report.action)
@@ -72,6 +80,7 @@ def close_tracking(params: Params, parent_run: str, summary: PipelineSummary) ->
 def pipeline(params_file: str = "params.yaml") -> PipelineSummary:
     """prepare -> validate -> train -> export -> compress -> profile -> bless -> register -> canary."""
     params = load_params(params_file)
+    fingerprint_source(params)
     parent_run = open_tracking(params)
     last_good = reproduce.snapshot_state()
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pandas as pd
-from fastapi import FastAPI, Header, HTTPException, Request
+from fastapi import Body, FastAPI, Header, HTTPException
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -64,7 +64,7 @@ def row_model(schema: Schema) -> type[BaseModel]:
     fields: dict[str, Any] = {}
     for i, feature in enumerate(schema.features):
         if feature.kind == "numeric":
-            kind: Any = Annotated[float, Field(ge=feature.min, le=feature.max)]
+            kind: Any = Annotated[float, Field(ge=feature.min, le=feature.max, allow_inf_nan=False)]
         elif feature.closed_categories:
             kind = Literal[tuple(feature.categories)]
         else:
@@ -95,6 +95,12 @@ class RequestLog:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.handle = path.open("a", encoding="utf-8")
+
+    def close(self) -> None:
+        with self.lock:
+            if self.handle is not None:
+                self.handle.close()
+                self.handle = None
 
     def write(self, variant: Variant, rows: list[dict], labels: list[str]) -> None:
         if self.handle is None:
@@ -138,6 +144,8 @@ def create_app(settings: ServiceSettings, client=None) -> FastAPI:
             except Exception as exc:  # a broken new version must not take the service down
                 log.error("could not load %s v%s, keeping the current one: %s", alias, version, exc)
                 continue
+            if variant is None:  # the alias moved away between the two look-ups: next poll
+                continue
             row_types[variant.version] = row_model(variant.schema)
             setattr(router, alias, variant)
             metrics.version.labels(alias).set(int(variant.version))
@@ -145,7 +153,10 @@ def create_app(settings: ServiceSettings, client=None) -> FastAPI:
 
     def poll() -> None:
         while not stop.wait(settings.poll_seconds):
-            refresh()
+            try:
+                refresh()
+            except Exception as exc:  # the registry may be briefly unreachable: keep polling
+                log.error("alias poll failed, retrying in %ss: %s", settings.poll_seconds, exc)
 
     refresh()
     app = FastAPI(title="torchship", description=f"Serves registered model '{settings.model_name}'.")
@@ -159,6 +170,7 @@ def create_app(settings: ServiceSettings, client=None) -> FastAPI:
     @app.on_event("shutdown")
     def stop_polling() -> None:
         stop.set()
+        request_log.close()
 
     @app.get("/health")
     def health() -> dict:
@@ -168,13 +180,10 @@ def create_app(settings: ServiceSettings, client=None) -> FastAPI:
                 "challenger_share": router.share}
 
     @app.post("/predict")
-    async def predict(request: Request) -> JSONResponse:
+    def predict(body: Any = Body(...)) -> JSONResponse:
+        # A plain `def`: FastAPI runs it in its thread pool, so inference never blocks /health or /metrics.
         started = time.perf_counter()
         variant = router.pick()
-        try:
-            body = await request.json()
-        except ValueError:
-            raise HTTPException(400, "body is not JSON: send {\"rows\": [{feature: value, ...}]}") from None
         rows = body.get("rows") if isinstance(body, dict) else None
         if not isinstance(rows, list) or not rows:
             raise HTTPException(422, "body must be {\"rows\": [{feature: value, ...}, ...]} with at least one row")
@@ -187,11 +196,12 @@ def create_app(settings: ServiceSettings, client=None) -> FastAPI:
         metrics.latency.labels(variant.alias).observe(time.perf_counter() - started)
         request_log.write(variant, rows, labels)
         metrics.requests.labels(variant.alias, variant.version, "ok").inc()
-        answer = {"variant": variant.alias, "version": variant.version, "predictions": [
+        answer = {"variant": variant.alias, "version": variant.version,
+                  "served_ms": (time.perf_counter() - started) * 1e3, "predictions": [
             {"label": label, "probabilities": dict(zip(variant.schema.classes, map(float, p)))}
             for label, p in zip(labels, probabilities)]}
         shadow = router.other(variant) if settings.shadow else None
-        if shadow is not None:  # after the answer's latency is recorded: shadow work is not the user's wait
+        if shadow is not None:  # after served_ms and the latency metric: they measure the answering variant only
             try:
                 answer["shadow"] = {"variant": shadow.alias, "version": shadow.version,
                                     "labels": shadow.predict(frame)[0]}

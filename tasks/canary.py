@@ -8,7 +8,9 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -54,14 +56,16 @@ def running_service(model_name: str, share: float, rules: CanaryParams, seed: in
     port = free_port()
     command = [sys.executable, "-m", "serving", "--host", "127.0.0.1", "--port", str(port), "--model-name", model_name,
                "--challenger-share", str(share), "--request-log", "", "--seed", str(seed), "--shadow"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    # Its output goes to a file, not a pipe nobody reads (a full pipe would block the service).
+    output = tempfile.NamedTemporaryFile("w+", prefix="torchship-canary-", suffix=".log", delete=False)
+    process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + rules.startup_timeout_s
         while True:
             if process.poll() is not None:
-                raise TorchshipError(f"the service exited during start-up:\n{process.stdout.read()[-2000:]}")
+                raise TorchshipError(f"the service exited during start-up:\n{Path(output.name).read_text()[-2000:]}")
             try:
                 if httpx.get(f"{url}/health", timeout=1.0).json().get("champion"):
                     break
@@ -77,6 +81,8 @@ def running_service(model_name: str, share: float, rules: CanaryParams, seed: in
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
+        output.close()
+        Path(output.name).unlink(missing_ok=True)
 
 
 def replay(url: str, rows: pd.DataFrame, target: str) -> pd.DataFrame:
@@ -98,7 +104,9 @@ def replay(url: str, rows: pd.DataFrame, target: str) -> pd.DataFrame:
             shadow = body.get("shadow") or {}
             records.append({"variant": body.get("variant", "unknown"), "version": body.get("version", ""),
                             "ok": ok, "correct": ok and body["predictions"][0]["label"] == truth,
-                            "ms": (time.perf_counter() - started) * 1e3,
+                            # The answering variant's own time, measured by the service: shadow scoring of
+                            # the other variant happens in the same request and must not blur the comparison.
+                            "ms": body.get("served_ms", (time.perf_counter() - started) * 1e3),
                             "shadow_variant": shadow.get("variant"),
                             "shadow_correct": bool(shadow) and shadow["labels"][0] == truth})
     return pd.DataFrame(records)
@@ -140,15 +148,18 @@ def analyse(traffic: pd.DataFrame, rules: CanaryParams) -> tuple[GateResult, dic
     return GateResult.decide("canary", failures, passed=passed), summary
 
 
-def run_canary(params: Params, holdout_rows: pd.DataFrame, target: str) -> CanaryReport:
-    """Smoke-test the champion alone, or canary the challenger against it and act on the result."""
+def run_canary(params: Params, holdout_rows: pd.DataFrame, schema) -> CanaryReport:
+    """Smoke-test the champion alone, or canary the challenger against it and act on the result.
+    Requests carry the model's features only (a contract's key column is data, not a feature)."""
     from tasks.registry import CHALLENGER, alias_version, aliases, promote, registry_client, reject
 
     started = time.perf_counter()
     client = registry_client(params.tracking)
     name = params.data.registered_model_name()
     challenger = alias_version(client, name, CHALLENGER)
-    rows = holdout_rows.sample(n=min(params.canary.requests, len(holdout_rows)), random_state=0)
+    target = schema.target
+    rows = holdout_rows[schema.feature_names + [target]]
+    rows = rows.sample(n=min(params.canary.requests, len(rows)), random_state=0)
     share = params.canary.challenger_share if challenger is not None else 0.0
     with running_service(name, share, params.canary) as url:
         traffic = replay(url, rows, target)

@@ -170,12 +170,12 @@ def parse_with_contract(raw: pd.DataFrame, contract, origin: str) -> tuple[pd.Da
 def _parse_column(values: pd.Series, column: str, origin: str, forced: str | None = None) -> tuple[str, pd.Series]:
     if forced == "categorical":
         return "categorical", values.astype("string").str.strip()
-    if forced == "numeric" and not pd.api.types.is_numeric_dtype(values):
+    if forced == "numeric":
         return "numeric", _strict_numbers(values, column, origin, "contract type numeric")
     if pd.api.types.is_bool_dtype(values):
         return "categorical", values.astype("string")
     if pd.api.types.is_numeric_dtype(values):
-        return "numeric", values.astype("float64")
+        return "numeric", _strict_numbers(values.astype("float64"), column, origin, "finite numbers")
     present = values.dropna()
     if present.empty:
         return "numeric", pd.Series(np.nan, index=values.index, dtype="float64")
@@ -189,7 +189,8 @@ def _parse_column(values: pd.Series, column: str, origin: str, forced: str | Non
 def _strict_numbers(values: pd.Series, column: str, origin: str, rule: str) -> pd.Series:
     """Every non-empty cell must parse as a number; the error names the column, the rule and the lines."""
     present = values.dropna()
-    bad = present[pd.to_numeric(present, errors="coerce").isna()]
+    numbers = pd.to_numeric(present, errors="coerce")
+    bad = present[numbers.isna() | np.isinf(numbers.astype("float64"))]  # "inf" parses, but is no measurement
     if len(bad):
         shown = ", ".join(f"line {line}: {value!r}" for line, value in bad.head(SHOWN).items())
         raise DataError(f"{origin}: column '{column}' must be numeric (rule: {rule}) but {len(bad)} value(s) do not "

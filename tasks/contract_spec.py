@@ -72,7 +72,9 @@ def suggest_contract(typed: pd.DataFrame, kinds: dict[str, str], target: str, ma
             observed = values.dropna().astype(str).value_counts()
             columns[name] = ColumnRule(**common, categories=sorted(observed.index[:max_categories]),
                                        on_violation="warn" if len(observed) > max_categories else "fail")
-    labels = typed[target].astype(str)
+    from tasks.contract import label_strings
+
+    labels = label_strings(typed[target])  # the same text form prepare gives labels (1.0 -> "1")
     shares = labels.value_counts(normalize=True)
     columns[target] = ColumnRule(type="categorical", nullable=False, max_null_share=0.0,
                                  categories=sorted(shares.index))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -49,7 +50,7 @@ def ingest_batch(path: Path, params: Params) -> tuple[GateResult, Path]:
     """Accept the batch into data/batches/, or move it to data/quarantine/ with its report."""
     contract = params.contract or contract_from_schema(load_schema(layout.SCHEMA))
     gate, typed = judge_batch(path, contract, params)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"  # two batches never share a name
     if gate.blocks(params.validate_.warn_blocks) or typed is None:
         folder = layout.QUARANTINE / f"{stamp}-{path.stem}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -60,6 +61,3 @@ def ingest_batch(path: Path, params: Params) -> tuple[GateResult, Path]:
     write_atomic(accepted, lambda tmp: typed.to_parquet(tmp, index=False))
     return gate, accepted
 
-
-def accepted_batches() -> list[Path]:
-    return sorted(layout.BATCHES.glob("*.parquet"))

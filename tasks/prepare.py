@@ -9,6 +9,7 @@ import json
 import logging
 import shutil
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,7 +122,7 @@ def quarantine_source(data: DataParams, reason: str) -> Path | None:
     path = source_path(data)
     if path is None or not path.exists():
         return None
-    folder = layout.QUARANTINE / f"{time.strftime('%Y%m%d-%H%M%S')}-{path.stem}"
+    folder = layout.QUARANTINE / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}-{path.stem}"
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy2(path, folder / path.name)
     (folder / "reason.txt").write_text(reason + "\n")

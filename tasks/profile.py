@@ -89,7 +89,7 @@ def run(params: Params) -> None:
     paths = {"onnx-fp32": str(layout.ONNX_MODEL), "onnx-int8": str(layout.INT8_MODEL)}
     speedup = results["eager-fp32"]["p50_us"] / results[selected]["p50_us"]
     report = {"variants": results, "selected": selected, "selected_path": paths[selected],
-              "threads": params.profile.threads,
+              "threads": params.profile.threads, "batch_size": params.profile.batch_size,
               "headline": f"{selected}: p50 {results[selected]['p50_us']:.0f} µs ({speedup:.1f}x eager), "
                           f"acc {results[selected]['accuracy']:.4f}"}
     write_json_atomic(layout.PROFILE_REPORT, report)

@@ -61,3 +61,11 @@ def test_out_of_range_and_unseen_category_fail_with_counts(customers, suggested)
 def test_a_rule_that_contradicts_its_type_is_refused():
     with pytest.raises(ValidationError):
         ColumnRule(type="numeric", categories=["a"])
+
+
+def test_infinite_numbers_are_refused_by_column_and_line(customers):
+    raw = customers.astype(object).astype(str).where(customers.notna(), None)
+    raw.index = range(2, len(raw) + 2)
+    raw.loc[7, "monthly charges ($)"] = "inf"
+    with pytest.raises(DataError, match=r"'monthly charges \(\$\)' must be numeric.*line 7: 'inf'"):
+        parse_table(raw, "churned", "batch.csv")

@@ -40,6 +40,8 @@ def contracted(tmp_path_factory):
                               "--set", "data.target=churned")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "champion" in project.registry(MODEL)["aliases"]
+    # The key column is data, not a feature: the canary must not send it (the service would refuse it).
+    assert "│ canary   │ pass" in first.stdout, first.stdout[-3000:]
     return project
 
 
