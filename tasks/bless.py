@@ -19,7 +19,7 @@ from tasks.export import onnx_runner
 from tasks.gate import GateResult
 from tasks.holdout import load_holdout
 from tasks.metrics import evaluate
-from tasks.registry import CHAMPION, SHA_TAG, alias_version, download_onnx, registry_client
+from tasks.registry import CHAMPION, alias_version, download_onnx, registry_client
 
 log = logging.getLogger("torchship.bless")
 
@@ -33,7 +33,6 @@ class Blessing(BaseModel):
     candidate_metrics: dict[str, float]
     champion_version: str | None = None
     champion_metrics: dict[str, float] | None = None
-    identical_to: str | None = None   # an existing version with exactly these bytes
 
 
 def decide(candidate: dict[str, float], champion: dict[str, float] | None, comparable: bool,
@@ -82,12 +81,9 @@ def bless_candidate(params: Params) -> Blessing:
         champion_metrics = champion_metrics or {}
     gate = decide(candidate, champion_metrics if champion is not None else None, comparable, params.bless,
                   str(champion.version) if champion else None)
-    identical = None
-    if champion is not None and champion.tags.get(SHA_TAG) == sha:
-        identical = str(champion.version)
     blessing = Blessing(gate=gate, model_name=name, candidate_path=str(path), candidate_sha256=sha,
                         candidate_metrics=candidate, champion_version=str(champion.version) if champion else None,
-                        champion_metrics=champion_metrics, identical_to=identical,
+                        champion_metrics=champion_metrics,
                         seconds=time.perf_counter() - started)
     log.info("bless: %s", gate.summary())
     return blessing
