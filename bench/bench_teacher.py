@@ -33,7 +33,7 @@ def main() -> None:
     train, val = split(prepared.train), split(prepared.val)
     layout = fit_layout(train.features.numpy(), schema)
     results = {}
-    for name, params in (("mlp", TrainParams()), ("ft_transformer", TrainParams(model="ft_transformer",
+    for name, params in (("mlp", TrainParams(model="mlp", lr=3e-3)), ("ft_transformer", TrainParams(model="ft_transformer",
                                                                                   model_args=FT_ARGS, lr=1e-3))):
         torch.manual_seed(0)
         spec = model_spec(params)

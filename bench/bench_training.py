@@ -82,7 +82,7 @@ def main() -> None:
     from tests.conftest import make_project
 
     with tempfile.TemporaryDirectory() as folder:
-        project = make_project(Path(folder), {"data": {"rows": 100_000}, "train": {"epochs": 3, "hidden": [128, 64],
+        project = make_project(Path(folder), {"data": {"rows": 100_000}, "train": {"model": "mlp", "lr": 0.003, "epochs": 3, "hidden": [128, 64],
                                                                                  "batch_size": 512}})
         subprocess.run([sys.executable, "-m", "tasks.prepare"], cwd=project.root, check=True, capture_output=True)
         stage, plain, ddp2 = [], [], []

@@ -55,11 +55,22 @@ class FTTransformer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         numbers, embedded = self.preprocess.parts(x)
-        tokens = [self.cls.expand(x.shape[0], -1, -1)]                            # (B, 1, D)
+        return self._transform(numbers, torch.stack(embedded, dim=1) if embedded else None)
+
+    def classify(self, features: torch.Tensor) -> torch.Tensor:
+        """The network alone, on already preprocessed (B, n_num + n_cat * D) inputs (see TabularPreprocessor)."""
+        n_numeric, d_token = self.numeric_weight.shape[0], self.cls.shape[-1]
+        numbers = features[:, :n_numeric] if self.preprocess.has_numeric else None
+        embedded = features[:, n_numeric:].reshape(features.shape[0], -1, d_token) if len(self.preprocess.embeddings) else None
+        return self._transform(numbers, embedded)
+
+    def _transform(self, numbers: torch.Tensor | None, embedded: torch.Tensor | None) -> torch.Tensor:
+        batch = (numbers if numbers is not None else embedded).shape[0]
+        tokens = [self.cls.expand(batch, -1, -1)]                                # (B, 1, D)
         if numbers is not None:
             tokens.append(numbers.unsqueeze(-1) * self.numeric_weight + self.numeric_bias)  # (B, n_num, D)
-        if embedded:
-            tokens.append(torch.stack(embedded, dim=1))                          # (B, n_cat, D)
+        if embedded is not None:
+            tokens.append(embedded)                                              # (B, n_cat, D)
         h = torch.cat(tokens, dim=1)
         for block in self.blocks:
             h = block(h)

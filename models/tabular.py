@@ -72,4 +72,8 @@ class TabularMLP(nn.Module):
         self.body = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(self.preprocess(x))
+        return self.classify(self.preprocess(x))
+
+    def classify(self, features: torch.Tensor) -> torch.Tensor:
+        """The network alone, on already preprocessed (B, D) inputs (to time it without the preprocessing)."""
+        return self.body(features)

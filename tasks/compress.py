@@ -1,77 +1,219 @@
-"""compress: dynamic int8 quantisation of the ONNX model, gated on the accuracy budget.
+"""compress: int8 quantisation and a distilled student, each gated on the accuracy budget.
 
-DVC stage: `python -m tasks.compress`.
+DVC stage: `python -m tasks.compress`. Variants, all scored on the same holdout as the fp32 teacher:
+- `onnx-int8`: ONNX Runtime dynamic int8 of the teacher's ONNX file;
+- `eager-int8`: torch dynamic int8 of the eager teacher (a runtime transform, profiled, never served);
+- `onnx-int8-static` (compress.static_int8): ONNX Runtime static int8 calibrated on training rows;
+- `student-onnx-fp32` / `student-onnx-int8`: the distilled student (tasks/distill.py) exported with the
+  same parity gate as the teacher, then quantised.
+A variant over budget is reported and marked unpublishable; profile only picks publishable ones.
 """
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
 
 from tasks import layout
 from tasks.artifacts import sha256_file, write_atomic, write_json_atomic
 from tasks.config import CompressParams, Params
-from tasks.contract import load_schema
-from tasks.export import onnx_runner
+from tasks.contract import encode_features, load_schema
+from tasks.export import load_trained, onnx_runner, parity_probe, publish_variant, export_onnx
 from tasks.gate import GateResult
 from tasks.holdout import load_holdout
-from tasks.metrics import evaluate
+from tasks.metrics import bootstrap_drop, classification_metrics, predict
 
 log = logging.getLogger("torchship.compress")
+Runner = Callable[[np.ndarray], np.ndarray]
+
+
+def _keep_metadata(source: Path, tmp: Path) -> None:
+    import onnx
+
+    proto, original = onnx.load(str(tmp)), onnx.load(str(source))
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(original.metadata_props)
+    onnx.save(proto, str(tmp))
+
+
+def _quiet_root_logger():
+    root = logging.getLogger()
+    level, root.level = root.level, logging.ERROR  # ORT's "consider pre-processing" hint is noise here
+    return lambda: root.setLevel(level)
 
 
 def quantize_onnx(source: Path, target: Path) -> None:
     """ONNX Runtime dynamic int8 (weights int8, activations quantised per call); metadata kept."""
-    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     def write(tmp: Path) -> None:
-        root = logging.getLogger()
-        level, root.level = root.level, logging.ERROR  # its "consider pre-processing" hint is noise here
+        restore = _quiet_root_logger()
         try:
             quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8)
         finally:
-            root.setLevel(level)
-        proto, original = onnx.load(str(tmp)), onnx.load(str(source))
-        del proto.metadata_props[:]
-        proto.metadata_props.extend(original.metadata_props)
-        onnx.save(proto, str(tmp))
+            restore()
+        _keep_metadata(source, tmp)
 
     write_atomic(target, write)
 
 
-def accuracy_budget(name: str, baseline: dict, variant: dict, rules: CompressParams) -> GateResult:
-    """A compressed variant may lose at most `max_drop` accuracy against fp32 on the same holdout."""
-    drop = baseline["accuracy"] - variant["accuracy"]
-    failures = [f"accuracy drop {drop * 100:.2f} points > budget {rules.max_drop * 100:.2f}"] if drop > rules.max_drop else []
-    return GateResult.decide(f"accuracy budget {name}", failures,
-                             passed=f"accuracy drop {drop * 100:+.2f} points within {rules.max_drop * 100:.2f}")
+def quantize_onnx_static(source: Path, target: Path, calibration: np.ndarray) -> None:
+    """ONNX Runtime static int8 (QDQ) of the matrix products, calibrated on raw training rows."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Rows(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter(np.array_split(calibration, max(1, len(calibration) // 256)))
+
+        def get_next(self):
+            batch = next(self.batches, None)
+            return None if batch is None else {"x": batch}
+
+    def write(tmp: Path) -> None:
+        restore = _quiet_root_logger()
+        try:
+            quantize_static(str(source), str(tmp), Rows(), quant_format=QuantFormat.QDQ,
+                            op_types_to_quantize=["MatMul", "Gemm"], activation_type=QuantType.QInt8,
+                            weight_type=QuantType.QInt8)
+        finally:
+            restore()
+        _keep_metadata(source, tmp)
+
+    write_atomic(target, write)
+
+
+def quantize_eager(model: nn.Module) -> nn.Module:
+    """torch dynamic int8 of every Linear (deprecated torch.ao API, kept as the eager baseline)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+
+
+def eager_runner(model: nn.Module) -> Runner:
+    def run(rows: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return model(torch.from_numpy(rows)).float().numpy()
+
+    return run
+
+
+def accuracy_budget(name: str, drop: dict, rules: CompressParams) -> GateResult:
+    """A compressed variant may lose at most `max_drop` of the metric against the fp32 teacher on the same
+    holdout (point estimate); the bootstrap interval is reported beside it."""
+    figure = (f"{rules.metric} drop {drop['drop'] * 100:+.2f} points "
+              f"({rules.confidence:.0%} CI {drop['low'] * 100:+.2f} to {drop['high'] * 100:+.2f})")
+    failures = [f"{figure} > budget {rules.max_drop * 100:.2f}"] if drop["drop"] > rules.max_drop else []
+    return GateResult.decide(f"accuracy budget {name}", failures, passed=f"{figure} within {rules.max_drop * 100:.2f}")
+
+
+def build_variants(params: Params, teacher: nn.Module) -> dict[str, tuple[Path | None, Runner]]:
+    """Make every compressed variant; returns name -> (file or None, rows -> logits)."""
+    rules = params.compress
+    layout.VARIANTS.mkdir(parents=True, exist_ok=True)
+    quantize_onnx(layout.ONNX_MODEL, layout.INT8_MODEL)
+    variants = {"onnx-int8": (layout.INT8_MODEL, onnx_runner(layout.INT8_MODEL, threads=2)),
+                "eager-int8": (None, eager_runner(quantize_eager(teacher)))}
+    if rules.static_int8:
+        schema = load_schema(layout.SCHEMA)
+        rows = pd.read_parquet(layout.TRAIN_SPLIT).sample(frac=1.0, random_state=0).head(rules.calibration_rows)
+        quantize_onnx_static(layout.ONNX_MODEL, layout.STATIC_INT8_MODEL, encode_features(rows, schema))
+        variants["onnx-int8-static"] = (layout.STATIC_INT8_MODEL, onnx_runner(layout.STATIC_INT8_MODEL, threads=2))
+    return variants
+
+
+def build_student(params: Params) -> tuple[dict, GateResult, dict[str, tuple[Path, Runner]]]:
+    """Train the student (torchrun), export it to ONNX through the same parity gate, quantise it."""
+    from tasks.distill import train_student
+
+    train_student(params)
+    student, _ = load_trained(layout.STUDENT_WEIGHTS)
+    schema = load_schema(layout.SCHEMA)
+    probe = parity_probe(params, schema)
+    entry, gate = publish_variant("student-onnx", eager_runner(student)(probe), probe, params.export,
+                                  lambda: export_onnx(student, schema, params.export.onnx_exporter, layout.STUDENT_ONNX),
+                                  lambda: onnx_runner(layout.STUDENT_ONNX), layout.STUDENT_ONNX)
+    if gate.status == "fail":
+        return entry, gate, {}
+    quantize_onnx(layout.STUDENT_ONNX, layout.STUDENT_INT8)
+    return entry, gate, {"student-onnx-fp32": (layout.STUDENT_ONNX, onnx_runner(layout.STUDENT_ONNX, threads=2)),
+                         "student-onnx-int8": (layout.STUDENT_INT8, onnx_runner(layout.STUDENT_INT8, threads=2))}
+
+
+def print_variant_table(report: dict) -> None:
+    """Sizes, metric, drop with its interval and the gate of every variant, on the console."""
+    from rich.console import Console
+    from rich.table import Table
+
+    metric = report["metric"]
+    table = Table(title=f"compress: accuracy budget vs fp32 teacher ({metric} {report['fp32'][metric]:.4f})")
+    for column in ("variant", "size", metric, "drop (points)", f"{report['confidence']:.0%} CI", "gate"):
+        table.add_column(column, no_wrap=True)
+    for name, entry in report["variants"].items():
+        drop = entry["drop"]
+        table.add_row(name, f"{entry['bytes'] / 1024:,.0f} KiB" if "bytes" in entry else "in memory",
+                      f"{entry['metrics'][metric]:.4f}", f"{drop['drop'] * 100:+.2f}",
+                      f"{drop['low'] * 100:+.2f} .. {drop['high'] * 100:+.2f}",
+                      {"pass": "[green]pass", "warn": "[yellow]warn", "fail": "[red]fail"}[entry["gate"]["status"]])
+    Console(stderr=True, width=120).print(table)
 
 
 def run(params: Params) -> None:
-    """DVC stage body: quantise, score both on holdout, gate, report (a failed variant is not published)."""
+    """DVC stage body: build, score against the fp32 teacher on holdout, gate, report."""
     import mlflow
 
     from tasks.tracking import stage_run
 
+    rules = params.compress
     schema = load_schema(layout.SCHEMA)
     holdout = load_holdout(schema)
-    quantize_onnx(layout.ONNX_MODEL, layout.INT8_MODEL)
     n_classes = len(schema.classes)
-    fp32 = evaluate(onnx_runner(layout.ONNX_MODEL, threads=2), holdout.features, holdout.labels, n_classes)
-    int8 = evaluate(onnx_runner(layout.INT8_MODEL, threads=2), holdout.features, holdout.labels, n_classes)
-    gate = accuracy_budget("onnx-int8", fp32, int8, params.compress)
-    ratio = layout.ONNX_MODEL.stat().st_size / layout.INT8_MODEL.stat().st_size
-    report = {"fp32": fp32, "variants": {"onnx-int8": {
-        "path": str(layout.INT8_MODEL), "bytes": layout.INT8_MODEL.stat().st_size,
-        "sha256": sha256_file(layout.INT8_MODEL), "metrics": int8, "size_ratio": ratio,
-        "publishable": gate.status != "fail", "gate": gate.model_dump()}},
-        "headline": f"int8 {ratio:.1f}x smaller, {gate.summary()}"}
+    teacher, _ = load_trained()
+    reference = predict(onnx_runner(layout.ONNX_MODEL, threads=2), holdout.features)
+    fp32 = {**classification_metrics(holdout.labels, reference, n_classes), "bytes": layout.ONNX_MODEL.stat().st_size}
+    variants = build_variants(params, teacher)
+    student_parity = None
+    layout.STUDENT.mkdir(parents=True, exist_ok=True)
+    if params.distill.enabled:
+        student_parity, parity_gate, student = build_student(params)
+        variants.update(student)
+        if parity_gate.status == "fail":
+            log.error("student-onnx is not published: %s", parity_gate.summary())
+    else:
+        write_json_atomic(layout.STUDENT / "metrics.json", {"enabled": False, "headline": "distillation off"})
+    report: dict = {"reference": "onnx-fp32 teacher", "metric": rules.metric, "confidence": rules.confidence,
+                    "fp32": fp32, "max_drop": rules.max_drop, "variants": {},
+                    "student_parity": student_parity}
+    for name, (path, runner) in variants.items():
+        predicted = predict(runner, holdout.features)
+        drop = bootstrap_drop(holdout.labels, reference, predicted, n_classes, rules.metric, rules.bootstrap,
+                              rules.confidence)
+        gate = accuracy_budget(name, drop, rules)
+        entry = {"metrics": classification_metrics(holdout.labels, predicted, n_classes), "drop": drop,
+                 "publishable": gate.status != "fail", "gate": gate.model_dump()}
+        if path is not None:
+            entry.update(path=str(path), bytes=path.stat().st_size, sha256=sha256_file(path),
+                         size_ratio=fp32["bytes"] / path.stat().st_size)
+        report["variants"][name] = entry
+        log.info("%s: %s", name, gate.summary())
+    passed = [name for name, v in report["variants"].items() if v["publishable"]]
+    report["headline"] = f"{len(passed)}/{len(variants)} variants within {rules.max_drop * 100:.2f} points: " + \
+                         (", ".join(passed) or "none")
     write_json_atomic(layout.COMPRESS_REPORT, report)
+    print_variant_table(report)
     with stage_run(params.tracking, "compress"):
-        mlflow.log_params(params.compress.model_dump())
-        mlflow.log_metrics({"int8_accuracy": int8["accuracy"], "fp32_accuracy": fp32["accuracy"], "int8_size_ratio": ratio})
-        mlflow.set_tag("gate.onnx-int8", gate.status)
-    log.info("onnx-int8: %s (%.1fx smaller)", gate.summary(), ratio)
+        mlflow.log_params({**rules.model_dump(), **{f"distill.{k}": v for k, v in params.distill.model_dump().items()}})
+        for name, entry in report["variants"].items():
+            mlflow.log_metrics({f"{name}.{rules.metric}_drop": entry["drop"]["drop"],
+                                f"{name}.{rules.metric}": entry["metrics"][rules.metric],
+                                **({f"{name}.bytes": entry["bytes"]} if "bytes" in entry else {})})
+            mlflow.set_tag(f"gate.{name}", entry["gate"]["status"])
+        mlflow.log_artifact(str(layout.COMPRESS_REPORT))
 
 
 if __name__ == "__main__":

@@ -58,14 +58,14 @@ class ValidateParams(Section):
 class TrainParams(Section):
     """The model and its training under torchrun."""
 
-    model: str = Field("mlp", description="`mlp`, `ft_transformer`, or `package.module:Class` for your own nn.Module (called as Class(layout, **model_args)).")
+    model: str = Field("ft_transformer", description="The teacher: `ft_transformer` (default), `mlp`, or `package.module:Class` for your own nn.Module (called as Class(layout, **model_args)). The served model is usually its distilled student (see `distill`).")
     model_args: dict[str, Any] = Field({}, description="Constructor arguments for models other than `mlp` (ft_transformer: d_token, layers, heads, dropout, ffn_factor); the mlp uses hidden, embedding_dim, dropout.")
     hidden: list[int] = Field([128, 64], min_length=1, description="Hidden layer widths of the MLP.")
     embedding_dim: int = Field(8, ge=1, description="Embedding width per categorical column.")
     dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout after each hidden layer.")
     epochs: int = Field(8, ge=1, description="Most epochs; early stopping may end sooner.")
     batch_size: int = Field(512, ge=1, description="Global batch size (split across processes).")
-    lr: float = Field(3e-3, gt=0.0, description="Peak AdamW learning rate.")
+    lr: float = Field(1e-3, gt=0.0, description="Peak AdamW learning rate.")
     weight_decay: float = Field(1e-4, ge=0.0, description="AdamW weight decay.")
     warmup_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="Share of steps spent warming the learning rate up.")
     patience: int = Field(3, ge=1, description="Epochs without validation improvement before early stopping.")
@@ -91,12 +91,30 @@ class ExportParams(Section):
     parity_atol: float = Field(1e-4, gt=0.0, description="Largest allowed |logit difference| between a variant and eager.")
     min_argmax_agreement: float = Field(0.999, ge=0.0, le=1.0, description="Smallest share of probe rows whose predicted class must match eager.")
     probe_rows: int = Field(512, ge=16, description="Holdout rows in the parity probe set (edge rows are added).")
+    compile: bool = Field(True, description="Also parity-gate `torch.compile` of the eager model (a runtime option, not a file); the profile measures where it pays.")
 
 
 class CompressParams(Section):
-    """Dynamic int8 quantisation and its accuracy budget."""
+    """int8 quantisation (ONNX Runtime and eager) and the accuracy budget every compressed variant must meet."""
 
-    max_drop: float = Field(0.005, ge=0.0, description="Largest allowed accuracy drop of a compressed variant vs fp32 (0.005 = 0.5 points).")
+    metric: Literal["accuracy", "f1_macro"] = Field("f1_macro", description="Holdout metric the accuracy budget is measured on.")
+    max_drop: float = Field(0.005, ge=0.0, description="Largest allowed metric drop of a compressed or distilled variant vs the fp32 teacher (0.005 = 0.5 points).")
+    bootstrap: int = Field(1000, ge=100, description="Paired bootstrap resamples of the holdout behind each drop's confidence interval.")
+    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence level of the reported interval (the gate uses the point estimate).")
+    static_int8: bool = Field(False, description="Also build a static int8 ONNX model calibrated on training rows (slower to build; ONNX Runtime QDQ).")
+    calibration_rows: int = Field(2000, ge=16, description="Training rows fed to static int8 calibration.")
+
+
+class DistillParams(Section):
+    """The student: a small MLP trained on the teacher's soft targets by the same torchrun engine (in the compress stage)."""
+
+    enabled: bool = Field(True, description="Train, export and quantise a student.")
+    hidden: list[int] = Field([64], min_length=1, description="Hidden layer widths of the student MLP.")
+    embedding_dim: int = Field(4, ge=1, description="Embedding width per categorical column in the student.")
+    epochs: int = Field(8, ge=1, description="Most student epochs (early stopping as in train.patience).")
+    lr: float = Field(3e-3, gt=0.0, description="Peak AdamW learning rate of the student.")
+    temperature: float = Field(4.0, gt=0.0, description="Softmax temperature of the soft targets (higher = softer).")
+    alpha: float = Field(0.9, ge=0.0, le=1.0, description="Weight of the soft-target loss; 1 - alpha weighs the true labels.")
 
 
 class ProfileParams(Section):
@@ -157,6 +175,7 @@ class Params(Section):
     train: TrainParams = TrainParams()
     export: ExportParams = ExportParams()
     compress: CompressParams = CompressParams()
+    distill: DistillParams = DistillParams()
     profile: ProfileParams = ProfileParams()
     bless: BlessParams = BlessParams()
     canary: CanaryParams = CanaryParams()

@@ -31,7 +31,15 @@ PT2_MODEL = EXPORT / "model.pt2"
 PARITY_REPORT = EXPORT / "parity.json"
 
 COMPRESS = DATA / "compress"
-INT8_MODEL = COMPRESS / "model.int8.onnx"
+VARIANTS = COMPRESS / "variants"     # every compressed ONNX file (one DVC output folder)
+INT8_MODEL = VARIANTS / "model.int8.onnx"
+STATIC_INT8_MODEL = VARIANTS / "model.int8-static.onnx"
+STUDENT_ONNX = VARIANTS / "student.onnx"
+STUDENT_INT8 = VARIANTS / "student.int8.onnx"
+STUDENT = COMPRESS / "student"       # the distilled student's weights, metrics, history and plots
+STUDENT_WEIGHTS = STUDENT / "model.pt"
+STUDENT_CHECKPOINTS = COMPRESS / "checkpoints"
+STUDENT_LOGS = COMPRESS / "logs"
 COMPRESS_REPORT = COMPRESS / "report.json"
 
 PROFILE = DATA / "profile"

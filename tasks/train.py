@@ -18,7 +18,8 @@ import threading
 import time
 import resource
 import subprocess
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -60,10 +61,33 @@ def model_spec(params: TrainParams) -> dict:
                                              "dropout": params.dropout}}
 
 
-def run_fingerprint(params: TrainParams) -> str:
+@dataclass(frozen=True)
+class TrainingJob:
+    """What one torchrun job trains and where it writes: the teacher (train stage) or the distilled
+    student (compress stage). Both go through the same worker, loop, checkpoints and report."""
+
+    stage: str                      # MLflow run name and log prefix
+    train: TrainParams              # effective training settings
+    spec: dict                      # model name + constructor kwargs
+    weights: Path
+    checkpoints: Path
+    folder: Path                    # metrics.json, history.csv, plots/
+    logs: Path
+    module: str = "tasks.train"     # what torchrun runs in each worker
+    identity: tuple[str, ...] = ()  # extra run identity for resuming (teacher hash, distillation params)
+    soft_targets: tuple[float, float] | None = None   # (temperature, alpha): train on the teacher's logits
+    teacher: Path | None = None
+
+
+def teacher_job(params: Params) -> TrainingJob:
+    return TrainingJob("train", params.train, model_spec(params.train), layout.MODEL_WEIGHTS, layout.CHECKPOINTS,
+                       layout.TRAIN, layout.TRAIN_LOGS)
+
+
+def run_fingerprint(params: TrainParams, identity: tuple[str, ...] = ()) -> str:
     """Checkpoints resume only a run with the same training params and the same data."""
     relevant = params.model_dump(exclude={"checkpoint_every", "max_restarts", "collective_timeout_s", "threads"})
-    digest = hashlib.sha256(json.dumps(relevant, sort_keys=True).encode())
+    digest = hashlib.sha256(json.dumps([relevant, list(identity)], sort_keys=True).encode())
     for path in (layout.TRAIN_SPLIT, layout.VAL_SPLIT, layout.SCHEMA):
         digest.update(sha256_file(path).encode())
     return digest.hexdigest()[:16]
@@ -79,10 +103,10 @@ def threads_per_process(params: TrainParams) -> int:
     return params.threads or max(1, (os.cpu_count() or 1) // params.nproc)
 
 
-def launch(params: Params) -> None:
-    """Re-run this module under torchrun; a failure names the rank that failed and its last log lines."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_process(params.train)), "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(torchrun_command(params.train, log_dir=str(layout.TRAIN_LOGS)), env=env,
+def launch(job: TrainingJob) -> None:
+    """Run the job's module under torchrun; a failure names the rank that failed and its last log lines."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_process(job.train)), "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(torchrun_command(job.train, module=job.module, log_dir=str(job.logs)), env=env,
                                stderr=subprocess.PIPE, text=True)
     tail: collections.deque[str] = collections.deque(maxlen=400)
     reader = threading.Thread(target=tee_lines, args=(process.stderr, tail, sys.stderr), daemon=True)
@@ -90,68 +114,80 @@ def launch(params: Params) -> None:
     code = process.wait()
     reader.join()
     if code != 0:
-        raise TorchshipError(describe_failure(list(tail), code))
+        raise TorchshipError(describe_failure(list(tail), code, job.logs))
 
 
-def describe_failure(lines: list[str], code: int) -> str:
+def describe_failure(lines: list[str], code: int, logs_folder: Path = layout.TRAIN_LOGS) -> str:
     """From torchrun's summary: which rank failed first, how, and the last lines it logged."""
     text = "\n".join(lines)
     root = text[text.find("Root Cause"):] if "Root Cause" in text else text
     rank = re.search(r"rank\s*:\s*(\d+)", root)
     how = re.search(r"traceback\s*:\s*(Signal.+)", root) or re.search(r"exitcode\s*:\s*(.+)", root)
     own = [line for line in lines if "failed:" in line and line.startswith("torchship ")]
-    logs = sorted(layout.TRAIN_LOGS.glob(f"**/attempt_*/{rank.group(1) if rank else 0}/*.log"),
+    logs = sorted(logs_folder.glob(f"**/attempt_*/{rank.group(1) if rank else 0}/*.log"),
                   key=lambda p: p.stat().st_mtime)
     last = [l for l in (logs[-1].read_text(errors="replace").splitlines() if logs else []) if l.strip()][-5:]
     return (f"rank {rank.group(1) if rank else '?'} of the torchrun job failed first: "
             f"{how.group(1).strip() if how else 'unknown cause'} (torchrun exit {code}). " + (f"Its error: {own[0]} " if own else "")
             + (f"Its last log lines: {' | '.join(last)}. " if last else "")
-            + "Re-run to resume from the last checkpoint (data/train/checkpoints).")
+            + f"Re-run to resume from the last checkpoint ({logs_folder.parent / 'checkpoints'}).")
 
 
-def worker(params: Params) -> None:
+def teacher_logits(path: Path, features: torch.Tensor) -> torch.Tensor:
+    """The trained teacher's logits on the given rows: the student's soft targets."""
+    from tasks.export import load_trained
+    from tasks.train_loop import predict_logits
+
+    teacher, _ = load_trained(path)
+    return predict_logits(teacher.to(features.device), features)
+
+
+def worker(params: Params, job: TrainingJob) -> None:
     """One torchrun process: join the group, resume or start, train, and (rank 0) write and log."""
     from tasks.train_report import TrainingProgress, report_training
 
-    runtime = init_runtime(params.train)
+    settings, spec = job.train, job.spec
+    runtime = init_runtime(settings)
     try:
-        torch.manual_seed(params.train.seed)
-        torch.set_num_threads(threads_per_process(params.train))
+        torch.manual_seed(settings.seed)
+        torch.set_num_threads(threads_per_process(settings))
         if runtime.rank == 0 and runtime.precision_note:
             log.warning("precision: %s", runtime.precision_note)
         schema = load_schema(layout.SCHEMA)
         train = load_split(layout.TRAIN_SPLIT, schema, runtime.device)
         val = load_split(layout.VAL_SPLIT, schema, runtime.device)
+        if job.teacher is not None:
+            train.soft = teacher_logits(job.teacher, train.features)
         feature_layout = fit_layout(train.features.cpu().numpy(), schema)
-        spec = model_spec(params.train)
-        model = wrap_model(build_model(spec["name"], feature_layout, **spec["kwargs"]), params.train.strategy, runtime)
-        if params.train.compile:
+        model = wrap_model(build_model(spec["name"], feature_layout, **spec["kwargs"]), settings.strategy, runtime)
+        if settings.compile:
             model = torch.compile(model)
-        fingerprint = run_fingerprint(params.train)
-        resume = checkpoint.load_latest(layout.CHECKPOINTS, fingerprint)
+        fingerprint = run_fingerprint(settings, job.identity)
+        resume = checkpoint.load_latest(job.checkpoints, fingerprint)
         if resume is None and runtime.rank == 0:
-            checkpoint.clear(layout.CHECKPOINTS)
+            checkpoint.clear(job.checkpoints)
         dist.barrier()
 
         def save(state: LoopState, optimizer, extras) -> None:
             model_state, optimizer_state = full_state(model, optimizer)  # collective: all ranks
             if runtime.rank == 0:
                 scheduler, scaler = extras
-                checkpoint.save_checkpoint(layout.CHECKPOINTS, state.global_step, {
+                checkpoint.save_checkpoint(job.checkpoints, state.global_step, {
                     "loop": asdict(state), "model": model_state, "optimizer": optimizer_state,
                     "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
                     "rng": torch.get_rng_state()}, fingerprint)
 
-        progress = TrainingProgress(params.train.epochs) if runtime.rank == 0 else None
+        progress = TrainingProgress(settings.epochs, job.stage) if runtime.rank == 0 else None
 
         def on_oom(micro_batch: int, parts: int) -> None:
             log.warning("rank %d: out of memory; micro-batch halved to %d, accumulating %d per step (same "
                         "effective batch)", runtime.rank, micro_batch, parts)
 
-        state = fit(model, train, val, params.train, len(schema.classes), runtime.rank, runtime.world,
+        state = fit(model, train, val, settings, len(schema.classes), runtime.rank, runtime.world,
                     runtime.precision, resume=_resume_hooks(resume), save=save,
                     on_step=progress.step if progress else None, on_epoch=progress.epoch if progress else None,
-                    full_state=lambda m: full_state(m)[0], before_step=injected_fault(runtime.rank), on_oom=on_oom)
+                    full_state=lambda m: full_state(m)[0], before_step=injected_fault(runtime.rank), on_oom=on_oom,
+                    soft_targets=job.soft_targets)
         if progress:
             progress.close()
         # Peak resident memory summed over ranks (a collective: every rank takes part).
@@ -162,9 +198,10 @@ def worker(params: Params) -> None:
             best.load_state_dict(state.best_state)
             saved = {"state_dict": best.state_dict(), "layout": feature_layout.to_dict(), "model": spec,
                      "classes": list(schema.classes)}
-            write_atomic(layout.MODEL_WEIGHTS, lambda tmp: torch.save(saved, tmp))
+            write_atomic(job.weights, lambda tmp: torch.save(saved, tmp))
             report_training(params, best.eval(), Split(val.features.cpu(), val.labels.cpu()), state.history, schema,
-                            runtime, peak_rss_mb=float(peak_rss))
+                            runtime, peak_rss_mb=float(peak_rss), folder=job.folder, stage=job.stage,
+                            train_params=settings)
     finally:
         dist.destroy_process_group()
 
@@ -202,10 +239,11 @@ def _resume_hooks(saved: dict | None) -> dict | None:
 
 
 def run(params: Params) -> None:
+    job = teacher_job(params)
     if "LOCAL_RANK" in os.environ:
-        worker(params)
+        worker(params, job)
     else:
-        launch(params)
+        launch(job)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,10 @@ from tasks.metrics import classification_metrics
 class Split:
     features: torch.Tensor   # (N, F) float32 raw encoded rows
     labels: torch.Tensor     # (N,) int64 class indices
+    soft: torch.Tensor | None = None   # (N, C) teacher logits: distillation targets
+
+    def targets(self) -> tuple[torch.Tensor, ...]:
+        return (self.labels,) if self.soft is None else (self.labels, self.soft)
 
 
 @dataclass
@@ -61,19 +65,30 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
 
 
-def accumulate(model: nn.Module, loss_fn, features: torch.Tensor, labels: torch.Tensor, parts: int, autocast,
-               scaler, optimizer) -> torch.Tensor:
+def distillation_loss(hard: nn.Module, temperature: float, alpha: float):
+    """Hinton et al.: alpha * T^2 * KL(teacher || student at temperature T) + (1 - alpha) * hard-label loss."""
+    def loss(logits: torch.Tensor, labels: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        soft = nn.functional.kl_div(nn.functional.log_softmax(logits.float() / temperature, 1),
+                                    nn.functional.log_softmax(teacher / temperature, 1),
+                                    log_target=True, reduction="batchmean")
+        return alpha * temperature ** 2 * soft + (1 - alpha) * hard(logits, labels)
+
+    return loss
+
+
+def accumulate(model: nn.Module, loss_fn, features: torch.Tensor, targets: tuple[torch.Tensor, ...], parts: int,
+               autocast, scaler, optimizer) -> torch.Tensor:
     """Forward/backward one batch as `parts` micro-batches; gradients equal the whole batch's. Returns the loss."""
     optimizer.zero_grad(set_to_none=True)
     if parts == 1:  # the common case: no chunking, no rescaling on the hot path
         with autocast:
-            loss = loss_fn(model(features), labels)
+            loss = loss_fn(model(features), *targets)
         (scaler.scale(loss) if scaler.is_enabled() else loss).backward()
         return loss.detach()
     total = torch.zeros((), device=features.device)
-    for x, y in zip(features.chunk(parts), labels.chunk(parts)):
+    for x, *ys in zip(features.chunk(parts), *(t.chunk(parts) for t in targets)):
         with autocast:
-            loss = loss_fn(model(x), y) * (len(y) / len(labels))
+            loss = loss_fn(model(x), *ys) * (len(x) / len(features))
         scaler.scale(loss).backward()
         total += loss.detach().float()
     return total
@@ -82,10 +97,12 @@ def accumulate(model: nn.Module, loss_fn, features: torch.Tensor, labels: torch.
 def fit(model: nn.Module, train: Split, val: Split, params: TrainParams, n_classes: int, rank: int = 0,
         world: int = 1, precision: str = "fp32", resume: dict | None = None,
         save: Callable[[LoopState, torch.optim.Optimizer, object], None] | None = None,
-        on_step=None, on_epoch=None, full_state=None, before_step=None, on_oom=None) -> LoopState:
+        on_step=None, on_epoch=None, full_state=None, before_step=None, on_oom=None,
+        soft_targets: tuple[float, float] | None = None) -> LoopState:
     """Sharded batches sliced from pre-collated tensors, AdamW, warmup+cosine, class weights, gradient
     clipping, early stopping on validation macro-F1; checkpoints through `save` every
-    `checkpoint_every` steps and at each epoch end. Returns the final state (best weights inside)."""
+    `checkpoint_every` steps and at each epoch end. With `soft_targets` = (temperature, alpha) and
+    teacher logits in `train.soft`, the loss is the distillation loss. Returns the final state (best weights inside)."""
     device = train.features.device
     per_rank_batch = max(1, params.batch_size // world)
     shard = len(train.labels) // world
@@ -99,6 +116,8 @@ def fit(model: nn.Module, train: Split, val: Split, params: TrainParams, n_class
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
                 if precision != "fp32" else contextlib.nullcontext())
     loss_fn = nn.CrossEntropyLoss(weight=class_weights(train.labels, n_classes).to(device))
+    if soft_targets is not None:
+        loss_fn = distillation_loss(loss_fn, *soft_targets)
     state = LoopState()
     if resume is not None:
         state = resume["loop"]
@@ -112,7 +131,7 @@ def fit(model: nn.Module, train: Split, val: Split, params: TrainParams, n_class
         started = time.perf_counter()
         # Shuffle once per epoch, then contiguous slices: no per-batch gather on the hot path.
         order = epoch_order(len(train.labels), params.seed, state.epoch)[rank * shard:(rank + 1) * shard].to(device)
-        features, labels = train.features[order], train.labels[order]
+        features, targets = train.features[order], tuple(t[order] for t in train.targets())
         loss_sum = torch.tensor(state.loss_sum, device=device)
         first_step = state.step_in_epoch
         for step in range(first_step, steps_per_epoch):
@@ -121,8 +140,8 @@ def fit(model: nn.Module, train: Split, val: Split, params: TrainParams, n_class
                 try:
                     if before_step:
                         before_step(state.global_step)
-                    loss = accumulate(model, loss_fn, features[batch], labels[batch], state.accumulation,
-                                      autocast, scaler, optimizer)
+                    loss = accumulate(model, loss_fn, features[batch], tuple(t[batch] for t in targets),
+                                      state.accumulation, autocast, scaler, optimizer)
                     break
                 except torch.OutOfMemoryError:
                     # Same effective batch, half the micro-batch: twice the accumulation steps.
@@ -178,9 +197,10 @@ def fit(model: nn.Module, train: Split, val: Split, params: TrainParams, n_class
 
 
 def train_model(model: nn.Module, train: Split, val: Split, params: TrainParams,
-                n_classes: int | None = None) -> tuple[nn.Module, list[dict]]:
+                n_classes: int | None = None, soft_targets: tuple[float, float] | None = None
+                ) -> tuple[nn.Module, list[dict]]:
     """Single-process convenience (tests, benchmarks): fit without checkpoints, return the best model.
     `n_classes` defaults to the largest training label + 1 (stratified splits hold every class)."""
-    state = fit(model, train, val, params, n_classes or int(train.labels.max()) + 1)
+    state = fit(model, train, val, params, n_classes or int(train.labels.max()) + 1, soft_targets=soft_targets)
     model.load_state_dict(state.best_state)
     return model.eval(), state.history

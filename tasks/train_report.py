@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -9,7 +10,7 @@ from torch import nn
 
 from tasks import layout
 from tasks.artifacts import write_atomic, write_json_atomic
-from tasks.config import Params
+from tasks.config import Params, TrainParams
 from tasks.contract import Schema
 from tasks.metrics import classification_metrics, confusion
 from tasks.plots import plot_confusion, plot_learning_curves, plot_roc_pr
@@ -18,13 +19,16 @@ log = logging.getLogger("torchship.train")
 
 
 def report_training(params: Params, model: nn.Module, val, history: list[dict], schema: Schema, runtime,
-                    peak_rss_mb: float = 0.0) -> dict:
-    """Write metrics.json / history.csv / plots and log them with the params to MLflow."""
+                    peak_rss_mb: float = 0.0, folder: Path = layout.TRAIN, stage: str = "train",
+                    train_params: TrainParams | None = None) -> dict:
+    """Write metrics.json / history.csv / plots under `folder` and log them with the params to MLflow."""
     import mlflow
 
     from tasks.tracking import stage_run
 
     backend, world = runtime.backend, runtime.world
+    train_params = train_params or params.train
+    metrics_path, history_path, plots = folder / "metrics.json", folder / "history.csv", folder / "plots"
     model.eval()
     with torch.no_grad():
         logits = model(val.features)
@@ -36,41 +40,41 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
                "epochs_run": len(history), "best_epoch": best["epoch"],
                "samples_per_s": sum(r["samples_per_s"] for r in history) / len(history),
                "train_seconds": sum(r["seconds"] for r in history), "peak_rss_mb": round(peak_rss_mb, 1),
-               "backend": backend, "world_size": world, "strategy": params.train.strategy,
+               "backend": backend, "world_size": world, "strategy": train_params.strategy,
                "device": str(runtime.device), "precision": runtime.precision,
                "precision_note": runtime.precision_note,
                "parameters": sum(p.numel() for p in model.parameters()),
                "headline": f"val f1 {scores['f1_macro']:.4f}, acc {scores['accuracy']:.4f} "
-                           f"({len(history)} epochs, {params.train.strategy} {world}x{backend}, {runtime.precision})"}
-    write_json_atomic(layout.TRAIN_METRICS, metrics)
+                           f"({len(history)} epochs, {train_params.strategy} {world}x{backend}, {runtime.precision})"}
+    write_json_atomic(metrics_path, metrics)
     frame = pd.DataFrame(history)
-    write_atomic(layout.TRAIN_HISTORY, lambda tmp: frame.to_csv(tmp, index=False))
-    layout.TRAIN_PLOTS.mkdir(parents=True, exist_ok=True)
-    plot_learning_curves(frame, layout.TRAIN_PLOTS / "learning_curves.png")
+    write_atomic(history_path, lambda tmp: frame.to_csv(tmp, index=False))
+    plots.mkdir(parents=True, exist_ok=True)
+    plot_learning_curves(frame, plots / "learning_curves.png")
     plot_confusion(confusion(val.labels.numpy(), predicted, n_classes), schema.classes,
-                   layout.TRAIN_PLOTS / "confusion_matrix.png")
+                   plots / "confusion_matrix.png")
     if n_classes == 2:  # the minority class is the one people ask about (churn, fraud)
         positive = int(torch.bincount(val.labels, minlength=2).argmin())
         plot_roc_pr((val.labels.numpy() == positive).astype(int), torch.softmax(logits, 1)[:, positive].numpy(),
-                    schema.classes[positive], layout.TRAIN_PLOTS / "roc_pr.png")
-    with stage_run(params.tracking, "train"):
-        mlflow.log_params({**params.train.model_dump(), "backend": backend, "world_size": world,
+                    schema.classes[positive], plots / "roc_pr.png")
+    with stage_run(params.tracking, stage):
+        mlflow.log_params({**train_params.model_dump(), "backend": backend, "world_size": world,
                            "precision_used": runtime.precision, "precision_note": runtime.precision_note})
         for record in history:
             mlflow.log_metrics({k: v for k, v in record.items() if k != "epoch"}, step=record["epoch"])
         mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
-        mlflow.log_artifacts(str(layout.TRAIN_PLOTS), artifact_path="plots")
-        mlflow.log_artifact(str(layout.TRAIN_HISTORY))
+        mlflow.log_artifacts(str(plots), artifact_path="plots")
+        mlflow.log_artifact(str(history_path))
     return metrics
 
 
 class TrainingProgress:
     """A rich progress bar on rank 0: epoch, step, loss, validation F1, samples/s."""
 
-    def __init__(self, epochs: int):
+    def __init__(self, epochs: int, stage: str = "train"):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self.bar = Progress(TextColumn("train epoch {task.fields[epoch]}/" + str(epochs)), BarColumn(),
+        self.bar = Progress(TextColumn(stage + " epoch {task.fields[epoch]}/" + str(epochs)), BarColumn(),
                             MofNCompleteColumn(), TextColumn("{task.fields[note]}"), TimeRemainingColumn())
         self.task = self.bar.add_task("train", total=None, epoch=1, note="")
         self.bar.start()

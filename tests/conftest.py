@@ -18,7 +18,7 @@ TINY = {
     "data": {"rows": 3000},
     "validate": {"min_rows": 50},
     "train": {"epochs": 3, "hidden": [32], "batch_size": 256},
-    "export": {"probe_rows": 64},
+    "export": {"probe_rows": 64, "compile": False},  # inductor compiles cost ~30 s a run; one fixture keeps it on
     "profile": {"rounds": 30},
     "canary": {"requests": 60},
 }
@@ -87,7 +87,7 @@ def make_project(target: Path, overrides: dict | None = None) -> Project:
 @pytest.fixture(scope="session")
 def tiny_pipeline(tmp_path_factory) -> tuple[Project, subprocess.CompletedProcess]:
     """One full pipeline run on tiny params, shared by the integration tests of a session."""
-    project = make_project(tmp_path_factory.mktemp("project"))
+    project = make_project(tmp_path_factory.mktemp("project"), {"export": {"compile": True}})
     first = project.torchship("run")
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     return project, first

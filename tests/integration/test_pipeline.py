@@ -28,7 +28,8 @@ def test_reports_exist_and_dvc_is_clean(tiny_pipeline):
     project, _ = tiny_pipeline
     for path in ("data/validate/docs/index.html", "data/train/plots/learning_curves.png",
                  "data/train/plots/confusion_matrix.png", "data/profile/latency.png", "data/export/model.onnx",
-                 "data/export/model.pt2", "data/compress/model.int8.onnx"):
+                 "data/export/model.pt2", "data/compress/variants/model.int8.onnx",
+                 "data/compress/variants/student.int8.onnx", "data/compress/student/model.pt"):
         assert (project.root / path).stat().st_size > 0, path
     status = project.dvc("status")
     assert "up to date" in status.stdout, status.stdout

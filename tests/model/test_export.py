@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -16,6 +17,7 @@ from tasks.train import model_spec
 from tasks.train_loop import train_model as fit
 
 RULES = ExportParams(parity_atol=1e-4, min_argmax_agreement=0.999)
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +102,45 @@ def test_parity_tolerance_scales_with_large_logits():
     assert check_parity("x", eager_logits, variant, RULES).status == "pass"
     variant[1, 0] += 1e-3
     assert check_parity("x", eager_logits, variant, RULES).status == "fail"
+
+
+@pytest.fixture(scope="module")
+def teacher(encoded):
+    """The default teacher (FT-Transformer at its params.yaml size), briefly trained."""
+    from tasks.config import load_params
+
+    torch.manual_seed(0)
+    settings = load_params(REPO / "params.yaml").train.model_copy(update={"epochs": 1, "batch_size": 256})
+    spec = model_spec(settings)
+    trained, _ = fit(build_model(spec["name"], encoded.layout, **spec["kwargs"]), encoded.train, encoded.val, settings)
+    return trained.eval()
+
+
+def test_every_variant_of_the_default_teacher_passes_parity(teacher, encoded, probe, tmp_path):
+    from tasks.export import _pt2_runner, compiled_runner, export_program, publish_variant
+
+    schema = encoded.prepared.schema
+    reference = eager(teacher, probe)
+    onnx_path, pt2_path = tmp_path / "t.onnx", tmp_path / "t.pt2"
+    variants = {"onnx": (lambda: export_onnx(teacher, schema, "legacy", onnx_path), lambda: onnx_runner(onnx_path), onnx_path),
+                "pt2": (lambda: export_program(teacher, len(schema.features), pt2_path), lambda: _pt2_runner(pt2_path), pt2_path),
+                "compile": (None, lambda: compiled_runner(teacher), None)}
+    for name, (make, runner, path) in variants.items():
+        entry, gate = publish_variant(name, reference, probe, RULES, make, runner, path)
+        assert gate.status == "pass", (name, gate.reasons)
+        assert entry["publishable"]
+        assert path is None or (entry["bytes"] == path.stat().st_size and len(entry["sha256"]) == 64)
+
+
+def test_a_broken_onnx_export_is_not_publishable_and_names_the_diverging_rows(teacher, encoded, probe, tmp_path):
+    from tasks.export import publish_variant
+
+    broken = copy.deepcopy(teacher)
+    with torch.no_grad():
+        broken.head.weight[0, 0] += 0.5   # one weight of the classifier head
+    path = tmp_path / "broken.onnx"
+    entry, gate = publish_variant("onnx", eager(teacher, probe), probe, RULES,
+                                  lambda: export_onnx(broken, encoded.prepared.schema, "legacy", path),
+                                  lambda: onnx_runner(path), path)
+    assert gate.status == "fail" and not entry["publishable"]
+    assert "probe rows exceed atol" in gate.reasons[0] and "(rows [" in gate.reasons[0]

@@ -49,17 +49,21 @@ def test_negative_min_improvement_tolerates_a_small_loss_only():
 
 
 
-@pytest.mark.parametrize("variant, status", [(0.900, "pass"), (0.896, "pass"), (0.894, "fail"), (0.95, "pass")])
-def test_accuracy_budget(variant, status):
-    result = accuracy_budget("onnx-int8", {"accuracy": 0.9}, {"accuracy": variant}, CompressParams(max_drop=0.005))
+def drop(point: float, low: float | None = None, high: float | None = None) -> dict:
+    return {"drop": point, "low": point - 0.01 if low is None else low, "high": point + 0.01 if high is None else high}
+
+
+@pytest.mark.parametrize("point, status", [(0.0, "pass"), (0.004, "pass"), (0.0051, "fail"), (-0.05, "pass")])
+def test_accuracy_budget_gates_on_the_point_estimate(point, status):
+    result = accuracy_budget("onnx-int8", drop(point), CompressParams(max_drop=0.005))
     assert result.status == status
     assert result.gate == "accuracy budget onnx-int8"
 
 
-def test_accuracy_budget_reports_the_drop_in_points():
-    result = accuracy_budget("x", {"accuracy": 0.90}, {"accuracy": 0.85}, CompressParams(max_drop=0.01))
-    assert result.status == "fail" and "5.00 points" in result.reasons[0]
-
+def test_accuracy_budget_reports_the_drop_and_its_interval_in_points():
+    result = accuracy_budget("x", drop(0.05, 0.03, 0.07), CompressParams(max_drop=0.01, metric="accuracy"))
+    assert result.status == "fail"
+    assert "accuracy drop +5.00 points (95% CI +3.00 to +7.00) > budget 1.00" in result.reasons[0]
 
 
 def traffic(seed: int = 0, n: int = 200, champion_acc: float = 0.8, challenger_acc: float = 0.8,

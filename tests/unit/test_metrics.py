@@ -64,3 +64,17 @@ def test_evaluate_scores_a_runner_in_batches():
     assert evaluate(runner, features, labels, 2, batch=10) == {"accuracy": 1.0, "f1_macro": 1.0}
     flipped = evaluate(runner, features, 1 - labels, 2, batch=10)
     assert flipped["accuracy"] == 0.0
+
+
+def test_bootstrap_drop_is_zero_for_identical_predictions_and_brackets_a_real_drop():
+    from tasks.metrics import bootstrap_drop
+
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 2, 2000)
+    same = bootstrap_drop(labels, labels, labels, 2, "accuracy", resamples=200)
+    assert same["drop"] == same["low"] == same["high"] == 0.0
+    worse = labels.copy()
+    worse[:200] = 1 - worse[:200]           # 10% wrong: accuracy drop exactly 0.10
+    result = bootstrap_drop(labels, labels, worse, 2, "accuracy", resamples=400, confidence=0.9)
+    assert result["drop"] == pytest.approx(0.10)
+    assert result["low"] < 0.10 < result["high"] and result["high"] - result["low"] < 0.05
