@@ -81,6 +81,10 @@ def onnx_pair(model: nn.Module, schema, folder: Path, name: str, width: int) -> 
     return fp32, int8
 
 
+def profile_exporter(root: Path) -> str:
+    return json.loads((root / "data/export/parity.json").read_text())["exporter"]
+
+
 def measure(runners: dict, inputs: dict) -> dict:
     """Interleaved rounds; per variant the median over rounds of batch-1 p50/p99 and batch-256 rows/s."""
     samples = {name: {"p50": [], "p99": [], "rps": []} for name in runners}
@@ -118,18 +122,24 @@ def main() -> None:
         with torch.no_grad():
             teacher_z = teacher.preprocess(torch.from_numpy(rows)).numpy()
             student_z = student.preprocess(torch.from_numpy(rows)).numpy()
+        other = "legacy" if profile_exporter(root) == "dynamo" else "dynamo"
+        files[f"onnx-fp32-{other}"] = Path(folder) / f"teacher.{other}.onnx"
+        export_onnx(teacher, schema, other, files[f"onnx-fp32-{other}"])
         t_fp32, t_int8 = onnx_pair(teacher, schema, Path(folder), "teacher", teacher_z.shape[1])
         s_fp32, s_int8 = onnx_pair(student, schema, Path(folder), "student", student_z.shape[1])
         shown = ["eager-fp32", "eager-compile", "onnx-fp32", "onnx-int8", "student-onnx-int8"]
         if selected not in shown:
             shown.append(selected)
+        exporters = [f"onnx-fp32-{other}"]  # the ONNX exporter not chosen, end-to-end only
         end_to_end = {"eager-fp32": eager(teacher), "eager-compile": compiled_runner(teacher),
                       **{name: onnx_runner(files[name]) for name in shown if name in files}}
         model_only = {"eager-fp32": eager(ModelOnly(teacher).eval()),
                       "eager-compile": compiled_runner(ModelOnly(teacher).eval()),
                       "onnx-fp32": onnx_runner(t_fp32), "onnx-int8": onnx_runner(t_int8),
                       "student-onnx-fp32": onnx_runner(s_fp32), "student-onnx-int8": onnx_runner(s_int8)}
-        runners = {**{f"{n} e2e": end_to_end[n] for n in shown}, **{f"{n} model": model_only[n] for n in shown}}
+        end_to_end.update({name: onnx_runner(files[name]) for name in exporters})
+        runners = {**{f"{n} e2e": end_to_end[n] for n in shown + exporters},
+                   **{f"{n} model": model_only[n] for n in shown}}
         inputs = {name: (rows if name.endswith("e2e") else (student_z if name.startswith("student") else teacher_z))
                   for name in runners}
         results = measure(runners, inputs)
@@ -140,6 +150,7 @@ def main() -> None:
     gate = compress["variants"].get(selected, {}).get("drop")
     figures = {"selected": selected, **{f"{name} {k}": v for name, r in results.items() for k, v in r.items()
                                         if not name.startswith("eager-fp32 ")},
+               "onnx_exporter": profile_exporter(root),
                "selected_p50_ratio": round(p50_ratio, 3), "selected_throughput_ratio": round(throughput_ratio, 2),
                f"selected_{compress['metric']}_drop_points": round(gate["drop"] * 100, 2) if gate else 0.0}
     baseline = {f"eager-fp32 {kind} {k}": v for kind in ("e2e", "model") for k, v in results[f"eager-fp32 {kind}"].items()}
@@ -151,7 +162,8 @@ def main() -> None:
                f"{defaults['train']['model_args']}, student MLP {defaults['distill']['hidden']}; default data "
                f"(100k rows); 1 thread; median of {ROUNDS} interleaved rounds of {CALLS} batch-1 calls and 0.5 s at "
                f"batch {BATCH}. e2e = encoded raw rows in, preprocessing in the graph; model = preprocessed inputs "
-               "to the network alone. eager-compile = torch.compile(dynamic=False).")
+               "to the network alone. eager-compile = torch.compile(dynamic=False). onnx-fp32 is the pipeline's "
+               "exporter (onnx_exporter); onnx-fp32-<other> is the teacher from the other exporter, same run.")
 
 
 if __name__ == "__main__":

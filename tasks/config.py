@@ -87,7 +87,7 @@ class TrainParams(Section):
 class ExportParams(Section):
     """ONNX and torch.export variants and their parity gate."""
 
-    onnx_exporter: Literal["dynamo", "legacy"] = Field("legacy", description="ONNX exporter: `legacy` (TorchScript) or `dynamo` (torch.export based).")
+    onnx_exporter: Literal["dynamo", "legacy"] = Field("dynamo", description="ONNX exporter: `dynamo` (torch.export based; as fast or faster in ONNX Runtime on our models, see bench/results/variants.json) or `legacy` (TorchScript, deprecated). Recorded in the file's metadata.")
     parity_atol: float = Field(1e-4, gt=0.0, description="Largest allowed |logit difference| between a variant and eager.")
     min_argmax_agreement: float = Field(0.999, ge=0.0, le=1.0, description="Smallest share of probe rows whose predicted class must match eager.")
     probe_rows: int = Field(512, ge=16, description="Holdout rows in the parity probe set (edge rows are added).")

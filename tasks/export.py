@@ -76,6 +76,7 @@ def export_onnx(model: nn.Module, schema: Schema, exporter: str, path: Path) -> 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if exporter == "dynamo":
+                logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed" noise
                 program = torch.onnx.export(model, (example,), dynamo=True, input_names=["x"], output_names=["logits"],
                                             dynamic_shapes={"x": {0: torch.export.Dim("batch", max=MAX_BATCH)}},
                                             verbose=False)

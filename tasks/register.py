@@ -29,9 +29,12 @@ class Registration(BaseModel):
     aliases: dict[str, str]
 
 
-def passport(blessing: Blessing, tags: dict[str, str], profile: dict) -> str:
+def passport(blessing: Blessing, tags: dict[str, str], profile: dict, compress: dict | None = None) -> str:
     """The version's description in the MLflow UI: data version, gates, figures vs champion, verdict."""
     selected = profile["variants"][profile["selected"]]
+    budget = ((compress or {}).get("variants") or {}).get(profile["selected"])
+    proof = (f"; accuracy budget {budget['gate']['status']}: {budget['gate']['reasons'][0]} vs the fp32 teacher"
+             if budget else "; the fp32 teacher itself (parity-gated export)")
     champion = blessing.champion_metrics or {}
     rows = "\n".join(f"| {k} | {v:.4f} | {champion[k]:.4f} |" if k in champion else f"| {k} | {v:.4f} | — |"
                      for k, v in blessing.candidate_metrics.items())
@@ -40,7 +43,7 @@ def passport(blessing: Blessing, tags: dict[str, str], profile: dict) -> str:
             f"| holdout metric | this version | champion v{blessing.champion_version or '—'} |\n|---|---|---|\n{rows}\n\n"
             f"**Variant:** {profile['selected']}: batch-1 p50 {selected['p50_us']:.0f} µs, "
             f"p99 {selected['p99_us']:.0f} µs, {selected['rows_per_s']:,.0f} rows/s at batch "
-            f"{profile.get('batch_size', '')}\n\n"
+            f"{profile.get('batch_size', '')}{proof}\n\n"
             f"**Lineage:** git {tags.get('git_commit', '?')[:12]} (dirty: {tags.get('git_dirty')}), "
             f"training data md5 {tags.get('dvc_train_md5', '?')}, train params md5 {tags.get('dvc_train_params_md5', '?')}.\n"
             f"Rebuild: `git checkout {tags.get('git_commit', '?')[:12]} && dvc pull && dvc repro`.\n")
@@ -78,7 +81,8 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     version = str(info.registered_model_version)
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)
-    client.update_model_version(name, version, description=passport(blessing, tags, profile))
+    client.update_model_version(name, version, description=passport(blessing, tags, profile,
+                                                                    read_json(layout.COMPRESS_REPORT)))
     action = apply_aliases(client, name, version, blessing)
     return Registration(model_name=name, version=version, created=True, action=action, aliases=aliases(client, name),
                         seconds=time.perf_counter() - started)

@@ -1,6 +1,8 @@
 """The whole pipeline through the real CLI, in a throwaway clone: Prefect, DVC, MLflow, GX, a real service."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -88,3 +90,28 @@ def test_changed_params_make_a_new_version_that_is_promoted_or_rejected(tiny_pip
         assert after["aliases"]["champion"] == before["aliases"]["champion"]
     assert tags["parent_version"] == before["aliases"]["champion"]
 
+
+
+def test_every_variant_carries_its_proof(tiny_pipeline):
+    """Parity for each exported variant, the accuracy budget with its interval for each compressed one,
+    and the served variant is one that passed."""
+    project, _ = tiny_pipeline
+    read = lambda path: json.loads((project.root / path).read_text())  # noqa: E731
+    parity, compress, profile = read("data/export/parity.json"), read("data/compress/report.json"), read(
+        "data/profile/report.json")
+    for name in ("onnx", "pt2", "compile"):
+        assert parity[name]["gate"]["status"] == "pass", parity[name]
+    assert parity["exporter"] == "dynamo"
+    assert compress["student_parity"]["gate"]["status"] == "pass"
+    assert {"onnx-int8", "eager-int8", "student-onnx-fp32", "student-onnx-int8"} <= compress["variants"].keys()
+    for name, entry in compress["variants"].items():
+        drop = entry["drop"]
+        assert drop["low"] <= drop["drop"] <= drop["high"], name
+        assert entry["publishable"] == (drop["drop"] <= compress["max_drop"]), name
+        if "path" in entry:
+            assert len(entry["sha256"]) == 64 and (project.root / entry["path"]).stat().st_size == entry["bytes"]
+    selected = profile["selected"]
+    assert selected == "onnx-fp32" or compress["variants"][selected]["publishable"]
+    assert profile["variants"][selected]["p50_us"] == min(
+        profile["variants"][name]["p50_us"] for name in profile["variants"]
+        if name == "onnx-fp32" or compress["variants"].get(name, {}).get("publishable") and "path" in compress["variants"][name])
