@@ -122,7 +122,8 @@ def main() -> None:
         with torch.no_grad():
             teacher_z = teacher.preprocess(torch.from_numpy(rows)).numpy()
             student_z = student.preprocess(torch.from_numpy(rows)).numpy()
-        other = "legacy" if profile_exporter(root) == "dynamo" else "dynamo"
+        exporter = profile_exporter(root)
+        other = "legacy" if exporter == "dynamo" else "dynamo"
         files[f"onnx-fp32-{other}"] = Path(folder) / f"teacher.{other}.onnx"
         export_onnx(teacher, schema, other, files[f"onnx-fp32-{other}"])
         t_fp32, t_int8 = onnx_pair(teacher, schema, Path(folder), "teacher", teacher_z.shape[1])
@@ -150,7 +151,7 @@ def main() -> None:
     gate = compress["variants"].get(selected, {}).get("drop")
     figures = {"selected": selected, **{f"{name} {k}": v for name, r in results.items() for k, v in r.items()
                                         if not name.startswith("eager-fp32 ")},
-               "onnx_exporter": profile_exporter(root),
+               "onnx_exporter": exporter,
                "selected_p50_ratio": round(p50_ratio, 3), "selected_throughput_ratio": round(throughput_ratio, 2),
                f"selected_{compress['metric']}_drop_points": round(gate["drop"] * 100, 2) if gate else 0.0}
     baseline = {f"eager-fp32 {kind} {k}": v for kind in ("e2e", "model") for k, v in results[f"eager-fp32 {kind}"].items()}
