@@ -117,6 +117,7 @@ def main() -> None:
         compress = json.loads(Path("data/compress/report.json").read_text())
         selected = profile["selected"]
         files = {"onnx-fp32": Path("data/export/model.onnx"), "onnx-int8": Path("data/compress/variants/model.int8.onnx"),
+                 "onnx-int8-static": Path("data/compress/variants/model.int8-static.onnx"),
                  "student-onnx-fp32": Path("data/compress/variants/student.onnx"),
                  "student-onnx-int8": Path("data/compress/variants/student.int8.onnx")}
         with torch.no_grad():
@@ -140,7 +141,7 @@ def main() -> None:
                       "student-onnx-fp32": onnx_runner(s_fp32), "student-onnx-int8": onnx_runner(s_int8)}
         end_to_end.update({name: onnx_runner(files[name]) for name in exporters})
         runners = {**{f"{n} e2e": end_to_end[n] for n in shown + exporters},
-                   **{f"{n} model": model_only[n] for n in shown}}
+                   **{f"{n} model": model_only[n] for n in shown if n in model_only}}
         inputs = {name: (rows if name.endswith("e2e") else (student_z if name.startswith("student") else teacher_z))
                   for name in runners}
         results = measure(runners, inputs)

@@ -24,6 +24,7 @@ from tasks import layout
 from tasks.artifacts import sha256_file, write_atomic, write_json_atomic
 from tasks.config import CompressParams, Params
 from tasks.contract import encode_features, load_schema
+from tasks.errors import TorchshipError
 from tasks.export import load_trained, onnx_runner, parity_probe, publish_variant, export_onnx
 from tasks.gate import GateResult
 from tasks.holdout import load_holdout
@@ -131,7 +132,11 @@ def build_student(params: Params) -> tuple[dict, GateResult, dict[str, tuple[Pat
     """Train the student (torchrun), export it to ONNX through the same parity gate, quantise it."""
     from tasks.distill import train_student
 
-    train_student(params)
+    try:
+        train_student(params)
+    except TorchshipError as exc:  # the student is optional: the teacher's variants still stand
+        gate = GateResult.decide("parity student-onnx", [f"student training failed: {exc}"])
+        return {"publishable": False, "gate": gate.model_dump()}, gate, {}
     student, _ = load_trained(layout.STUDENT_WEIGHTS)
     schema = load_schema(layout.SCHEMA)
     probe = parity_probe(params, schema)
@@ -179,6 +184,7 @@ def run(params: Params) -> None:
     variants = build_variants(params, teacher)
     student_parity = None
     layout.STUDENT.mkdir(parents=True, exist_ok=True)
+    layout.STUDENT_CHECKPOINTS.mkdir(parents=True, exist_ok=True)  # a DVC output even when distillation is off
     if params.distill.enabled:
         student_parity, parity_gate, student = build_student(params)
         variants.update(student)

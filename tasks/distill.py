@@ -19,7 +19,8 @@ def student_settings(params: Params) -> TrainParams:
     student = params.distill
     return params.train.model_copy(update={"model": "mlp", "model_args": {}, "hidden": list(student.hidden),
                                             "embedding_dim": student.embedding_dim, "dropout": 0.0,
-                                            "epochs": student.epochs, "lr": student.lr})
+                                            "epochs": student.epochs, "lr": student.lr,
+                                            "nnodes": 1})  # tiny: one node, even when the teacher used several
 
 
 def student_job(params: Params) -> TrainingJob:

@@ -138,12 +138,17 @@ def publish_variant(name: str, eager: np.ndarray, probe: np.ndarray, rules: Expo
     """Build one variant (a file, or a runtime option when `path` is None), run it on the probe set,
     and gate it on parity with eager. Returns its report entry and the gate."""
     started = time.perf_counter()
-    if make:
-        make()
-    gate = check_parity(name, eager, runner()(probe), rules)
+    try:
+        if make:
+            make()
+        gate = check_parity(name, eager, runner()(probe), rules)
+    except Exception as exc:  # an exporter or compiler that breaks on this model: the variant is not published
+        if name == "onnx":
+            raise
+        gate = GateResult.decide(f"parity {name}", [f"could not be built or run: {type(exc).__name__}: {exc}"])
     entry = {"seconds": round(time.perf_counter() - started, 2), "publishable": gate.status != "fail",
              "gate": gate.model_dump()}
-    if path is not None:
+    if path is not None and path.exists():
         entry.update(path=str(path), bytes=path.stat().st_size, sha256=sha256_file(path))
     log.info("%s: %s", name, gate.summary())
     return entry, gate

@@ -119,10 +119,12 @@ def teacher(encoded):
 def test_every_variant_of_the_default_teacher_passes_parity(teacher, encoded, probe, tmp_path):
     from tasks.export import _pt2_runner, compiled_runner, export_program, publish_variant
 
-    schema = encoded.prepared.schema
+    from tasks.config import load_params
+
+    schema, exporter = encoded.prepared.schema, load_params(REPO / "params.yaml").export.onnx_exporter
     reference = eager(teacher, probe)
     onnx_path, pt2_path = tmp_path / "t.onnx", tmp_path / "t.pt2"
-    variants = {"onnx": (lambda: export_onnx(teacher, schema, "legacy", onnx_path), lambda: onnx_runner(onnx_path), onnx_path),
+    variants = {"onnx": (lambda: export_onnx(teacher, schema, exporter, onnx_path), lambda: onnx_runner(onnx_path), onnx_path),
                 "pt2": (lambda: export_program(teacher, len(schema.features), pt2_path), lambda: _pt2_runner(pt2_path), pt2_path),
                 "compile": (None, lambda: compiled_runner(teacher), None)}
     for name, (make, runner, path) in variants.items():
@@ -144,3 +146,16 @@ def test_a_broken_onnx_export_is_not_publishable_and_names_the_diverging_rows(te
                                   lambda: onnx_runner(path), path)
     assert gate.status == "fail" and not entry["publishable"]
     assert "probe rows exceed atol" in gate.reasons[0] and "(rows [" in gate.reasons[0]
+
+
+def test_a_variant_that_cannot_be_built_is_not_published_but_onnx_must_build(probe):
+    from tasks.export import publish_variant
+
+    def broken():
+        raise RuntimeError("inductor needs a C++ compiler")
+
+    entry, gate = publish_variant("compile", np.zeros((len(probe), 2)), probe, RULES, broken, lambda: None)
+    assert gate.status == "fail" and not entry["publishable"]
+    assert "RuntimeError: inductor needs a C++ compiler" in gate.reasons[0]
+    with pytest.raises(RuntimeError):
+        publish_variant("onnx", np.zeros((len(probe), 2)), probe, RULES, broken, lambda: None)
