@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import save  # noqa: E402
-from tasks.compress import quantize_onnx  # noqa: E402
+from tasks.compress import eager_runner, quantize_onnx  # noqa: E402
 from tasks.config import read_params_file  # noqa: E402
 from tasks.contract import load_schema  # noqa: E402
 from tasks.export import compiled_runner, export_onnx, load_trained, onnx_runner  # noqa: E402
@@ -49,14 +49,6 @@ class ModelOnly(nn.Module):
         return self.model.classify(features)
 
 
-def eager(model: nn.Module):
-    def run(rows: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return model(torch.from_numpy(rows)).numpy()
-
-    return run
-
-
 def build_pipeline(folder: Path) -> Path:
     """Default params (the test fixture's tiny sizes put back), stages run as DVC would run them."""
     from tests.conftest import TINY, make_project
@@ -72,7 +64,7 @@ def build_pipeline(folder: Path) -> Path:
     return project.root
 
 
-def onnx_pair(model: nn.Module, schema, folder: Path, name: str, width: int) -> tuple[Path, Path]:
+def onnx_pair(model: nn.Module, folder: Path, name: str, width: int) -> tuple[Path, Path]:
     """Model-only ONNX (fp32 and dynamic int8) of a model's network without its preprocessing."""
     fp32, int8 = folder / f"{name}.model-only.onnx", folder / f"{name}.model-only.int8.onnx"
     torch.onnx.export(ModelOnly(model).eval(), (torch.zeros(4, width),), str(fp32), dynamo=False, input_names=["x"],
@@ -127,15 +119,15 @@ def main() -> None:
         other = "legacy" if exporter == "dynamo" else "dynamo"
         files[f"onnx-fp32-{other}"] = Path(folder) / f"teacher.{other}.onnx"
         export_onnx(teacher, schema, other, files[f"onnx-fp32-{other}"])
-        t_fp32, t_int8 = onnx_pair(teacher, schema, Path(folder), "teacher", teacher_z.shape[1])
-        s_fp32, s_int8 = onnx_pair(student, schema, Path(folder), "student", student_z.shape[1])
+        t_fp32, t_int8 = onnx_pair(teacher, Path(folder), "teacher", teacher_z.shape[1])
+        s_fp32, s_int8 = onnx_pair(student, Path(folder), "student", student_z.shape[1])
         shown = ["eager-fp32", "eager-compile", "onnx-fp32", "onnx-int8", "student-onnx-int8"]
         if selected not in shown:
             shown.append(selected)
         exporters = [f"onnx-fp32-{other}"]  # the ONNX exporter not chosen, end-to-end only
-        end_to_end = {"eager-fp32": eager(teacher), "eager-compile": compiled_runner(teacher),
+        end_to_end = {"eager-fp32": eager_runner(teacher), "eager-compile": compiled_runner(teacher),
                       **{name: onnx_runner(files[name]) for name in shown if name in files}}
-        model_only = {"eager-fp32": eager(ModelOnly(teacher).eval()),
+        model_only = {"eager-fp32": eager_runner(ModelOnly(teacher).eval()),
                       "eager-compile": compiled_runner(ModelOnly(teacher).eval()),
                       "onnx-fp32": onnx_runner(t_fp32), "onnx-int8": onnx_runner(t_int8),
                       "student-onnx-fp32": onnx_runner(s_fp32), "student-onnx-int8": onnx_runner(s_int8)}

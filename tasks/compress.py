@@ -23,11 +23,11 @@ from torch import nn
 from tasks import layout
 from tasks.artifacts import sha256_file, write_atomic, write_json_atomic
 from tasks.config import CompressParams, Params
-from tasks.contract import encode_features, load_schema
+from tasks.contract import Schema, encode_features, load_schema
 from tasks.errors import TorchshipError
-from tasks.export import load_trained, onnx_runner, parity_probe, publish_variant, export_onnx
+from tasks.export import export_onnx, load_trained, onnx_runner, probe_rows, publish_variant
 from tasks.gate import GateResult
-from tasks.holdout import load_holdout
+from tasks.holdout import Holdout, load_holdout
 from tasks.metrics import bootstrap_drop, classification_metrics, predict
 
 log = logging.getLogger("torchship.compress")
@@ -113,7 +113,7 @@ def accuracy_budget(name: str, drop: dict, rules: CompressParams) -> GateResult:
     return GateResult.decide(f"accuracy budget {name}", failures, passed=f"{figure} within {rules.max_drop * 100:.2f}")
 
 
-def build_variants(params: Params, teacher: nn.Module) -> dict[str, tuple[Path | None, Runner]]:
+def build_variants(params: Params, teacher: nn.Module, schema: Schema) -> dict[str, tuple[Path | None, Runner]]:
     """Make every compressed variant; returns name -> (file or None, rows -> logits)."""
     rules = params.compress
     layout.VARIANTS.mkdir(parents=True, exist_ok=True)
@@ -121,14 +121,14 @@ def build_variants(params: Params, teacher: nn.Module) -> dict[str, tuple[Path |
     variants = {"onnx-int8": (layout.INT8_MODEL, onnx_runner(layout.INT8_MODEL, threads=2)),
                 "eager-int8": (None, eager_runner(quantize_eager(teacher)))}
     if rules.static_int8:
-        schema = load_schema(layout.SCHEMA)
         rows = pd.read_parquet(layout.TRAIN_SPLIT).sample(frac=1.0, random_state=0).head(rules.calibration_rows)
         quantize_onnx_static(layout.ONNX_MODEL, layout.STATIC_INT8_MODEL, encode_features(rows, schema))
         variants["onnx-int8-static"] = (layout.STATIC_INT8_MODEL, onnx_runner(layout.STATIC_INT8_MODEL, threads=2))
     return variants
 
 
-def build_student(params: Params) -> tuple[dict, GateResult, dict[str, tuple[Path, Runner]]]:
+def build_student(params: Params, schema: Schema, holdout: Holdout
+                  ) -> tuple[dict, GateResult, dict[str, tuple[Path, Runner]]]:
     """Train the student (torchrun), export it to ONNX through the same parity gate, quantise it."""
     from tasks.distill import train_student
 
@@ -138,8 +138,7 @@ def build_student(params: Params) -> tuple[dict, GateResult, dict[str, tuple[Pat
         gate = GateResult.decide("parity student-onnx", [f"student training failed: {exc}"])
         return {"publishable": False, "gate": gate.model_dump()}, gate, {}
     student, _ = load_trained(layout.STUDENT_WEIGHTS)
-    schema = load_schema(layout.SCHEMA)
-    probe = parity_probe(params, schema)
+    probe = probe_rows(holdout.rows, schema, params.export.probe_rows)
     entry, gate = publish_variant("student-onnx", eager_runner(student)(probe), probe, params.export,
                                   lambda: export_onnx(student, schema, params.export.onnx_exporter, layout.STUDENT_ONNX),
                                   lambda: onnx_runner(layout.STUDENT_ONNX), layout.STUDENT_ONNX)
@@ -181,12 +180,12 @@ def run(params: Params) -> None:
     teacher, _ = load_trained()
     reference = predict(onnx_runner(layout.ONNX_MODEL, threads=2), holdout.features)
     fp32 = {**classification_metrics(holdout.labels, reference, n_classes), "bytes": layout.ONNX_MODEL.stat().st_size}
-    variants = build_variants(params, teacher)
+    variants = build_variants(params, teacher, schema)
     student_parity = None
     layout.STUDENT.mkdir(parents=True, exist_ok=True)
     layout.STUDENT_CHECKPOINTS.mkdir(parents=True, exist_ok=True)  # a DVC output even when distillation is off
     if params.distill.enabled:
-        student_parity, parity_gate, student = build_student(params)
+        student_parity, parity_gate, student = build_student(params, schema, holdout)
         variants.update(student)
         if parity_gate.status == "fail":
             log.error("student-onnx is not published: %s", parity_gate.summary())

@@ -128,10 +128,6 @@ def compiled_runner(model: nn.Module) -> Callable[[np.ndarray], np.ndarray]:
     return run
 
 
-def parity_probe(params: Params, schema: Schema) -> np.ndarray:
-    return probe_rows(pd.read_parquet(layout.HOLDOUT_SPLIT), schema, params.export.probe_rows)
-
-
 def publish_variant(name: str, eager: np.ndarray, probe: np.ndarray, rules: ExportParams,
                     make: Callable[[], None] | None, runner: Callable[[], Callable[[np.ndarray], np.ndarray]],
                     path: Path | None = None) -> tuple[dict, GateResult]:
@@ -164,7 +160,7 @@ def run(params: Params) -> None:
 
     model, _ = load_trained()
     schema = load_schema(layout.SCHEMA)
-    probe = parity_probe(params, schema)
+    probe = probe_rows(pd.read_parquet(layout.HOLDOUT_SPLIT), schema, params.export.probe_rows)
     with torch.no_grad():
         eager = model(torch.from_numpy(probe)).numpy()
     rules = params.export
