@@ -15,10 +15,10 @@ from bench.common import save  # noqa: E402
 from models import build_model  # noqa: E402
 from tasks.config import PrepareParams, TrainParams  # noqa: E402
 from tasks.contract import encode_features, encode_target  # noqa: E402
+from tasks.core.sources import generate_customers  # noqa: E402
 from tasks.prepare import prepare_tables  # noqa: E402
-from tasks.sources import generate_customers  # noqa: E402
-from tasks.train import fit_layout, model_spec  # noqa: E402
-from tasks.train_loop import Split, train_model  # noqa: E402
+from tasks.training.weights import fit_layout, model_spec  # noqa: E402
+from tasks.training.loop import Split, train_model  # noqa: E402
 
 ROWS = int(os.environ.get("BENCH_ROWS", 100_000))
 FT_ARGS = {"d_token": 32, "layers": 2, "heads": 4, "dropout": 0.1}

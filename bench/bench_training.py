@@ -28,7 +28,7 @@ from torch import nn
 sys.path.insert(0, ".")
 from models import build_model
 from tasks.contract import encode_features, encode_target, load_schema
-from tasks.train import fit_layout, model_spec
+from tasks.training.weights import fit_layout, model_spec
 from tasks.config import load_params
 
 params = load_params().train
@@ -56,7 +56,7 @@ print(json.dumps({"samples_per_s": params.epochs * len(y) / seconds,
 
 
 def run_stage(project: Path, nproc: int) -> dict:
-    from tasks.overrides import resolve, write_params
+    from tasks.ops.overrides import resolve, write_params
 
     raw, _ = resolve([f"train.{k}={json.dumps(v)}" for k, v in {**SETTINGS, "nproc": nproc}.items()],
                      base_file=str(project / "params.yaml"))

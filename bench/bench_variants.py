@@ -28,8 +28,8 @@ from bench.common import save  # noqa: E402
 from tasks.compress import eager_runner, quantize_onnx  # noqa: E402
 from tasks.config import read_params_file  # noqa: E402
 from tasks.contract import load_schema  # noqa: E402
+from tasks.core.holdout import load_holdout  # noqa: E402
 from tasks.export import compiled_runner, export_onnx, load_trained, onnx_runner  # noqa: E402
-from tasks.holdout import load_holdout  # noqa: E402
 from tasks.profile import throughput, time_calls  # noqa: E402
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 5))
@@ -126,12 +126,12 @@ def main() -> None:
             shown.append(selected)
         exporters = [f"onnx-fp32-{other}"]  # the ONNX exporter not chosen, end-to-end only
         end_to_end = {"eager-fp32": eager_runner(teacher), "eager-compile": compiled_runner(teacher),
-                      **{name: onnx_runner(files[name]) for name in shown if name in files}}
+                      **{name: onnx_runner(files[name], 1) for name in shown if name in files}}
         model_only = {"eager-fp32": eager_runner(ModelOnly(teacher).eval()),
                       "eager-compile": compiled_runner(ModelOnly(teacher).eval()),
-                      "onnx-fp32": onnx_runner(t_fp32), "onnx-int8": onnx_runner(t_int8),
-                      "student-onnx-fp32": onnx_runner(s_fp32), "student-onnx-int8": onnx_runner(s_int8)}
-        end_to_end.update({name: onnx_runner(files[name]) for name in exporters})
+                      "onnx-fp32": onnx_runner(t_fp32, 1), "onnx-int8": onnx_runner(t_int8, 1),
+                      "student-onnx-fp32": onnx_runner(s_fp32, 1), "student-onnx-int8": onnx_runner(s_int8, 1)}
+        end_to_end.update({name: onnx_runner(files[name], 1) for name in exporters})
         runners = {**{f"{n} e2e": end_to_end[n] for n in shown + exporters},
                    **{f"{n} model": model_only[n] for n in shown if n in model_only}}
         inputs = {name: (rows if name.endswith("e2e") else (student_z if name.startswith("student") else teacher_z))

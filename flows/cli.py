@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.environment import configure_environment, find_project_root
-from tasks.errors import TorchshipError
+from tasks.core.errors import TorchshipError
 
 app = typer.Typer(help="torchship: a PyTorch tabular classifier from raw data to a canaried service. "
                        "Run commands from the project folder (the one holding params.yaml).",
@@ -56,7 +56,7 @@ def run(params: Path = typer.Option(None, "--params", help="A YAML file of param
 
     Exits 0 when the pipeline ran correctly, blessed or not (the summary says which and why);
     non-zero on errors, with params.yaml put back as it was."""
-    from tasks import overrides
+    from tasks.ops import overrides
     from tasks.prepare import write_source_fingerprint
 
     enter_project()
@@ -120,9 +120,9 @@ def render_summary(summary, seconds: float) -> None:
 def plan(params: Path = typer.Option(None, "--params", help="A YAML file of params merged over params.yaml."),
          set_: list[str] = typer.Option([], "--set", help=SET_HELP)) -> None:
     """Show which DVC stages would re-run, and why, with these overrides (nothing runs, nothing changes)."""
-    from tasks import overrides
+    from tasks.ops import overrides
+    from tasks.ops.reproduce import DVC_STAGES, stage_changes
     from tasks.prepare import write_source_fingerprint
-    from tasks.reproduce import DVC_STAGES, stage_changes
 
     enter_project()
     try:
@@ -228,7 +228,7 @@ def serve(host: str = typer.Option(None, help="Bind address (default from params
 def status() -> None:
     """Registry state of this project's model: versions, aliases, bless/canary verdicts."""
     from tasks.config import load_params
-    from tasks.registry import aliases, registry_client
+    from tasks.core.registry import aliases, registry_client
 
     enter_project()
     try:
@@ -256,7 +256,8 @@ def status() -> None:
 def rollback() -> None:
     """Put the version tagged `previous` back as champion (the current one is tagged rejected)."""
     from tasks.config import load_params
-    from tasks.registry import registry_client, rollback as registry_rollback
+    from tasks.core.registry import registry_client
+    from tasks.ops.registry import rollback as registry_rollback
 
     enter_project()
     params = load_params()
@@ -333,9 +334,9 @@ def contract_suggest(data: str = typer.Argument(..., help="A CSV/Parquet path, `
 
     from tasks.config import DataParams, load_params
     from tasks.contract import parse_table
-    from tasks.contract_spec import suggest_contract
+    from tasks.core.contract_spec import suggest_contract
+    from tasks.core.sources import resolve_target
     from tasks.prepare import load_source
-    from tasks.sources import resolve_target
 
     enter_project()
     try:

@@ -1,7 +1,7 @@
 """Tabular classifiers whose preprocessing lives inside the module, so every export carries it."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn

@@ -9,30 +9,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from pydantic import BaseModel
-
-from tasks import layout
-from tasks.artifacts import read_json, sha256_file
 from tasks.config import BlessParams, Params
-from tasks.contract import Schema
-from tasks.export import onnx_runner
-from tasks.gate import GateResult
-from tasks.holdout import load_holdout
-from tasks.metrics import evaluate
-from tasks.registry import CHAMPION, alias_version, download_onnx, registry_client
+from tasks.contract import Schema, load_schema, schema_from_metadata
+from tasks.core import paths
+from tasks.core.artifacts import read_json, sha256_file
+from tasks.core.gate import GateResult
+from tasks.core.holdout import load_holdout
+from tasks.core.metrics import evaluate
+from tasks.core.registry import CHAMPION, alias_version, download_onnx, registry_client
+from tasks.core.runtime import onnx_metadata, onnx_runner
+from tasks.core.verdicts import Blessing
 
 log = logging.getLogger("torchship.bless")
-
-
-class Blessing(BaseModel):
-    seconds: float = 0.0
-    gate: GateResult
-    model_name: str
-    candidate_path: str
-    candidate_sha256: str
-    candidate_metrics: dict[str, float]
-    champion_version: str | None = None
-    champion_metrics: dict[str, float] | None = None
 
 
 def decide(candidate: dict[str, float], champion: dict[str, float] | None, comparable: bool,
@@ -51,47 +39,45 @@ def decide(candidate: dict[str, float], champion: dict[str, float] | None, compa
     return GateResult.decide("bless", [] if candidate[metric] >= needed else [verdict], passed=verdict)
 
 
-def score_onnx(path: Path, schema: Schema) -> dict[str, float]:
+def score_onnx(path: Path, schema: Schema, threads: int) -> dict[str, float]:
     """Metrics of an ONNX model on the holdout, encoded with that model's own schema."""
     holdout = load_holdout(schema)
-    return evaluate(onnx_runner(path, threads=2), holdout.features, holdout.labels, len(schema.classes))
+    return evaluate(onnx_runner(path, threads), holdout.features, holdout.labels, len(schema.classes))
 
 
 def bless_candidate(params: Params) -> Blessing:
     """Score the selected variant and the live champion on the same holdout and decide."""
-    from tasks.contract import load_schema
-
     started = time.perf_counter()
-    profile = read_json(layout.PROFILE_REPORT)
-    path = Path(profile["selected_path"])
-    schema = load_schema(layout.SCHEMA)
+    path = Path(read_json(paths.PROFILE_REPORT)["selected_path"])
+    schema = load_schema(paths.SCHEMA)
     name = params.data.registered_model_name()
-    sha = sha256_file(path)
-    candidate = score_onnx(path, schema)
+    threads = params.runtime.threads
+    candidate = score_onnx(path, schema, threads)
     client = registry_client(params.tracking)
     champion = alias_version(client, name, CHAMPION)
     champion_metrics, comparable = None, True
     if champion is not None:
         with tempfile.TemporaryDirectory() as folder:
-            champion_path = download_onnx(name, champion.version, Path(folder))
-            champion_schema = _onnx_schema(champion_path)
+            champion_path = download_onnx(client, name, champion.version, Path(folder))
+            champion_schema = schema_from_metadata(onnx_metadata(champion_path))
             comparable = champion_schema.signature() == schema.signature()
-            if comparable:
-                champion_metrics = score_onnx(champion_path, champion_schema)
-        champion_metrics = champion_metrics or {}
-    gate = decide(candidate, champion_metrics if champion is not None else None, comparable, params.bless,
+            champion_metrics = score_onnx(champion_path, champion_schema, threads) if comparable else {}
+    gate = decide(candidate, champion_metrics, comparable, params.bless,
                   str(champion.version) if champion else None)
-    blessing = Blessing(gate=gate, model_name=name, candidate_path=str(path), candidate_sha256=sha,
-                        candidate_metrics=candidate, champion_version=str(champion.version) if champion else None,
-                        champion_metrics=champion_metrics,
-                        seconds=time.perf_counter() - started)
-    log.info("bless: %s", gate.summary())
+    return Blessing(gate=gate, model_name=name, candidate_path=str(path), candidate_sha256=sha256_file(path),
+                    candidate_metrics=candidate, champion_version=str(champion.version) if champion else None,
+                    champion_metrics=champion_metrics, seconds=time.perf_counter() - started)
+
+
+def run(params: Params, parent_run: str | None = None) -> Blessing:
+    """The step: bless the candidate and log the decision as a nested MLflow run."""
+    import mlflow
+
+    from tasks.core.tracking import stage_run
+
+    with stage_run(params.tracking, "bless", parent_run):
+        blessing = bless_candidate(params)
+        mlflow.log_dict(blessing.model_dump(), "bless.json")
+        mlflow.set_tag("gate.status", blessing.gate.status)
+    log.info("bless: %s", blessing.gate.summary())
     return blessing
-
-
-def _onnx_schema(path: Path) -> Schema:
-    import onnx
-
-    from tasks.contract import schema_from_metadata
-
-    return schema_from_metadata({p.key: p.value for p in onnx.load(str(path)).metadata_props})

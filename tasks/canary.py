@@ -15,31 +15,19 @@ from typing import Iterator
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel
 
 from tasks.config import CanaryParams, Params
-from tasks.errors import TorchshipError
-from tasks.gate import GateResult
+from tasks.contract import Schema, load_schema
+from tasks.core import paths
+from tasks.core.errors import TorchshipError
+from tasks.core.gate import GateResult
+from tasks.core.holdout import load_holdout
+from tasks.core.registry import CHALLENGER, alias_version, aliases, registry_client
+from tasks.core.verdicts import CanaryReport, VariantTraffic
+from tasks.ops.registry import promote, reject
 
 log = logging.getLogger("torchship.canary")
 SMOKE_ONLY = "smoke test only (no challenger)"
-
-
-class VariantTraffic(BaseModel):
-    version: str
-    requests: int
-    errors: int
-    accuracy: float
-    p50_ms: float
-    p95_ms: float
-
-
-class CanaryReport(BaseModel):
-    seconds: float = 0.0
-    gate: GateResult
-    action: str
-    traffic: dict[str, VariantTraffic]
-    aliases: dict[str, str] = {}
 
 
 def free_port() -> int:
@@ -148,11 +136,9 @@ def analyse(traffic: pd.DataFrame, rules: CanaryParams) -> tuple[GateResult, dic
     return GateResult.decide("canary", failures, passed=passed), summary
 
 
-def run_canary(params: Params, holdout_rows: pd.DataFrame, schema) -> CanaryReport:
+def run_canary(params: Params, holdout_rows: pd.DataFrame, schema: Schema) -> CanaryReport:
     """Smoke-test the champion alone, or canary the challenger against it and act on the result.
     Requests carry the model's features only (a contract's key column is data, not a feature)."""
-    from tasks.registry import CHALLENGER, alias_version, aliases, promote, registry_client, reject
-
     started = time.perf_counter()
     client = registry_client(params.tracking)
     name = params.data.registered_model_name()
@@ -181,3 +167,18 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame, schema) -> CanaryRepo
         action = f"promoted v{challenger.version} to champion (v{old} tagged previous)"
     return CanaryReport(gate=gate, action=action, traffic=summary, aliases=aliases(client, name),
                             seconds=time.perf_counter() - started)
+
+
+def run(params: Params, parent_run: str | None = None) -> CanaryReport:
+    """The step: canary on the holdout's rows, logged as a nested MLflow run."""
+    import mlflow
+
+    from tasks.core.tracking import stage_run
+
+    schema = load_schema(paths.SCHEMA)
+    with stage_run(params.tracking, "canary", parent_run):
+        report = run_canary(params, load_holdout(schema).rows, schema)
+        mlflow.log_dict(report.model_dump(), "canary.json")
+        mlflow.set_tag("gate.status", report.gate.status)
+    log.info("canary: %s -> %s", report.gate.summary(), report.action)
+    return report

@@ -4,104 +4,35 @@ DVC stage: `python -m tasks.compress`. Variants, all scored on the same holdout 
 - `onnx-int8`: ONNX Runtime dynamic int8 of the teacher's ONNX file;
 - `eager-int8`: torch dynamic int8 of the eager teacher (a runtime transform, profiled, never served);
 - `onnx-int8-static` (compress.static_int8): ONNX Runtime static int8 calibrated on training rows;
-- `student-onnx-fp32` / `student-onnx-int8`: the distilled student (tasks/distill.py) exported with the
+- `student-onnx-fp32` / `student-onnx-int8`: the distilled student (tasks/training/distill.py) exported with the
   same parity gate as the teacher, then quantised.
 A variant over budget is reported and marked unpublishable; profile only picks publishable ones.
 """
 from __future__ import annotations
 
 import logging
-import warnings
 from pathlib import Path
-from typing import Callable
 
-import numpy as np
 import pandas as pd
-import torch
 from torch import nn
 
-from tasks import layout
-from tasks.artifacts import sha256_file, write_atomic, write_json_atomic
 from tasks.config import CompressParams, Params
 from tasks.contract import Schema, encode_features, load_schema
-from tasks.errors import TorchshipError
-from tasks.export import export_onnx, load_trained, onnx_runner, probe_rows, publish_variant
-from tasks.gate import GateResult
-from tasks.holdout import Holdout, load_holdout
-from tasks.metrics import bootstrap_drop, classification_metrics, predict
+from tasks.core import paths
+from tasks.core.artifacts import sha256_file, write_json_atomic
+from tasks.core.errors import TorchshipError
+from tasks.core.gate import GateResult
+from tasks.core.holdout import Holdout, load_holdout
+from tasks.core.metrics import bootstrap_drop, classification_metrics, predict
+from tasks.core.runtime import Runner, onnx_runner
+from tasks.core.stage import stage_main
+from tasks.training.weights import load_trained
+from tasks.variants.exporters import export_onnx
+from tasks.variants.parity import probe_rows, publish_variant
+from tasks.variants.quantize import quantize_onnx, quantize_onnx_static
+from tasks.variants.runners import eager_runner, quantize_eager
 
 log = logging.getLogger("torchship.compress")
-Runner = Callable[[np.ndarray], np.ndarray]
-
-
-def _keep_metadata(source: Path, tmp: Path) -> None:
-    import onnx
-
-    proto, original = onnx.load(str(tmp)), onnx.load(str(source))
-    del proto.metadata_props[:]
-    proto.metadata_props.extend(original.metadata_props)
-    onnx.save(proto, str(tmp))
-
-
-def _quiet_root_logger():
-    root = logging.getLogger()
-    level, root.level = root.level, logging.ERROR  # ORT's "consider pre-processing" hint is noise here
-    return lambda: root.setLevel(level)
-
-
-def quantize_onnx(source: Path, target: Path) -> None:
-    """ONNX Runtime dynamic int8 (weights int8, activations quantised per call); metadata kept."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    def write(tmp: Path) -> None:
-        restore = _quiet_root_logger()
-        try:
-            quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8)
-        finally:
-            restore()
-        _keep_metadata(source, tmp)
-
-    write_atomic(target, write)
-
-
-def quantize_onnx_static(source: Path, target: Path, calibration: np.ndarray) -> None:
-    """ONNX Runtime static int8 (QDQ) of the matrix products, calibrated on raw training rows."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    class Rows(CalibrationDataReader):
-        def __init__(self):
-            self.batches = iter(np.array_split(calibration, max(1, len(calibration) // 256)))
-
-        def get_next(self):
-            batch = next(self.batches, None)
-            return None if batch is None else {"x": batch}
-
-    def write(tmp: Path) -> None:
-        restore = _quiet_root_logger()
-        try:
-            quantize_static(str(source), str(tmp), Rows(), quant_format=QuantFormat.QDQ,
-                            op_types_to_quantize=["MatMul", "Gemm"], activation_type=QuantType.QInt8,
-                            weight_type=QuantType.QInt8)
-        finally:
-            restore()
-        _keep_metadata(source, tmp)
-
-    write_atomic(target, write)
-
-
-def quantize_eager(model: nn.Module) -> nn.Module:
-    """torch dynamic int8 of every Linear (deprecated torch.ao API, kept as the eager baseline)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
-
-
-def eager_runner(model: nn.Module) -> Runner:
-    def run(rows: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return model(torch.from_numpy(rows)).float().numpy()
-
-    return run
 
 
 def accuracy_budget(name: str, drop: dict, rules: CompressParams) -> GateResult:
@@ -116,37 +47,39 @@ def accuracy_budget(name: str, drop: dict, rules: CompressParams) -> GateResult:
 def build_variants(params: Params, teacher: nn.Module, schema: Schema) -> dict[str, tuple[Path | None, Runner]]:
     """Make every compressed variant; returns name -> (file or None, rows -> logits)."""
     rules = params.compress
-    layout.VARIANTS.mkdir(parents=True, exist_ok=True)
-    quantize_onnx(layout.ONNX_MODEL, layout.INT8_MODEL)
-    variants = {"onnx-int8": (layout.INT8_MODEL, onnx_runner(layout.INT8_MODEL, threads=2)),
+    paths.VARIANTS.mkdir(parents=True, exist_ok=True)
+    quantize_onnx(paths.ONNX_MODEL, paths.INT8_MODEL)
+    threads = params.runtime.threads
+    variants = {"onnx-int8": (paths.INT8_MODEL, onnx_runner(paths.INT8_MODEL, threads)),
                 "eager-int8": (None, eager_runner(quantize_eager(teacher)))}
     if rules.static_int8:
-        rows = pd.read_parquet(layout.TRAIN_SPLIT).sample(frac=1.0, random_state=0).head(rules.calibration_rows)
-        quantize_onnx_static(layout.ONNX_MODEL, layout.STATIC_INT8_MODEL, encode_features(rows, schema))
-        variants["onnx-int8-static"] = (layout.STATIC_INT8_MODEL, onnx_runner(layout.STATIC_INT8_MODEL, threads=2))
+        rows = pd.read_parquet(paths.TRAIN_SPLIT).sample(frac=1.0, random_state=0).head(rules.calibration_rows)
+        quantize_onnx_static(paths.ONNX_MODEL, paths.STATIC_INT8_MODEL, encode_features(rows, schema))
+        variants["onnx-int8-static"] = (paths.STATIC_INT8_MODEL, onnx_runner(paths.STATIC_INT8_MODEL, threads))
     return variants
 
 
 def build_student(params: Params, schema: Schema, holdout: Holdout
                   ) -> tuple[dict, GateResult, dict[str, tuple[Path, Runner]]]:
     """Train the student (torchrun), export it to ONNX through the same parity gate, quantise it."""
-    from tasks.distill import train_student
+    from tasks.training.distill import train_student
 
+    threads = params.runtime.threads
     try:
         train_student(params)
     except TorchshipError as exc:  # the student is optional: the teacher's variants still stand
         gate = GateResult.decide("parity student-onnx", [f"student training failed: {exc}"])
         return {"publishable": False, "gate": gate.model_dump()}, gate, {}
-    student, _ = load_trained(layout.STUDENT_WEIGHTS)
+    student, _ = load_trained(paths.STUDENT_WEIGHTS)
     probe = probe_rows(holdout.rows, schema, params.export.probe_rows)
     entry, gate = publish_variant("student-onnx", eager_runner(student)(probe), probe, params.export,
-                                  lambda: export_onnx(student, schema, params.export.onnx_exporter, layout.STUDENT_ONNX),
-                                  lambda: onnx_runner(layout.STUDENT_ONNX), layout.STUDENT_ONNX)
+                                  lambda: export_onnx(student, schema, params.export.onnx_exporter, paths.STUDENT_ONNX),
+                                  lambda: onnx_runner(paths.STUDENT_ONNX, threads), paths.STUDENT_ONNX)
     if gate.status == "fail":
         return entry, gate, {}
-    quantize_onnx(layout.STUDENT_ONNX, layout.STUDENT_INT8)
-    return entry, gate, {"student-onnx-fp32": (layout.STUDENT_ONNX, onnx_runner(layout.STUDENT_ONNX, threads=2)),
-                         "student-onnx-int8": (layout.STUDENT_INT8, onnx_runner(layout.STUDENT_INT8, threads=2))}
+    quantize_onnx(paths.STUDENT_ONNX, paths.STUDENT_INT8)
+    return entry, gate, {"student-onnx-fp32": (paths.STUDENT_ONNX, onnx_runner(paths.STUDENT_ONNX, threads)),
+                         "student-onnx-int8": (paths.STUDENT_INT8, onnx_runner(paths.STUDENT_INT8, threads))}
 
 
 def print_variant_table(report: dict) -> None:
@@ -171,26 +104,26 @@ def run(params: Params) -> None:
     """DVC stage body: build, score against the fp32 teacher on holdout, gate, report."""
     import mlflow
 
-    from tasks.tracking import stage_run
+    from tasks.core.tracking import stage_run
 
     rules = params.compress
-    schema = load_schema(layout.SCHEMA)
+    schema = load_schema(paths.SCHEMA)
     holdout = load_holdout(schema)
     n_classes = len(schema.classes)
-    teacher, _ = load_trained()
-    reference = predict(onnx_runner(layout.ONNX_MODEL, threads=2), holdout.features)
-    fp32 = {**classification_metrics(holdout.labels, reference, n_classes), "bytes": layout.ONNX_MODEL.stat().st_size}
+    teacher, _ = load_trained(paths.MODEL_WEIGHTS)
+    reference = predict(onnx_runner(paths.ONNX_MODEL, params.runtime.threads), holdout.features)
+    fp32 = {**classification_metrics(holdout.labels, reference, n_classes), "bytes": paths.ONNX_MODEL.stat().st_size}
     variants = build_variants(params, teacher, schema)
     student_parity = None
-    layout.STUDENT.mkdir(parents=True, exist_ok=True)
-    layout.STUDENT_CHECKPOINTS.mkdir(parents=True, exist_ok=True)  # a DVC output even when distillation is off
+    paths.STUDENT.mkdir(parents=True, exist_ok=True)
+    paths.STUDENT_CHECKPOINTS.mkdir(parents=True, exist_ok=True)  # a DVC output even when distillation is off
     if params.distill.enabled:
         student_parity, parity_gate, student = build_student(params, schema, holdout)
         variants.update(student)
         if parity_gate.status == "fail":
             log.error("student-onnx is not published: %s", parity_gate.summary())
     else:
-        write_json_atomic(layout.STUDENT / "metrics.json", {"enabled": False, "headline": "distillation off"})
+        write_json_atomic(paths.STUDENT / "metrics.json", {"enabled": False, "headline": "distillation off"})
     report: dict = {"reference": "onnx-fp32 teacher", "metric": rules.metric, "confidence": rules.confidence,
                     "fp32": fp32, "max_drop": rules.max_drop, "variants": {},
                     "student_parity": student_parity}
@@ -209,7 +142,7 @@ def run(params: Params) -> None:
     passed = [name for name, v in report["variants"].items() if v["publishable"]]
     report["headline"] = f"{len(passed)}/{len(variants)} variants within {rules.max_drop * 100:.2f} points: " + \
                          (", ".join(passed) or "none")
-    write_json_atomic(layout.COMPRESS_REPORT, report)
+    write_json_atomic(paths.COMPRESS_REPORT, report)
     print_variant_table(report)
     with stage_run(params.tracking, "compress"):
         mlflow.log_params({**rules.model_dump(), **{f"distill.{k}": v for k, v in params.distill.model_dump().items()}})
@@ -218,10 +151,8 @@ def run(params: Params) -> None:
                                 f"{name}.{rules.metric}": entry["metrics"][rules.metric],
                                 **({f"{name}.bytes": entry["bytes"]} if "bytes" in entry else {})})
             mlflow.set_tag(f"gate.{name}", entry["gate"]["status"])
-        mlflow.log_artifact(str(layout.COMPRESS_REPORT))
+        mlflow.log_artifact(str(paths.COMPRESS_REPORT))
 
 
 if __name__ == "__main__":
-    from tasks.stage import stage_main
-
     stage_main("compress", run)

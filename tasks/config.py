@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tasks.contract_spec import Contract
-from tasks.errors import ConfigError
+from tasks.core.contract_spec import Contract
+from tasks.core.errors import ConfigError
 
 PARAMS_FILE = "params.yaml"
 
@@ -55,14 +55,39 @@ class ValidateParams(Section):
     warn_blocks: bool = Field(False, description="Whether a `warn` gate result stops the pipeline like a `fail`.")
 
 
+class MLPArgs(Section):
+    """`train.model_args` of the `mlp` model."""
+
+    hidden: list[int] = Field([128, 64], min_length=1, description="Hidden layer widths.")
+    embedding_dim: int = Field(8, ge=1, description="Embedding width per categorical column.")
+    dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout after each hidden layer.")
+
+
+class FTTransformerArgs(Section):
+    """`train.model_args` of the `ft_transformer` model (feature tokens + transformer + CLS head)."""
+
+    d_token: int = Field(32, ge=1, description="Width of each feature token (a multiple of heads).")
+    layers: int = Field(2, ge=1, description="Transformer blocks.")
+    heads: int = Field(4, ge=1, description="Attention heads per block.")
+    dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout in attention and feed-forward layers.")
+    ffn_factor: int = Field(2, ge=1, description="Feed-forward width as a multiple of d_token.")
+
+    @model_validator(mode="after")
+    def _heads_divide_tokens(self) -> "FTTransformerArgs":
+        if self.d_token % self.heads:
+            raise ValueError(f"d_token {self.d_token} must be a multiple of heads {self.heads}")
+        return self
+
+
+# Built-in model name -> its typed arguments; a `package.module:Class` model takes its own dict.
+MODEL_ARGS: dict[str, type[Section]] = {"mlp": MLPArgs, "ft_transformer": FTTransformerArgs}
+
+
 class TrainParams(Section):
     """The model and its training under torchrun."""
 
     model: str = Field("ft_transformer", description="The teacher: `ft_transformer` (default), `mlp`, or `package.module:Class` for your own nn.Module (called as Class(layout, **model_args)). The served model is usually its distilled student (see `distill`).")
-    model_args: dict[str, Any] = Field({}, description="Constructor arguments for models other than `mlp` (ft_transformer: d_token, layers, heads, dropout, ffn_factor); the mlp uses hidden, embedding_dim, dropout.")
-    hidden: list[int] = Field([128, 64], min_length=1, description="Hidden layer widths of the MLP.")
-    embedding_dim: int = Field(8, ge=1, description="Embedding width per categorical column.")
-    dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout after each hidden layer.")
+    model_args: dict[str, Any] = Field({}, description="Arguments of the chosen model, checked against it (a key it does not take is an error); empty = its defaults. See the model sections below.")
     epochs: int = Field(8, ge=1, description="Most epochs; early stopping may end sooner.")
     batch_size: int = Field(512, ge=1, description="Global batch size (split across processes).")
     lr: float = Field(1e-3, gt=0.0, description="Peak AdamW learning rate.")
@@ -83,11 +108,39 @@ class TrainParams(Section):
     collective_timeout_s: int = Field(300, ge=10, description="A rank stuck this long in a collective fails the job instead of hanging it.")
     threads: int = Field(0, ge=0, description="Torch intra-op threads per process; 0 = cores / nproc.")
 
+    @model_validator(mode="after")
+    def _args_fit_the_model(self) -> "TrainParams":
+        self.model_kwargs()
+        return self
+
+    def model_kwargs(self) -> dict[str, Any]:
+        """The constructor arguments: a built-in model's typed arguments with defaults filled in, or a
+        user model's dict as given. A key the chosen model does not take is an error, never ignored."""
+        if ":" in self.model:
+            return dict(self.model_args)
+        if self.model not in MODEL_ARGS:
+            raise ValueError(f"unknown model '{self.model}'; known: {', '.join(MODEL_ARGS)} "
+                             "(or package.module:Class for your own nn.Module)")
+        kind = MODEL_ARGS[self.model]
+        unknown = sorted(set(self.model_args) - set(kind.model_fields))
+        if unknown:
+            raise ValueError(f"model_args {unknown} are not arguments of {self.model} (it takes: "
+                             f"{', '.join(kind.model_fields)}); switching models? set train.model_args={{}} "
+                             "for the new model's defaults")
+        return kind.model_validate(self.model_args).model_dump()
+
+
+class RuntimeParams(Section):
+    """Threads the pipeline's own scoring uses (parity probes, holdout scores in compress and bless)."""
+
+    threads: int = Field(2, ge=1, description="ONNX Runtime intra-op threads when a step scores a holdout; "
+                                              "the profile stage times with `profile.threads` instead.")
+
 
 class ExportParams(Section):
     """ONNX and torch.export variants and their parity gate."""
 
-    onnx_exporter: Literal["dynamo", "legacy"] = Field("dynamo", description="ONNX exporter: `dynamo` (torch.export based; as fast or faster in ONNX Runtime on our models, see bench/results/variants.json) or `legacy` (TorchScript, deprecated). Recorded in the file's metadata.")
+    onnx_exporter: Literal["dynamo", "legacy"] = Field("dynamo", description="ONNX exporter: `dynamo` (torch.export based) or `legacy` (TorchScript, deprecated). Measured on the FT teacher in ONNX Runtime (bench/results/variants.json): dynamo 68.5 µs vs legacy 81.6 µs batch-1 p50, legacy about 17% faster at batch 256; serving is batch-1, so dynamo. Recorded in the file's metadata.")
     parity_atol: float = Field(1e-4, gt=0.0, description="Largest allowed |logit difference| between a variant and eager.")
     min_argmax_agreement: float = Field(0.999, ge=0.0, le=1.0, description="Smallest share of probe rows whose predicted class must match eager.")
     probe_rows: int = Field(512, ge=16, description="Holdout rows in the parity probe set (edge rows are added).")
@@ -173,6 +226,7 @@ class Params(Section):
     prepare: PrepareParams = PrepareParams()
     validate_: ValidateParams = Field(ValidateParams(), alias="validate")
     train: TrainParams = TrainParams()
+    runtime: RuntimeParams = RuntimeParams()
     export: ExportParams = ExportParams()
     compress: CompressParams = CompressParams()
     distill: DistillParams = DistillParams()
@@ -253,12 +307,18 @@ def configuration_markdown() -> str:
                       "`type` (numeric|categorical), `nullable`, `max_null_share`, `min`, `max`, `categories`, "
                       "`on_violation` (fail|warn). Propose one with `torchship contract suggest DATA`.", ""]
             continue
-        key = section_field.alias or section_name
-        lines += [f"## `{key}`", "", (section.__doc__ or "").strip(), "",
-                  "| key | type | default | meaning |", "|---|---|---|---|"]
-        for name, field in section.model_fields.items():
-            kind = (str(field.annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
-                    .replace(" | ", " or "))
-            lines.append(f"| `{key}.{name}` | `{kind}` | `{field.default!r}` | {field.description or ''} |")
-        lines.append("")
+        lines += _section_table(section_field.alias or section_name, section)
+        if section_name == "train":
+            for model, arguments in MODEL_ARGS.items():
+                lines += _section_table("train.model_args", arguments, f"`train.model: {model}`")
     return "\n".join(lines)
+
+
+def _section_table(key: str, section: type[BaseModel], title: str | None = None) -> list[str]:
+    lines = [f"## {title or f'`{key}`'}", "", (section.__doc__ or "").strip(), "",
+             "| key | type | default | meaning |", "|---|---|---|---|"]
+    for name, field in section.model_fields.items():
+        kind = (str(field.annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
+                .replace(" | ", " or "))
+        lines.append(f"| `{key}.{name}` | `{kind}` | `{field.default!r}` | {field.description or ''} |")
+    return lines + [""]

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
-from tasks.errors import DataError
+from tasks.core.errors import DataError
 
 # A column is numeric when at least this share of its non-null values parse as numbers;
 # the rest are then violations, not a reason to silently turn the column into text.

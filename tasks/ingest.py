@@ -4,20 +4,19 @@ and the training set stays as it was. Accepted batches are read by `prepare` aft
 from __future__ import annotations
 
 import logging
-import shutil
-import time
-import uuid
 from pathlib import Path
 
 import pandas as pd
 
-from tasks import layout
-from tasks.artifacts import write_atomic, write_json_atomic
 from tasks.config import Params
 from tasks.contract import Schema, load_schema, parse_with_contract, read_raw_table
-from tasks.contract_spec import ColumnRule, Contract
-from tasks.errors import DataError
-from tasks.gate import GateResult
+from tasks.core import paths
+from tasks.core.artifacts import write_atomic, write_json_atomic
+from tasks.core.contract_spec import ColumnRule, Contract
+from tasks.core.errors import DataError
+from tasks.core.expectations import validate_frames
+from tasks.core.gate import GateResult
+from tasks.core.quarantine import quarantine_move, unique_stamp
 
 log = logging.getLogger("torchship.ingest")
 
@@ -33,8 +32,6 @@ def contract_from_schema(schema: Schema) -> Contract:
 def judge_batch(path: Path, contract: Contract, params: Params) -> tuple[GateResult, pd.DataFrame | None]:
     """Pure-ish core: parse by the contract and run its row-level rules (a batch may be small or skewed,
     so table-level row counts and class shares are judged when it joins the training set)."""
-    from tasks.validate import validate_frames
-
     try:
         typed, _, dropped = parse_with_contract(read_raw_table(path), contract, str(path))
     except DataError as exc:
@@ -48,16 +45,13 @@ def judge_batch(path: Path, contract: Contract, params: Params) -> tuple[GateRes
 
 def ingest_batch(path: Path, params: Params) -> tuple[GateResult, Path]:
     """Accept the batch into data/batches/, or move it to data/quarantine/ with its report."""
-    contract = params.contract or contract_from_schema(load_schema(layout.SCHEMA))
+    contract = params.contract or contract_from_schema(load_schema(paths.SCHEMA))
     gate, typed = judge_batch(path, contract, params)
-    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"  # two batches never share a name
     if gate.blocks(params.validate_.warn_blocks) or typed is None:
-        folder = layout.QUARANTINE / f"{stamp}-{path.stem}"
-        folder.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(path), folder / path.name)
+        folder = quarantine_move(path)
         write_json_atomic(folder / "report.json", gate.model_dump())
         return gate.model_copy(update={"evidence": str(folder / "report.json")}), folder
-    accepted = layout.BATCHES / f"{stamp}-{path.stem}.parquet"
+    accepted = paths.BATCHES / f"{unique_stamp()}-{path.stem}.parquet"
     write_atomic(accepted, lambda tmp: typed.to_parquet(tmp, index=False))
     return gate, accepted
 

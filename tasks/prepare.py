@@ -7,23 +7,22 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
-import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from sklearn.model_selection import train_test_split
 
-from tasks import layout
-from tasks.artifacts import write_atomic, write_json_atomic
 from tasks.config import DataParams, Params, PrepareParams
 from tasks.contract import (Schema, build_schema, class_labels, label_strings, parse_table, parse_with_contract,
                             read_raw_table)
-from tasks.contract_spec import Contract
-from tasks.errors import DataError
-from tasks.sources import generate_customers, load_sklearn, resolve_target, source_path
+from tasks.core import paths
+from tasks.core.artifacts import write_atomic, write_json_atomic
+from tasks.core.contract_spec import Contract
+from tasks.core.errors import DataError
+from tasks.core.quarantine import quarantine_copy
+from tasks.core.sources import generate_customers, load_sklearn, resolve_target, source_path
+from tasks.core.stage import stage_main
 
 log = logging.getLogger("torchship.prepare")
 
@@ -46,7 +45,7 @@ def load_source(data: DataParams, with_batches: bool = True) -> tuple[pd.DataFra
         raw, origin = generate_customers(data.rows, data.seed, data.drift), "synthetic"
     else:
         raw, origin = load_sklearn(data.source.split(":", 1)[1]), data.source
-    batches = sorted(layout.BATCHES.glob("*.parquet")) if with_batches else []
+    batches = sorted(paths.BATCHES.glob("*.parquet")) if with_batches else []
     if not batches:
         return raw, origin
     frames = [raw.astype(object)]
@@ -95,7 +94,7 @@ def fingerprint_source(data: DataParams) -> dict:
     fingerprint: dict = {"source": data.source}
     if path is not None and path.exists():
         fingerprint["md5"] = _md5(path)
-    batches = sorted(layout.BATCHES.glob("*.parquet"))
+    batches = sorted(paths.BATCHES.glob("*.parquet"))
     if batches:
         fingerprint["batches"] = {b.name: _md5(b) for b in batches}
     return fingerprint
@@ -109,7 +108,7 @@ def _md5(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_source_fingerprint(data: DataParams, target: Path = layout.SOURCE_FINGERPRINT) -> None:
+def write_source_fingerprint(data: DataParams, target: Path = paths.SOURCE_FINGERPRINT) -> None:
     """Refresh the file DVC hashes for the source, rewriting it only when it changes."""
     text = json.dumps(fingerprint_source(data), indent=2) + "\n"
     if not target.exists() or target.read_text() != text:
@@ -117,24 +116,12 @@ def write_source_fingerprint(data: DataParams, target: Path = layout.SOURCE_FING
         target.write_text(text)
 
 
-def quarantine_source(data: DataParams, reason: str) -> Path | None:
-    """Keep a copy of a rejected file with the reason, so nothing is lost."""
-    path = source_path(data)
-    if path is None or not path.exists():
-        return None
-    folder = layout.QUARANTINE / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}-{path.stem}"
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(path, folder / path.name)
-    (folder / "reason.txt").write_text(reason + "\n")
-    return folder
-
-
 def write_prepared(prepared: PreparedData) -> dict:
     """Write the splits, schema and headline figures atomically."""
-    for frame, path in ((prepared.train, layout.TRAIN_SPLIT), (prepared.val, layout.VAL_SPLIT),
-                        (prepared.holdout, layout.HOLDOUT_SPLIT)):
+    for frame, path in ((prepared.train, paths.TRAIN_SPLIT), (prepared.val, paths.VAL_SPLIT),
+                        (prepared.holdout, paths.HOLDOUT_SPLIT)):
         write_atomic(path, lambda tmp, frame=frame: frame.to_parquet(tmp, index=False))
-    write_atomic(layout.SCHEMA, lambda tmp: tmp.write_text(prepared.schema.to_json()))
+    write_atomic(paths.SCHEMA, lambda tmp: tmp.write_text(prepared.schema.to_json()))
     target = prepared.schema.target
     metrics = {
         "rows": {"train": len(prepared.train), "val": len(prepared.val), "holdout": len(prepared.holdout)},
@@ -146,22 +133,22 @@ def write_prepared(prepared: PreparedData) -> dict:
         "headline": f"{len(prepared.train) + len(prepared.val) + len(prepared.holdout):,} rows, "
                     f"{len(prepared.schema.features)} features, {len(prepared.schema.classes)} classes",
     }
-    write_json_atomic(layout.PREPARE_METRICS, metrics)
+    write_json_atomic(paths.PREPARE_METRICS, metrics)
     return metrics
 
 
 def run(params: Params) -> None:
     """DVC stage body: load, prepare, write, log."""
-    from tasks.tracking import stage_run
-
     import mlflow
+
+    from tasks.core.tracking import stage_run
 
     target = params.contract.target if params.contract else resolve_target(params.data)
     try:
         raw, origin = load_source(params.data)
         prepared = prepare_tables(raw, target, origin, params.prepare, params.contract)
     except DataError as exc:
-        folder = quarantine_source(params.data, str(exc))
+        folder = quarantine_copy(source_path(params.data), str(exc))
         if folder:
             raise DataError(f"{exc} (a copy of the file and this reason are in {folder}/)") from None
         raise
@@ -169,11 +156,9 @@ def run(params: Params) -> None:
     with stage_run(params.tracking, "prepare"):
         mlflow.log_params({"source": params.data.source, "target": target, **params.prepare.model_dump()})
         mlflow.log_metrics({"rows_train": metrics["rows"]["train"], "classes": metrics["classes"]})
-        mlflow.log_artifact(str(layout.SCHEMA))
+        mlflow.log_artifact(str(paths.SCHEMA))
     log.info("prepared %s", metrics["headline"])
 
 
 if __name__ == "__main__":
-    from tasks.stage import stage_main
-
     stage_main("prepare", run)

@@ -7,22 +7,23 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
-from tasks import layout
-from tasks.artifacts import read_json, write_json_atomic
 from tasks.config import Params, ProfileParams
 from tasks.contract import load_schema
-from tasks.export import load_trained, onnx_runner
-from tasks.holdout import load_holdout
-from tasks.metrics import evaluate
-from tasks.plots import plot_latency
+from tasks.core import paths
+from tasks.core.artifacts import read_json, write_json_atomic
+from tasks.core.holdout import load_holdout
+from tasks.core.metrics import evaluate
+from tasks.core.plots import plot_latency
+from tasks.core.runtime import Runner
+from tasks.core.stage import stage_main
+from tasks.training.weights import load_trained
+from tasks.variants.runners import compiled_runner, eager_runner, onnx_runner, quantize_eager
 
 log = logging.getLogger("torchship.profile")
-Runner = Callable[[np.ndarray], np.ndarray]
 
 
 def time_calls(runner: Runner, rows: np.ndarray, rounds: int) -> np.ndarray:
@@ -64,14 +65,11 @@ def select_variant(results: dict[str, dict], servable: dict[str, str]) -> str:
 
 def candidate_runners(params: Params) -> tuple[dict[str, Runner], dict[str, str]]:
     """Every variant that passed its gate: name -> runner, and the servable ones: name -> ONNX path."""
-    from tasks.compress import eager_runner, quantize_eager
-    from tasks.export import compiled_runner
-
     threads = params.profile.threads
-    model, _ = load_trained()
-    parity, compress = read_json(layout.PARITY_REPORT), read_json(layout.COMPRESS_REPORT)
-    runners = {"eager-fp32": eager_runner(model), "onnx-fp32": onnx_runner(layout.ONNX_MODEL, threads)}
-    servable = {"onnx-fp32": str(layout.ONNX_MODEL)}
+    model, _ = load_trained(paths.MODEL_WEIGHTS)
+    parity, compress = read_json(paths.PARITY_REPORT), read_json(paths.COMPRESS_REPORT)
+    runners = {"eager-fp32": eager_runner(model), "onnx-fp32": onnx_runner(paths.ONNX_MODEL, threads)}
+    servable = {"onnx-fp32": str(paths.ONNX_MODEL)}
     if parity.get("compile", {}).get("publishable"):
         runners["eager-compile"] = compiled_runner(model)
     for name, entry in compress["variants"].items():
@@ -89,10 +87,10 @@ def run(params: Params) -> None:
     """DVC stage body: time every gated variant on the same rows; choose; report and plot."""
     import mlflow
 
-    from tasks.tracking import stage_run
+    from tasks.core.tracking import stage_run
 
     torch.set_num_threads(params.profile.threads)
-    schema = load_schema(layout.SCHEMA)
+    schema = load_schema(paths.SCHEMA)
     holdout = load_holdout(schema)
     runners, servable = candidate_runners(params)
     results = {}
@@ -101,7 +99,7 @@ def run(params: Params) -> None:
         scores = {k: results["eager-fp32"][k] for k in ("accuracy", "f1_macro")} if name == "eager-compile" else None
         results[name] = profile_variant(runner, holdout, len(schema.classes), params.profile, scores)
     selected = select_variant(results, servable)
-    plot_latency({name: r.pop("_latencies") for name, r in results.items()}, layout.LATENCY_PLOT)
+    plot_latency({name: r.pop("_latencies") for name, r in results.items()}, paths.LATENCY_PLOT)
     eager = results["eager-fp32"]
     batch = params.profile.batch_size
     compile_pays = ({"batch_1": results["eager-compile"]["p50_us"] < eager["p50_us"],
@@ -115,14 +113,14 @@ def run(params: Params) -> None:
               "headline": f"{selected}: p50 {chosen['p50_us']:.0f} µs ({eager['p50_us'] / chosen['p50_us']:.1f}x "
                           f"eager), {chosen['rows_per_s'] / eager['rows_per_s']:.1f}x throughput at {batch}, "
                           f"acc {chosen['accuracy']:.4f}"}
-    write_json_atomic(layout.PROFILE_REPORT, report)
+    write_json_atomic(paths.PROFILE_REPORT, report)
     print_profile_table(report)
     with stage_run(params.tracking, "profile"):
         mlflow.log_params({**params.profile.model_dump(), "selected": selected})
         for name, figures in results.items():
             mlflow.log_metrics({f"{name}.{k}": v for k, v in figures.items()})
-        mlflow.log_artifact(str(layout.LATENCY_PLOT))
-        mlflow.log_artifact(str(layout.PROFILE_REPORT))
+        mlflow.log_artifact(str(paths.LATENCY_PLOT))
+        mlflow.log_artifact(str(paths.PROFILE_REPORT))
     log.info("profile: %s", report["headline"])
 
 
@@ -141,6 +139,4 @@ def print_profile_table(report: dict) -> None:
 
 
 if __name__ == "__main__":
-    from tasks.stage import stage_main
-
     stage_main("profile", run)

@@ -6,27 +6,19 @@ import time
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel
 
-from tasks import layout
-from tasks.artifacts import read_json
-from tasks.bless import Blessing
 from tasks.config import Params
 from tasks.contract import load_schema
-from tasks.holdout import load_holdout
-from tasks.lineage import lineage_tags
-from tasks.registry import CHALLENGER, CHAMPION, SHA_TAG, alias_version, aliases, find_version_by_sha, promote, reject
+from tasks.core import paths
+from tasks.core.artifacts import read_json
+from tasks.core.holdout import load_holdout
+from tasks.core.registry import (CHALLENGER, CHAMPION, SHA_TAG, alias_version, aliases, find_version_by_sha,
+                                 registry_client)
+from tasks.core.verdicts import Blessing, Registration
+from tasks.ops.lineage import lineage_tags
+from tasks.ops.registry import promote, reject
 
 log = logging.getLogger("torchship.register")
-
-
-class Registration(BaseModel):
-    seconds: float = 0.0
-    model_name: str
-    version: str
-    created: bool
-    action: str                 # what happened to the aliases, in words
-    aliases: dict[str, str]
 
 
 def passport(blessing: Blessing, tags: dict[str, str], profile: dict, compress: dict | None = None) -> str:
@@ -55,8 +47,6 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     import onnx
     from mlflow.models import infer_signature
 
-    from tasks.registry import registry_client
-
     started = time.perf_counter()
     client = registry_client(params.tracking)
     name = blessing.model_name
@@ -65,9 +55,9 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
         return Registration(model_name=name, version=str(existing.version), created=False,
                             action=f"same bytes as v{existing.version}: no new version, aliases unchanged",
                             aliases=aliases(client, name), seconds=time.perf_counter() - started)
-    schema = load_schema(layout.SCHEMA)
+    schema = load_schema(paths.SCHEMA)
     example = np.nan_to_num(load_holdout(schema).features[:5])
-    profile = read_json(layout.PROFILE_REPORT)
+    profile = read_json(paths.PROFILE_REPORT)
     tags = {**lineage_tags(Path(".")), SHA_TAG: blessing.candidate_sha256, "variant": profile["selected"],
             "bless": blessing.gate.status, "bless_reasons": "; ".join(blessing.gate.reasons)[:4000],
             "data_source": params.data.source}
@@ -82,7 +72,7 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)
     client.update_model_version(name, version, description=passport(blessing, tags, profile,
-                                                                    read_json(layout.COMPRESS_REPORT)))
+                                                                    read_json(paths.COMPRESS_REPORT)))
     action = apply_aliases(client, name, version, blessing)
     return Registration(model_name=name, version=version, created=True, action=action, aliases=aliases(client, name),
                         seconds=time.perf_counter() - started)
@@ -98,3 +88,13 @@ def apply_aliases(client, name: str, version: str, blessing: Blessing) -> str:
         return f"v{version} rejected by bless: {'; '.join(blessing.gate.reasons)}"
     client.set_registered_model_alias(name, CHALLENGER, version)
     return f"v{version} is challenger; the canary decides"
+
+
+def run(params: Params, blessing: Blessing, parent_run: str | None = None) -> Registration:
+    """The step: register under a nested MLflow run (the model is logged from it)."""
+    from tasks.core.tracking import stage_run
+
+    with stage_run(params.tracking, "register", parent_run):
+        registration = register_candidate(params, blessing, parent_run)
+    log.info("register: %s", registration.action)
+    return registration

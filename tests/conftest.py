@@ -14,11 +14,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-TINY = {
+TINY = {  # every key here is one the default models really read (params are airtight)
     "data": {"rows": 3000},
     "validate": {"min_rows": 50},
-    "train": {"epochs": 3, "hidden": [32], "batch_size": 256},
+    "train": {"epochs": 2, "batch_size": 256, "model_args": {"d_token": 8, "layers": 1, "heads": 2}},
+    "distill": {"epochs": 2, "hidden": [16]},
     "export": {"probe_rows": 64, "compile": False},  # inductor compiles cost ~30 s a run; one fixture keeps it on
+    "compress": {"bootstrap": 200},
     "profile": {"rounds": 30},
     "canary": {"requests": 60},
 }
@@ -62,7 +64,7 @@ class Project:
 
 def make_project(target: Path, overrides: dict | None = None) -> Project:
     """Copy the git-tracked files, apply tiny params, and commit, like a fresh clone."""
-    from tasks.overrides import merge
+    from tasks.ops.overrides import merge
 
     files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.decode()
     for name in filter(None, files.split("\0")):
@@ -100,6 +102,6 @@ def fresh_project(tmp_path) -> Project:
 
 @pytest.fixture(scope="session")
 def customers():
-    from tasks.sources import generate_customers
+    from tasks.core.sources import generate_customers
 
     return generate_customers(1500, seed=3)

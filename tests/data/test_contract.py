@@ -9,7 +9,7 @@ import pytest
 
 from tasks.contract import (Feature, Schema, class_labels, encode_features, encode_target, parse_table,
                             read_raw_table, schema_from_metadata)
-from tasks.errors import DataError
+from tasks.core.errors import DataError
 
 
 def write_csv(folder: Path, text: str, name: str = "rows.csv") -> Path:

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from tasks.config import DataParams, PrepareParams
-from tasks.errors import DataError
+from tasks.core.errors import DataError
 from tasks.prepare import fingerprint_source, prepare_tables
 
 TARGET = "churned"

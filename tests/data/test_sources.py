@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from tasks.config import DataParams
-from tasks.errors import ConfigError
-from tasks.sources import SYNTHETIC_TARGET, generate_customers, load_sklearn, resolve_target, source_path
+from tasks.core.errors import ConfigError
+from tasks.core.sources import SYNTHETIC_TARGET, generate_customers, load_sklearn, resolve_target, source_path
 
 
 def test_same_seed_same_table(customers):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tasks.config import PrepareParams, ValidateParams
-from tasks.errors import GateFailed
+from tasks.core.errors import GateFailed
 from tasks.prepare import prepare_tables
 from tasks.validate import validate_frames
 

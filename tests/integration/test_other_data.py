@@ -15,7 +15,7 @@ def project(tmp_path_factory):
 
 
 def test_user_csv_multiclass_string_labels_odd_column_names(project):
-    from tasks.sources import generate_customers
+    from tasks.core.sources import generate_customers
 
     table = generate_customers(2500, seed=11).rename(columns={"customer age": "Age (years)",
                                                               "monthly charges ($)": "monthly/charges $"})

@@ -139,7 +139,7 @@ def test_served_variant_agrees_with_the_training_time_eager_model_on_raw_rows(se
     import torch
 
     from tasks.contract import encode_features, load_schema
-    from tasks.export import load_trained
+    from tasks.training.weights import load_trained
 
     project, url = service
     frame = pd.read_parquet(project.root / "data/prepare/holdout.parquet").drop(columns=["churned"]).head(40)

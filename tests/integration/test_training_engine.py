@@ -37,7 +37,7 @@ def _stage(project, stage: str, **popen) -> subprocess.CompletedProcess:
 
 
 def _set(project, **train) -> None:
-    from tasks.overrides import resolve, write_params
+    from tasks.ops.overrides import resolve, write_params
 
     assignments = [f"train.{k}={json.dumps(v)}" for k, v in train.items()]
     raw, _ = resolve(assignments, base_file=str(project.root / "params.yaml"))

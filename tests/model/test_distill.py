@@ -2,16 +2,16 @@
 barely trained is refused by the gate."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from models import build_model
-from tasks.compress import accuracy_budget, eager_runner, quantize_eager
+from tasks.compress import accuracy_budget
+from tasks.variants.runners import eager_runner, quantize_eager
 from tasks.config import CompressParams
-from tasks.metrics import bootstrap_drop, predict
-from tasks.train import model_spec
-from tasks.train_loop import Split, distillation_loss, predict_logits, train_model
+from tasks.core.metrics import bootstrap_drop, predict
+from tasks.training.weights import model_spec
+from tasks.training.loop import Split, distillation_loss, predict_logits, train_model
 
 BUDGET = CompressParams(metric="f1_macro", max_drop=0.005, bootstrap=300)
 
@@ -51,7 +51,7 @@ def test_distillation_loss_is_zero_when_the_student_copies_the_teacher_with_alph
 
 
 def test_a_student_trained_for_one_step_is_rejected(teacher, encoded, tiny_train):
-    one_step = tiny_train.model_copy(update={"hidden": [8], "epochs": 1, "batch_size": len(encoded.train.labels),
+    one_step = tiny_train.model_copy(update={"model_args": {"hidden": [8]}, "epochs": 1, "batch_size": len(encoded.train.labels),
                                              "warmup_fraction": 0.0})
     student, history = student_from(teacher, encoded, one_step)
     assert len(history) == 1
@@ -62,7 +62,7 @@ def test_a_student_trained_for_one_step_is_rejected(teacher, encoded, tiny_train
 
 
 def test_a_distilled_student_stays_close_to_its_teacher(teacher, encoded, tiny_train):
-    student, _ = student_from(teacher, encoded, tiny_train.model_copy(update={"hidden": [16]}))
+    student, _ = student_from(teacher, encoded, tiny_train.model_copy(update={"model_args": {"hidden": [16]}}))
     _, drop = gate(teacher, student, encoded)
     assert drop["drop"] < 0.03, drop   # tiny data: a loose bound, the pipeline gate uses compress.max_drop
 
@@ -74,14 +74,15 @@ def test_eager_int8_keeps_the_predictions(teacher, encoded):
 
 
 def test_static_int8_calibrated_on_raw_rows_keeps_the_predictions(teacher, encoded, tmp_path):
-    from tasks.compress import quantize_onnx_static
-    from tasks.export import export_onnx, onnx_runner
+    from tasks.variants.quantize import quantize_onnx_static
+    from tasks.variants.exporters import export_onnx
+    from tasks.variants.runners import onnx_runner
 
     fp32, int8 = tmp_path / "m.onnx", tmp_path / "m.int8-static.onnx"
     export_onnx(teacher, encoded.prepared.schema, "legacy", fp32)
     quantize_onnx_static(fp32, int8, encoded.train.features.numpy()[:512])  # raw rows, missing values included
     features = encoded.val.features.numpy()
-    agree = (predict(onnx_runner(fp32), features) == predict(onnx_runner(int8), features)).mean()
+    agree = (predict(onnx_runner(fp32, 1), features) == predict(onnx_runner(int8, 1), features)).mean()
     assert agree > 0.95
     import onnx
 

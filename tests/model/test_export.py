@@ -12,9 +12,11 @@ import torch
 from models import build_model
 from tasks.config import ExportParams
 from tasks.contract import schema_from_metadata
-from tasks.export import check_parity, export_onnx, onnx_runner, probe_rows
-from tasks.train import model_spec
-from tasks.train_loop import train_model as fit
+from tasks.variants.exporters import export_onnx
+from tasks.variants.parity import check_parity, probe_rows
+from tasks.variants.runners import onnx_runner
+from tasks.training.weights import model_spec
+from tasks.training.loop import train_model as fit
 
 RULES = ExportParams(parity_atol=1e-4, min_argmax_agreement=0.999)
 REPO = Path(__file__).resolve().parents[2]
@@ -58,12 +60,12 @@ def test_probe_rows_add_edge_rows(encoded, probe):
 def test_onnx_matches_eager_on_the_probe(model, onnx_file, probe):
     reference = eager(model, probe)
     assert np.isfinite(reference).all()
-    result = check_parity("onnx", reference, onnx_runner(onnx_file)(probe), RULES)
+    result = check_parity("onnx", reference, onnx_runner(onnx_file, 1)(probe), RULES)
     assert result.status == "pass", result.reasons
 
 
 def test_onnx_batch_axis_is_dynamic(model, onnx_file, probe):
-    run = onnx_runner(onnx_file)
+    run = onnx_runner(onnx_file, 1)
     for batch in (1, 3, len(probe)):
         np.testing.assert_allclose(run(probe[:batch]), eager(model, probe[:batch]), rtol=1e-4, atol=1e-5)
 
@@ -117,15 +119,16 @@ def teacher(encoded):
 
 
 def test_every_variant_of_the_default_teacher_passes_parity(teacher, encoded, probe, tmp_path):
-    from tasks.export import _pt2_runner, compiled_runner, export_program, publish_variant
-
     from tasks.config import load_params
+    from tasks.variants.exporters import export_program
+    from tasks.variants.parity import publish_variant
+    from tasks.variants.runners import compiled_runner, pt2_runner
 
     schema, exporter = encoded.prepared.schema, load_params(REPO / "params.yaml").export.onnx_exporter
     reference = eager(teacher, probe)
     onnx_path, pt2_path = tmp_path / "t.onnx", tmp_path / "t.pt2"
-    variants = {"onnx": (lambda: export_onnx(teacher, schema, exporter, onnx_path), lambda: onnx_runner(onnx_path), onnx_path),
-                "pt2": (lambda: export_program(teacher, len(schema.features), pt2_path), lambda: _pt2_runner(pt2_path), pt2_path),
+    variants = {"onnx": (lambda: export_onnx(teacher, schema, exporter, onnx_path), lambda: onnx_runner(onnx_path, 1), onnx_path),
+                "pt2": (lambda: export_program(teacher, len(schema.features), pt2_path), lambda: pt2_runner(pt2_path), pt2_path),
                 "compile": (None, lambda: compiled_runner(teacher), None)}
     for name, (make, runner, path) in variants.items():
         entry, gate = publish_variant(name, reference, probe, RULES, make, runner, path)
@@ -135,7 +138,7 @@ def test_every_variant_of_the_default_teacher_passes_parity(teacher, encoded, pr
 
 
 def test_a_broken_onnx_export_is_not_publishable_and_names_the_diverging_rows(teacher, encoded, probe, tmp_path):
-    from tasks.export import publish_variant
+    from tasks.variants.parity import publish_variant
 
     broken = copy.deepcopy(teacher)
     with torch.no_grad():
@@ -143,13 +146,13 @@ def test_a_broken_onnx_export_is_not_publishable_and_names_the_diverging_rows(te
     path = tmp_path / "broken.onnx"
     entry, gate = publish_variant("onnx", eager(teacher, probe), probe, RULES,
                                   lambda: export_onnx(broken, encoded.prepared.schema, "legacy", path),
-                                  lambda: onnx_runner(path), path)
+                                  lambda: onnx_runner(path, 1), path)
     assert gate.status == "fail" and not entry["publishable"]
     assert "probe rows exceed atol" in gate.reasons[0] and "(rows [" in gate.reasons[0]
 
 
 def test_a_variant_that_cannot_be_built_is_not_published_but_onnx_must_build(probe):
-    from tasks.export import publish_variant
+    from tasks.variants.parity import publish_variant
 
     def broken():
         raise RuntimeError("inductor needs a C++ compiler")
@@ -158,4 +161,4 @@ def test_a_variant_that_cannot_be_built_is_not_published_but_onnx_must_build(pro
     assert gate.status == "fail" and not entry["publishable"]
     assert "RuntimeError: inductor needs a C++ compiler" in gate.reasons[0]
     with pytest.raises(RuntimeError):
-        publish_variant("onnx", np.zeros((len(probe), 2)), probe, RULES, broken, lambda: None)
+        publish_variant("onnx", np.zeros((len(probe), 2)), probe, RULES, broken, lambda: None, required=True)

@@ -6,9 +6,11 @@ import torch
 
 from models import build_model
 from tasks.config import ExportParams
-from tasks.export import check_parity, export_onnx, onnx_runner, probe_rows
-from tasks.metrics import classification_metrics
-from tasks.train_loop import predict_logits, train_model
+from tasks.core.metrics import classification_metrics
+from tasks.variants.exporters import export_onnx
+from tasks.variants.parity import check_parity, probe_rows
+from tasks.variants.runners import onnx_runner
+from tasks.training.loop import predict_logits, train_model
 
 ARGS = {"d_token": 16, "layers": 1, "heads": 2, "dropout": 0.0}
 
@@ -33,5 +35,5 @@ def test_exports_to_onnx_with_parity_on_edge_rows(encoded, tmp_path):
     with torch.no_grad():
         eager = model(torch.from_numpy(probe)).numpy()
     assert np.isfinite(eager).all()
-    gate = check_parity("ft", eager, onnx_runner(path)(probe), ExportParams())
+    gate = check_parity("ft", eager, onnx_runner(path, 1)(probe), ExportParams())
     assert gate.status == "pass", gate.reasons

@@ -7,9 +7,10 @@ import torch
 from sklearn.utils.class_weight import compute_class_weight
 
 from models import build_model
-from tasks.metrics import classification_metrics
-from tasks.train import fit_layout, model_spec
-from tasks.train_loop import class_weights, lr_at, predict_logits, train_model as fit
+from tasks.core.metrics import classification_metrics
+from tasks.training.weights import fit_layout, model_spec
+from tasks.training.loop import class_weights, lr_at, predict_logits
+from tasks.training.loop import train_model as fit
 
 HISTORY_KEYS = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1_macro", "lr")
 

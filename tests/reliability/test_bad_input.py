@@ -54,7 +54,7 @@ def test_target_column_that_does_not_exist(tiny_pipeline):
 def test_corrupt_csv_row_is_refused_by_column_and_line(tiny_pipeline):
     project, _ = tiny_pipeline
     snapshot = _snapshot(project)
-    from tasks.sources import generate_customers
+    from tasks.core.sources import generate_customers
 
     table = generate_customers(400, seed=5)
     path = project.root / "data" / "messy.csv"

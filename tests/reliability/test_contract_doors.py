@@ -20,7 +20,7 @@ MODEL = "customers"
 
 
 def _reference(rows: int = 3000, seed: int = 21):
-    from tasks.sources import generate_customers
+    from tasks.core.sources import generate_customers
 
     table = generate_customers(rows, seed=seed)
     table.insert(0, "customer_id", np.arange(1, rows + 1))

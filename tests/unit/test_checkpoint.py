@@ -5,7 +5,7 @@ import logging
 
 import torch
 
-from tasks import checkpoint
+from tasks.training import checkpoint
 
 
 def _state(step: int) -> dict:

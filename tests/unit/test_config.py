@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tasks.config import DataParams, Params, TrainParams, configuration_markdown, load_params, parse_params
-from tasks.errors import ConfigError
+from tasks.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -18,7 +18,7 @@ def test_repo_params_file_loads_and_matches_its_raw_values():
     raw = YAML(typ="safe").load((REPO / "params.yaml").read_text())
     assert isinstance(params, Params)
     assert params.train.epochs == raw["train"]["epochs"]
-    assert list(params.train.hidden) == raw["train"]["hidden"]
+    assert params.train.model == raw["train"]["model"]
     assert params.validate_.min_rows == raw["validate"]["min_rows"]
 
 
@@ -86,3 +86,19 @@ def test_configuration_docs_list_every_key():
             continue
         for name in section_field.annotation.model_fields:
             assert f"`{key}.{name}`" in text
+
+
+def test_model_args_are_checked_against_the_chosen_model():
+    """Airtight: a key the chosen model does not take is an error, never silently ignored."""
+    params = parse_params({"train": {"model": "mlp", "model_args": {"hidden": [16]}}})
+    assert params.train.model_kwargs() == {"hidden": [16], "embedding_dim": 8, "dropout": 0.1}
+    assert parse_params({}).train.model_kwargs()["d_token"] == 32  # {} = the model's defaults
+    with pytest.raises(ConfigError) as caught:
+        parse_params({"train": {"model": "ft_transformer", "model_args": {"hidden": [16]}}})
+    assert "not arguments of ft_transformer" in str(caught.value) and "d_token" in str(caught.value)
+    with pytest.raises(ConfigError, match="multiple of heads"):
+        parse_params({"train": {"model_args": {"d_token": 10, "heads": 4}}})
+    with pytest.raises(ConfigError, match="unknown model 'transformer'"):
+        parse_params({"train": {"model": "transformer"}})
+    user = parse_params({"train": {"model": "mypackage.nets:MyNet", "model_args": {"width": 3}}})
+    assert user.train.model_kwargs() == {"width": 3}

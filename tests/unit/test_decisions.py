@@ -11,7 +11,6 @@ from tasks.compress import accuracy_budget
 from tasks.config import BlessParams, CanaryParams, CompressParams
 
 
-
 def test_first_model_passes():
     result = decide({"f1_macro": 0.1, "accuracy": 0.5}, None, True, BlessParams())
     assert result.status == "pass" and "first model" in result.reasons[0]

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.errors import GateFailed
-from tasks.gate import GateResult
+from tasks.core.errors import GateFailed
+from tasks.core.gate import GateResult
 
 
 @pytest.mark.parametrize("failures, warnings, status", [

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
-from tasks.metrics import classification_metrics, confusion, evaluate, softmax
+from tasks.core.metrics import classification_metrics, confusion, evaluate
+from tasks.core.runtime import softmax
 
 
 def sklearn_reference(labels, predicted, n_classes):
@@ -67,7 +68,7 @@ def test_evaluate_scores_a_runner_in_batches():
 
 
 def test_bootstrap_drop_is_zero_for_identical_predictions_and_brackets_a_real_drop():
-    from tasks.metrics import bootstrap_drop
+    from tasks.core.metrics import bootstrap_drop
 
     rng = np.random.default_rng(1)
     labels = rng.integers(0, 2, 2000)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.errors import ConfigError
-from tasks.overrides import merge, parse_assignment, resolve, temporarily_applied, write_params
+from tasks.core.errors import ConfigError
+from tasks.ops.overrides import merge, parse_assignment, resolve, temporarily_applied, write_params
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,9 +54,10 @@ def test_merge_is_deep_and_leaves_inputs_alone():
 
 
 def test_resolve_applies_and_validates(params_file):
-    raw, params = resolve(["train.epochs=2", "train.hidden=[16]"], base_file=str(params_file))
+    raw, params = resolve(["train.epochs=2", "train.model=mlp", "train.model_args={hidden: [16]}"],
+                          base_file=str(params_file))
     assert raw["train"]["epochs"] == 2 and params.train.epochs == 2
-    assert list(params.train.hidden) == [16]
+    assert params.train.model_kwargs()["hidden"] == [16]
 
 
 def test_resolve_merges_a_params_file_before_the_sets(params_file, tmp_path):

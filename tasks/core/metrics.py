@@ -19,12 +19,6 @@ def classification_metrics(labels: np.ndarray, predicted: np.ndarray, n_classes:
     return {"accuracy": float(true_positive.sum() / max(1.0, matrix.sum())), "f1_macro": float(f1.mean())}
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=1, keepdims=True)
-
-
 def evaluate(runner, features: np.ndarray, labels: np.ndarray, n_classes: int, batch: int = 4096) -> dict[str, float]:
     """Score a rows -> logits function on a labelled set, in batches."""
     return classification_metrics(labels, predict(runner, features, batch), n_classes)

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.artifacts import write_atomic
+from tasks.core.artifacts import write_atomic
 
 
 def _pyplot():

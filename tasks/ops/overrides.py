@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tasks.config import PARAMS_FILE, Params, parse_params, read_params_file
-from tasks.errors import ConfigError
+from tasks.core.errors import ConfigError
 
 
 def parse_assignment(text: str) -> tuple[list[str], Any]:
@@ -79,7 +79,7 @@ def write_params(raw: dict, target: str = PARAMS_FILE) -> bool:
     if changed:
         buffer = io.StringIO()
         yaml.dump(document, buffer)
-        from tasks.artifacts import write_bytes_atomic
+        from tasks.core.artifacts import write_bytes_atomic
 
         write_bytes_atomic(path, buffer.getvalue().encode())
     return changed

@@ -39,30 +39,28 @@ def stage_run(tracking: TrackingParams, stage: str, parent: str | None = None) -
     import mlflow
 
     configure_mlflow(tracking)
-    parent = parent or os.environ.get(PARENT_RUN_ENV)
-    tags = {"torchship.stage": stage}
-    if parent:
-        tags["mlflow.parentRunId"] = parent
-    with mlflow.start_run(run_name=stage, tags=tags) as run:
+    with mlflow.start_run(run_name=stage, parent_run_id=parent or os.environ.get(PARENT_RUN_ENV),
+                          tags={"torchship.stage": stage}) as run:
         yield run
 
 
-def open_pipeline_run(tracking: TrackingParams, tags: dict[str, str]) -> str:
-    """The parent run of one pipeline run; stages nest under it (their subprocesses get its id by env)."""
+@contextlib.contextmanager
+def pipeline_run(tracking: TrackingParams, tags: dict[str, str]) -> Iterator[str]:
+    """The parent MLflow run of one pipeline run (stages nest under it; their subprocesses get its id by
+    env): FINISHED when the block completes, FAILED when it raises."""
     from mlflow import MlflowClient
 
-    experiment_id = configure_mlflow(tracking)
-    return MlflowClient().create_run(experiment_id, run_name="pipeline", tags=tags).info.run_id
+    client = MlflowClient(tracking_uri=tracking.resolved_uri())
+    run_id = client.create_run(configure_mlflow(tracking), run_name="pipeline", tags=tags).info.run_id
+    try:
+        yield run_id
+    except BaseException:
+        client.set_terminated(run_id, "FAILED")
+        raise
+    client.set_terminated(run_id, "FINISHED")
 
 
-def close_pipeline_run(tracking: TrackingParams, run_id: str, ok: bool, metrics: dict[str, float] | None = None,
-                       summary_markdown: str | None = None) -> None:
+def log_run_text(tracking: TrackingParams, run_id: str, text: str, artifact_file: str) -> None:
     from mlflow import MlflowClient
 
-    configure_mlflow(tracking)
-    client = MlflowClient()
-    for key, value in (metrics or {}).items():
-        client.log_metric(run_id, key, value)
-    if summary_markdown:
-        client.log_text(run_id, summary_markdown, "summary.md")
-    client.set_terminated(run_id, "FINISHED" if ok else "FAILED")
+    MlflowClient(tracking_uri=tracking.resolved_uri()).log_text(run_id, text, artifact_file)

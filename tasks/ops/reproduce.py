@@ -3,21 +3,24 @@ skip-or-run from its hashes and records dvc.lock."""
 from __future__ import annotations
 
 import collections
-import json
+import contextlib
 import os
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 from pydantic import BaseModel
 
-from tasks import layout
-from tasks.artifacts import read_json
-from tasks.errors import TorchshipError
+from tasks.core import paths
+from tasks.core.artifacts import read_json
+from tasks.core.errors import TorchshipError
+from tasks.core.procs import tee_lines
 
 DVC_STAGES = ("prepare", "validate", "train", "export", "compress", "profile")
+LOCK_FILE = Path("dvc.lock")
 
 
 class StageFailed(TorchshipError):
@@ -32,9 +35,12 @@ class StageOutcome(BaseModel):
     headline: str = ""
 
 
-def dvc_command() -> list[str]:
-    """The dvc of this interpreter's environment (works without an activated venv)."""
-    return [sys.executable, "-m", "dvc"]
+def read_lock(cwd: Path = Path(".")) -> dict:
+    """dvc.lock's `stages` mapping ({} before the first run): the one place it is parsed."""
+    from ruamel.yaml import YAML
+
+    lock = cwd / LOCK_FILE
+    return (YAML(typ="safe").load(lock.read_text()) or {}).get("stages") or {} if lock.exists() else {}
 
 
 def stage_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -45,49 +51,40 @@ def stage_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def stage_changes(stage: str | None = None, cwd: Path = Path(".")) -> dict[str, list[str]]:
-    """`dvc status` as {stage: [why it would run, ...]}; an empty dict means up to date."""
-    command = dvc_command() + ["status", "--json"] + ([stage] if stage else [])
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise StageFailed(f"dvc status failed: {result.stderr.strip() or result.stdout.strip()}")
-    text = result.stdout.strip()
-    raw = json.loads(text[text.index("{"):]) if "{" in text else {}
+    """DVC's status as {stage: [why it would run, ...]}; an empty dict means up to date."""
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    try:
+        with Repo(str(cwd)) as repo:
+            raw = repo.status(targets=[stage] if stage else None)
+    except DvcException as exc:
+        raise StageFailed(f"dvc status failed: {exc}") from None
     changes = {name: _describe(entries) for name, entries in raw.items() if ":" not in name or name.endswith(".dvc")}
-    recorded = _locked_stages(cwd)
+    lock = read_lock(cwd)
     for name, reasons in changes.items():
-        if name not in recorded:
+        if name not in lock:
             changes[name] = ["never run in this checkout (no record in dvc.lock)"]
             continue
-        detail = changed_params(name, cwd)
+        detail = changed_params(lock[name], cwd)
         if detail:
             changes[name] = [r for r in reasons if not r.startswith("deps params.yaml")] + detail
     return changes
 
 
-def _locked_stages(cwd: Path) -> set[str]:
-    from ruamel.yaml import YAML
-
-    lock = cwd / "dvc.lock"
-    return set(((YAML(typ="safe").load(lock.read_text()) or {}).get("stages") or {}) if lock.exists() else set())
-
-
-def changed_params(stage: str, cwd: Path = Path(".")) -> list[str]:
+def changed_params(locked_stage: dict, cwd: Path = Path(".")) -> list[str]:
     """Param values that differ from what dvc.lock recorded for the stage: 'train.epochs 3 -> 2'."""
-    from ruamel.yaml import YAML
+    from tasks.config import read_params_file
 
-    lock_path, params_path = cwd / "dvc.lock", cwd / "params.yaml"
-    if not lock_path.exists():
-        return []
-    recorded = ((YAML(typ="safe").load(lock_path.read_text()) or {}).get("stages", {}).get(stage, {})
-                .get("params", {}).get("params.yaml", {}))
-    current = YAML(typ="safe").load(params_path.read_text()) or {}
-    old, new = _flatten(recorded), {}
+    old = _flatten(locked_stage.get("params", {}).get("params.yaml", {}))
+    current = read_params_file(cwd / "params.yaml")
+    new = {}
     for key in old:
         node = current
         for part in key.split("."):
             node = node.get(part) if isinstance(node, dict) else None
         new[key] = node
-    flat_new = _flatten({k: v for k, v in new.items()})
+    flat_new = _flatten(new)
     return [f"param {key}: {old.get(key)!r} -> {flat_new.get(key)!r}"
             for key in sorted(set(old) | set(flat_new)) if old.get(key) != flat_new.get(key)]
 
@@ -124,26 +121,26 @@ def _what(change) -> str:
     return str(change)
 
 
-def snapshot_state(cwd: Path = Path(".")) -> dict[str, bytes | None]:
-    """dvc.lock and the uncached metric files as they are before a run."""
-    paths = [Path("dvc.lock"), *layout.STAGE_METRICS.values()]
-    return {str(p): (cwd / p).read_bytes() if (cwd / p).exists() else None for p in paths}
-
-
-def restore_workspace(saved: dict[str, bytes | None], cwd: Path = Path(".")) -> None:
-    """After a failed run: put dvc.lock and the metric files back and check the last good outputs out of
-    the DVC cache, so a rejected batch never stays in data/ as if it were the training set."""
-    if saved.get("dvc.lock") is None:
-        return
-    for name, content in saved.items():
-        if content is not None:
-            (cwd / name).write_bytes(content)
-    subprocess.run(dvc_command() + ["checkout", "--force", "--quiet"], cwd=cwd, capture_output=True,
-                   env=stage_environment())
+@contextlib.contextmanager
+def last_good_outputs(cwd: Path = Path(".")) -> Iterator[None]:
+    """On any failure inside: put dvc.lock and the uncached metric files back and check the last good
+    outputs out of the DVC cache, so a rejected batch never stays in data/ as if it were the training set."""
+    files = [LOCK_FILE, *paths.STAGE_METRICS.values()]
+    saved = {path: (cwd / path).read_bytes() if (cwd / path).exists() else None for path in files}
+    try:
+        yield
+    except BaseException:
+        if saved[LOCK_FILE] is not None:  # before the first good run there is nothing to go back to
+            for path, content in saved.items():
+                if content is not None:
+                    (cwd / path).write_bytes(content)
+            subprocess.run([sys.executable, "-m", "dvc", "checkout", "--force", "--quiet"], cwd=cwd,
+                           capture_output=True, env=stage_environment())
+        raise
 
 
 def headline(stage: str) -> str:
-    path = layout.STAGE_METRICS.get(stage)
+    path = paths.STAGE_METRICS.get(stage)
     if path is None or not Path(path).exists():
         return ""
     return str(read_json(path).get("headline", ""))
@@ -158,8 +155,8 @@ def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout) ->
                             seconds=time.perf_counter() - started, headline=headline(stage))
     echo.write(f"── {stage} ── {'; '.join(changes)[:200]}\n")
     echo.flush()
-    process = subprocess.Popen(dvc_command() + ["repro", "--quiet", "--single-item", stage], env=stage_environment(env),
-                               stdout=None, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "--quiet", "--single-item", stage],
+                               env=stage_environment(env), stdout=None, stderr=subprocess.PIPE, text=True)
     tail: collections.deque[str] = collections.deque(maxlen=60)
     reader = threading.Thread(target=tee_lines, args=(process.stderr, tail, echo), daemon=True)
     reader.start()
@@ -169,14 +166,6 @@ def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout) ->
         raise StageFailed(_stage_error(stage, list(tail), code))
     return StageOutcome(stage=stage, status="ran", reason="; ".join(changes)[:300],
                         seconds=time.perf_counter() - started, headline=headline(stage))
-
-
-def tee_lines(stream, tail: collections.deque, echo) -> None:
-    """Copy a text stream to `echo`, keeping its last lines in `tail`."""
-    for line in stream:
-        tail.append(line.rstrip("\n"))
-        echo.write(line)
-        echo.flush()
 
 
 def _stage_error(stage: str, lines: list[str], code: int) -> str:

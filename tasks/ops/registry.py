@@ -1,62 +1,12 @@
-"""The MLflow registry protocol: aliases `champion` / `challenger`, tags `previous` / `rejected`."""
+"""Writing the MLflow registry protocol: aliases `champion` / `challenger`, tags `previous` / `rejected`."""
 from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
+
+from tasks.core.registry import CHALLENGER, CHAMPION, alias_version
 
 log = logging.getLogger("torchship.registry")
-
-CHAMPION, CHALLENGER = "champion", "challenger"
-SHA_TAG = "artifact_sha256"
-
-
-def registry_client(tracking) -> "object":
-    from mlflow import MlflowClient
-
-    from tasks.tracking import configure_mlflow
-
-    configure_mlflow(tracking)
-    return MlflowClient()
-
-
-def alias_version(client, name: str, alias: str):
-    """The model version holding `alias`, or None (also when the model is not registered yet)."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return client.get_model_version_by_alias(name, alias)
-    except MlflowException:
-        return None
-
-
-def aliases(client, name: str) -> dict[str, str]:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return {k: str(v) for k, v in client.get_registered_model(name).aliases.items()}
-    except MlflowException:
-        return {}
-
-
-def find_version_by_sha(client, name: str, sha256: str):
-    """An existing version registered from exactly these bytes, if any."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        versions = client.search_model_versions(f"name='{name}'")
-    except MlflowException:
-        return None
-    return next((v for v in versions if v.tags.get(SHA_TAG) == sha256), None)
-
-
-def download_onnx(name: str, version: str | int, destination: Path | None = None) -> Path:
-    """Fetch a version's ONNX file (the MLflow ONNX flavor folder holds model.onnx)."""
-    import mlflow
-
-    folder = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}",
-                                                      dst_path=str(destination) if destination else None))
-    return folder / "model.onnx"
 
 
 def promote(client, name: str, version: str, reason: str) -> str | None:

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.config import DataParams
-from tasks.errors import ConfigError
+from tasks.core.errors import ConfigError
 
 SKLEARN_SETS = ("breast_cancer", "digits", "iris", "wine")
 SYNTHETIC_TARGET = "churned"

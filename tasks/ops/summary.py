@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from tasks import layout
+from tasks.core import paths
+from tasks.core.verdicts import Blessing, CanaryReport, Registration
+from tasks.ops.reproduce import StageOutcome
 
 
 class StepRow(BaseModel):
@@ -31,14 +33,15 @@ class PipelineSummary(BaseModel):
                 f"**Verdict:** {self.verdict}\n\n**Reports**\n{reports}\n")
 
 
-REPORTS = {"Data Docs (GX)": str(layout.DATA_DOCS / "index.html"),
-           "learning curves": str(layout.TRAIN_PLOTS / "learning_curves.png"),
-           "confusion matrix": str(layout.TRAIN_PLOTS / "confusion_matrix.png"),
-           "parity": str(layout.PARITY_REPORT), "latency chart": str(layout.LATENCY_PLOT),
-           "profile": str(layout.PROFILE_REPORT)}
+REPORTS = {"Data Docs (GX)": str(paths.DATA_DOCS / "index.html"),
+           "learning curves": str(paths.TRAIN_PLOTS / "learning_curves.png"),
+           "confusion matrix": str(paths.TRAIN_PLOTS / "confusion_matrix.png"),
+           "parity": str(paths.PARITY_REPORT), "latency chart": str(paths.LATENCY_PLOT),
+           "profile": str(paths.PROFILE_REPORT)}
 
 
-def summarize(model_name: str, outcomes: list, blessing, registration, canary, pipeline_run: str) -> PipelineSummary:
+def summarize(outcomes: list[StageOutcome], blessing: Blessing, registration: Registration, canary: CanaryReport,
+              pipeline_run: str) -> PipelineSummary:
     """One row per step and the verdict in words."""
     steps = [StepRow(step=o.stage, status=o.status, seconds=o.seconds, headline=o.headline) for o in outcomes]
     steps += [
@@ -55,5 +58,5 @@ def summarize(model_name: str, outcomes: list, blessing, registration, canary, p
         verdict = f"{registration.action}"
     else:
         verdict = registration.action if canary.action.startswith("smoke test") else canary.action
-    return PipelineSummary(model_name=model_name, steps=steps, version=registration.version, aliases=canary.aliases,
+    return PipelineSummary(model_name=registration.model_name, steps=steps, version=registration.version, aliases=canary.aliases,
                            verdict=verdict, pipeline_run=pipeline_run, reports=REPORTS)

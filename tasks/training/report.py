@@ -8,23 +8,23 @@ import pandas as pd
 import torch
 from torch import nn
 
-from tasks import layout
-from tasks.artifacts import write_atomic, write_json_atomic
 from tasks.config import Params, TrainParams
 from tasks.contract import Schema
-from tasks.metrics import classification_metrics, confusion
-from tasks.plots import plot_confusion, plot_learning_curves, plot_roc_pr
+from tasks.core import paths
+from tasks.core.artifacts import write_atomic, write_json_atomic
+from tasks.core.metrics import classification_metrics, confusion
+from tasks.core.plots import plot_confusion, plot_learning_curves, plot_roc_pr
 
 log = logging.getLogger("torchship.train")
 
 
 def report_training(params: Params, model: nn.Module, val, history: list[dict], schema: Schema, runtime,
-                    peak_rss_mb: float = 0.0, folder: Path = layout.TRAIN, stage: str = "train",
+                    peak_rss_mb: float = 0.0, folder: Path = paths.TRAIN, stage: str = "train",
                     train_params: TrainParams | None = None) -> dict:
     """Write metrics.json / history.csv / plots under `folder` and log them with the params to MLflow."""
     import mlflow
 
-    from tasks.tracking import stage_run
+    from tasks.core.tracking import stage_run
 
     backend, world = runtime.backend, runtime.world
     train_params = train_params or params.train

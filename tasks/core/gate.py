@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from tasks.errors import GateFailed
+from tasks.core.errors import GateFailed
 
 Status = Literal["pass", "warn", "fail"]
 

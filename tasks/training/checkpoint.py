@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from tasks.artifacts import read_json, sha256_file, write_atomic, write_json_atomic
+from tasks.core.artifacts import read_json, sha256_file, write_atomic, write_json_atomic
 
 log = logging.getLogger("torchship.checkpoint")
 KEEP = 2  # the newest and one fallback

@@ -89,8 +89,7 @@ def wrap_model(model: nn.Module, strategy: str, runtime: Runtime) -> nn.Module:
 
 def full_state(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> tuple[dict, dict | None]:
     """Unsharded model (and optimizer) state on the CPU; a collective under FSDP: every rank calls it."""
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                         get_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     model_state = get_model_state_dict(model, options=options)
@@ -100,8 +99,7 @@ def full_state(model: nn.Module, optimizer: torch.optim.Optimizer | None = None)
 
 def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict,
                     optimizer_state: dict) -> None:
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                         set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
     options = StateDictOptions(full_state_dict=True)
     set_model_state_dict(model, model_state, options=options)

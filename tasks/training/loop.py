@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch import nn
 
 from tasks.config import TrainParams
-from tasks.metrics import classification_metrics
+from tasks.core.metrics import classification_metrics
 
 
 @dataclass

@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from ruamel.yaml import YAML
+from tasks.ops.reproduce import read_lock
 
 
 def git_state(root: Path = Path(".")) -> dict[str, str]:
@@ -20,12 +20,9 @@ def git_state(root: Path = Path(".")) -> dict[str, str]:
     return {"git_commit": commit, "git_dirty": str(dirty).lower()}
 
 
-def dvc_hashes(lock_path: Path = Path("dvc.lock")) -> dict[str, str]:
+def dvc_hashes(root: Path = Path(".")) -> dict[str, str]:
     """md5s DVC recorded for the training data and the train params (from dvc.lock)."""
-    if not lock_path.exists():
-        return {}
-    lock = YAML(typ="safe").load(lock_path.read_text()) or {}
-    stages = lock.get("stages", {})
+    stages = read_lock(root)
     hashes = {}
     for out in stages.get("prepare", {}).get("outs", []):
         name = Path(out["path"]).stem
@@ -41,4 +38,4 @@ def dvc_hashes(lock_path: Path = Path("dvc.lock")) -> dict[str, str]:
 
 
 def lineage_tags(root: Path = Path(".")) -> dict[str, str]:
-    return {**git_state(root), **dvc_hashes(root / "dvc.lock")}
+    return {**git_state(root), **dvc_hashes(root)}

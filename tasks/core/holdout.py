@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks import layout
 from tasks.contract import Schema, encode_features, encode_target
+from tasks.core import paths
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,6 @@ class Holdout:
     labels: np.ndarray        # (N,) class indices
 
 
-def load_holdout(schema: Schema, path: Path = layout.HOLDOUT_SPLIT) -> Holdout:
+def load_holdout(schema: Schema, path: Path = paths.HOLDOUT_SPLIT) -> Holdout:
     rows = pd.read_parquet(path)
     return Holdout(rows, encode_features(rows, schema), encode_target(rows[schema.target], schema))

@@ -7,7 +7,7 @@ import sys
 from typing import Callable
 
 from tasks.config import Params, load_params
-from tasks.errors import TorchshipError
+from tasks.core.errors import TorchshipError
 
 log = logging.getLogger("torchship")
 

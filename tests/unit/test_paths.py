@@ -1,12 +1,12 @@
-"""tasks/layout.py and tasks/reproduce.py stay in step with dvc.yaml."""
+"""tasks/core/paths.py and the DVC stage list stay in step with dvc.yaml."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from tasks import layout
-from tasks.reproduce import DVC_STAGES
+from tasks.core import paths
+from tasks.ops.reproduce import DVC_STAGES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ def entry_path(entry) -> str:
 
 
 def layout_paths() -> set[str]:
-    return {value.as_posix() for value in vars(layout).values() if isinstance(value, Path)}
+    return {value.as_posix() for value in vars(paths).values() if isinstance(value, Path)}
 
 
 def test_every_output_and_metric_is_a_layout_constant():
@@ -39,8 +39,8 @@ def test_every_data_dependency_is_a_layout_constant():
 
 def test_stage_metrics_point_at_each_stages_metrics_file():
     stages = dvc_stages()
-    assert set(layout.STAGE_METRICS) == set(stages)
-    for name, path in layout.STAGE_METRICS.items():
+    assert set(paths.STAGE_METRICS) == set(stages)
+    for name, path in paths.STAGE_METRICS.items():
         assert path.as_posix() in [entry_path(e) for e in stages[name].get("metrics", [])]
 
 

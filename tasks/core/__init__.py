@@ -1,0 +1,1 @@
+"""Shared building blocks every stage may use, and the only part of tasks/ the service may import (with config and contract)."""

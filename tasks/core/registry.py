@@ -1,0 +1,56 @@
+"""Reading the MLflow registry: alias look-ups, tags, and artifact downloads. Nothing here writes, so the
+service may use it; alias moves and tags live in `tasks.ops.registry`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tasks.config import TrackingParams
+
+CHAMPION, CHALLENGER = "champion", "challenger"
+SHA_TAG = "artifact_sha256"
+
+
+def registry_client(tracking: TrackingParams) -> "object":
+    """An MlflowClient on the configured store (no global MLflow state is touched)."""
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking.resolved_uri(), registry_uri=tracking.resolved_uri())
+
+
+def alias_version(client, name: str, alias: str):
+    """The model version holding `alias`, or None (also when the model is not registered yet)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(name, alias)
+    except MlflowException:
+        return None
+
+
+def aliases(client, name: str) -> dict[str, str]:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return {k: str(v) for k, v in client.get_registered_model(name).aliases.items()}
+    except MlflowException:
+        return {}
+
+
+def find_version_by_sha(client, name: str, sha256: str):
+    """An existing version registered from exactly these bytes, if any."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        versions = client.search_model_versions(f"name='{name}'")
+    except MlflowException:
+        return None
+    return next((v for v in versions if v.tags.get(SHA_TAG) == sha256), None)
+
+
+def download_onnx(client, name: str, version: str | int, destination: Path) -> Path:
+    """Fetch a version's ONNX file (the MLflow ONNX flavor folder holds model.onnx) into `destination`."""
+    from mlflow.artifacts import download_artifacts
+
+    folder = Path(download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(destination),
+                                     tracking_uri=client.tracking_uri, registry_uri=client.tracking_uri))
+    return folder / "model.onnx"

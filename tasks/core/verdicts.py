@@ -1,0 +1,49 @@
+"""What each Prefect-only step hands the next (and the summary): typed, so no step imports another."""
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from tasks.core.gate import GateResult
+
+
+class Blessing(BaseModel):
+    """bless: the candidate vs the live champion on the same holdout."""
+
+    seconds: float = 0.0
+    gate: GateResult
+    model_name: str
+    candidate_path: str
+    candidate_sha256: str
+    candidate_metrics: dict[str, float]
+    champion_version: str | None = None
+    champion_metrics: dict[str, float] | None = None
+
+
+class Registration(BaseModel):
+    """register: the version the candidate maps to and what happened to the aliases."""
+
+    seconds: float = 0.0
+    model_name: str
+    version: str
+    created: bool
+    action: str                 # what happened to the aliases, in words
+    aliases: dict[str, str]
+
+
+class VariantTraffic(BaseModel):
+    version: str
+    requests: int
+    errors: int
+    accuracy: float
+    p50_ms: float
+    p95_ms: float
+
+
+class CanaryReport(BaseModel):
+    """canary: the traffic each variant served, the gate, and the promotion or rollback it led to."""
+
+    seconds: float = 0.0
+    gate: GateResult
+    action: str
+    traffic: dict[str, VariantTraffic]
+    aliases: dict[str, str] = {}

@@ -1,0 +1,41 @@
+"""distill: the student's torchrun job, run by the compress stage.
+
+A small MLP learns from the teacher's soft targets (temperature, alpha in `distill`) through the training
+engine's own worker, loop, checkpoints and report: `python -m tasks.training.distill` is what torchrun
+starts in each process; `train_student` launches it.
+"""
+from __future__ import annotations
+
+from tasks.config import Params, TrainParams
+from tasks.core import paths
+from tasks.core.artifacts import sha256_file
+from tasks.core.stage import stage_main
+from tasks.training.job import TrainingJob, launch, run_job
+from tasks.training.weights import model_spec
+
+
+def student_settings(params: Params) -> TrainParams:
+    """The teacher's engine settings (processes, strategy, precision, seed) with the student's model."""
+    student = params.distill
+    return params.train.model_copy(update={
+        "model": "mlp", "model_args": {"hidden": list(student.hidden), "embedding_dim": student.embedding_dim,
+                                       "dropout": 0.0},
+        "epochs": student.epochs, "lr": student.lr,
+        "nnodes": 1})  # tiny: one node, even when the teacher used several
+
+
+def student_job(params: Params) -> TrainingJob:
+    settings = student_settings(params)
+    return TrainingJob("distill", settings, model_spec(settings), paths.STUDENT_WEIGHTS, paths.STUDENT_CHECKPOINTS,
+                       paths.STUDENT, paths.STUDENT_LOGS, module="tasks.training.distill",
+                       identity=(sha256_file(paths.MODEL_WEIGHTS), params.distill.model_dump_json()),
+                       soft_targets=(params.distill.temperature, params.distill.alpha), teacher=paths.MODEL_WEIGHTS)
+
+
+def train_student(params: Params) -> None:
+    """Train the student under torchrun (writes data/compress/student/)."""
+    launch(student_job(params))
+
+
+if __name__ == "__main__":
+    stage_main("distill", lambda params: run_job(params, student_job(params)))

@@ -1,0 +1,48 @@
+"""The trained model on disk: a weights-only checkpoint holding the state dict, the feature layout fitted on
+the training split, the model's name and arguments and the classes, so it can be rebuilt without pickle."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from models import FeatureLayout, build_model
+from tasks.config import TrainParams
+from tasks.contract import Schema
+from tasks.core.artifacts import write_atomic
+
+
+def fit_layout(features: np.ndarray, schema: Schema) -> FeatureLayout:
+    """Numeric mean/std and category counts from the training split only."""
+    numeric = [j for j, f in enumerate(schema.features) if f.kind == "numeric"]
+    categorical = [j for j, f in enumerate(schema.features) if f.kind == "categorical"]
+    values = features[:, numeric].astype(np.float64)
+    mean = np.nan_to_num(np.nanmean(values, axis=0)) if numeric else np.zeros(0)
+    std = np.nan_to_num(np.nanstd(values, axis=0), nan=1.0) if numeric else np.zeros(0)
+    std = np.where(std < 1e-8, 1.0, std)
+    return FeatureLayout(numeric_index=numeric, categorical_index=categorical,
+                         cardinalities=[len(schema.features[j].categories) for j in categorical],
+                         numeric_mean=[float(v) for v in mean], numeric_std=[float(v) for v in std],
+                         n_classes=len(schema.classes))
+
+
+def model_spec(params: TrainParams) -> dict:
+    """Name and constructor arguments, saved beside the weights so export can rebuild the model."""
+    return {"name": params.model, "kwargs": params.model_kwargs()}
+
+
+def save_trained(path: Path, model: nn.Module, layout: FeatureLayout, spec: dict, classes: list[str]) -> None:
+    """Tensors and primitives only, written atomically: `load_trained` reads it with weights_only=True."""
+    saved = {"state_dict": model.state_dict(), "layout": layout.to_dict(), "model": spec, "classes": list(classes)}
+    write_atomic(path, lambda tmp: torch.save(saved, tmp))
+
+
+def load_trained(path: Path) -> tuple[nn.Module, dict]:
+    """Rebuild the eager model from its weights-only checkpoint (never unpickles code)."""
+    checkpoint = torch.load(path, weights_only=True)
+    spec = checkpoint["model"]
+    model = build_model(spec["name"], FeatureLayout(**checkpoint["layout"]), **spec["kwargs"])
+    model.load_state_dict(checkpoint["state_dict"])
+    return model.eval(), checkpoint

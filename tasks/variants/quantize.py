@@ -1,0 +1,63 @@
+"""int8 quantisation of ONNX files (ONNX Runtime dynamic, and static QDQ calibrated on training rows)."""
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from tasks.core.artifacts import write_atomic
+
+
+def _keep_metadata(source: Path, tmp: Path) -> None:
+    import onnx
+
+    proto, original = onnx.load(str(tmp)), onnx.load(str(source))
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(original.metadata_props)
+    onnx.save(proto, str(tmp))
+
+
+@contextlib.contextmanager
+def _quiet_root_logger():
+    root = logging.getLogger()
+    level, root.level = root.level, logging.ERROR  # ORT's "consider pre-processing" hint is noise here
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+def quantize_onnx(source: Path, target: Path) -> None:
+    """ONNX Runtime dynamic int8 (weights int8, activations quantised per call); metadata kept."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    def write(tmp: Path) -> None:
+        with _quiet_root_logger():
+            quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8)
+        _keep_metadata(source, tmp)
+
+    write_atomic(target, write)
+
+
+def quantize_onnx_static(source: Path, target: Path, calibration: np.ndarray) -> None:
+    """ONNX Runtime static int8 (QDQ) of the matrix products, calibrated on raw training rows."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Rows(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter(np.array_split(calibration, max(1, len(calibration) // 256)))
+
+        def get_next(self):
+            batch = next(self.batches, None)
+            return None if batch is None else {"x": batch}
+
+    def write(tmp: Path) -> None:
+        with _quiet_root_logger():
+            quantize_static(str(source), str(tmp), Rows(), quant_format=QuantFormat.QDQ,
+                            op_types_to_quantize=["MatMul", "Gemm"], activation_type=QuantType.QInt8,
+                            weight_type=QuantType.QInt8)
+        _keep_metadata(source, tmp)
+
+    write_atomic(target, write)
