@@ -1,7 +1,19 @@
-"""Child processes: copying their output while keeping its tail for error messages."""
+"""Child processes: start one in its own process group, wait until it answers, stop it by PID (the whole
+group, on any exit path), and copy its output while keeping the tail for error messages."""
 from __future__ import annotations
 
 import collections
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from tasks.core.errors import TorchshipError
 
 
 def tee_lines(stream, tail: collections.deque, echo) -> None:
@@ -10,3 +22,82 @@ def tee_lines(stream, tail: collections.deque, echo) -> None:
         tail.append(line.rstrip("\n"))
         echo.write(line)
         echo.flush()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now (the OS picks it)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class Child:
+    """A started child process whose output goes to a file (never a pipe nobody reads: a full pipe blocks it)."""
+
+    name: str
+    process: subprocess.Popen
+    log: Path
+
+    def output_tail(self, chars: int = 2000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM to its whole process group, then SIGKILL if it has not exited within `timeout`."""
+        if self.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=timeout)
+
+
+def start_child(name: str, command: list[str], log: Path, env: dict[str, str] | None = None,
+                cwd: Path | None = None) -> Child:
+    """Start `command` in a new session (so stopping it stops its own children too), output to `log`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as handle:
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                   start_new_session=True, text=True)
+    return Child(name, process, log)
+
+
+def wait_until_ready(child: Child, ready: Callable[[], bool], timeout: float, interval: float = 0.2) -> None:
+    """Poll `ready()` until it is true; fail with the child's own last output if it exits or takes too long."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if child.process.poll() is not None:
+            raise TorchshipError(f"{child.name} exited during start-up (exit {child.process.returncode}):\n"
+                                 f"{child.output_tail()}")
+        with contextlib.suppress(Exception):  # not listening yet, or answering 503 while it loads
+            if ready():
+                return
+        if time.monotonic() > deadline:
+            raise TorchshipError(f"{child.name} did not become ready within {timeout:.0f}s; its output is in "
+                                 f"{child.log}:\n{child.output_tail(800)}")
+        time.sleep(interval)
+
+
+def http_ok(url: str, accept: Callable[[object], bool] | None = None) -> Callable[[], bool]:
+    """A readiness probe: GET `url` answers 200 (and its JSON passes `accept`, when given)."""
+    import httpx
+
+    def probe() -> bool:
+        response = httpx.get(url, timeout=1.0)
+        return response.status_code == 200 and (accept is None or accept(response.json()))
+
+    return probe
+
+
+@contextlib.contextmanager
+def running(children: list[Child]) -> Iterator[list[Child]]:
+    """Stop every child on the way out, whatever happened inside (an exception, SIGINT, SIGTERM)."""
+    try:
+        yield children
+    finally:
+        for child in children:
+            child.stop()
