@@ -26,7 +26,7 @@ test: install
 	$(VENV)/bin/python -m pytest -q
 
 test-fast: install
-	$(VENV)/bin/python -m pytest -q -m "not integration"
+	$(VENV)/bin/python -m pytest -q -m "unit or data or model"
 
 bench: install
 	for script in bench/bench_*.py; do $(PY) $$script || exit 1; done

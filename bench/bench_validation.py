@@ -1,4 +1,4 @@
-"""Validation: the Great Expectations contract gate (tasks.validate.validate_frames) vs a plain pandas
+"""Validation: the Great Expectations contract gate (tasks.core.expectations.validate_frames) vs a plain pandas
 implementation of the same checks, on 100k and 1M rows x 30 columns, alternating in one process."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from bench.common import save  # noqa: E402
 from tasks.config import ValidateParams  # noqa: E402
 from tasks.contract import Feature, Schema  # noqa: E402
 from tasks.core.contract_spec import ColumnRule, Contract  # noqa: E402
-from tasks.validate import validate_frames  # noqa: E402
+from tasks.core.expectations import validate_frames  # noqa: E402
 
 SIZES = [int(s) for s in os.environ.get("BENCH_ROWS", "100000,1000000").split(",")]
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 2))

@@ -25,12 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import save  # noqa: E402
-from tasks.compress import eager_runner, quantize_onnx  # noqa: E402
-from tasks.config import read_params_file  # noqa: E402
+from tasks.config import TrainParams, read_params_file  # noqa: E402
 from tasks.contract import load_schema  # noqa: E402
 from tasks.core.holdout import load_holdout  # noqa: E402
-from tasks.export import compiled_runner, export_onnx, load_trained, onnx_runner  # noqa: E402
 from tasks.profile import throughput, time_calls  # noqa: E402
+from tasks.training.weights import load_trained  # noqa: E402
+from tasks.variants.exporters import export_onnx  # noqa: E402
+from tasks.variants.quantize import quantize_onnx  # noqa: E402
+from tasks.variants.runners import compiled_runner, eager_runner, onnx_runner  # noqa: E402
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 5))
 CALLS = int(os.environ.get("BENCH_CALLS", 2000))
@@ -50,12 +52,10 @@ class ModelOnly(nn.Module):
 
 
 def build_pipeline(folder: Path) -> Path:
-    """Default params (the test fixture's tiny sizes put back), stages run as DVC would run them."""
-    from tests.conftest import TINY, make_project
+    """Default params, stages run as DVC would run them."""
+    from tests.conftest import make_project
 
-    defaults = read_params_file(ROOT / "params.yaml")
-    project = make_project(folder, {section: {key: defaults[section][key] for key in keys}
-                                    for section, keys in TINY.items()})
+    project = make_project(folder, tiny=False)
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     for stage in STAGES:
         print(f"stage {stage} ...", flush=True)
@@ -153,7 +153,7 @@ def main() -> None:
          figures, baseline, p50_ratio, "selected p50 <= 0.25x eager teacher, throughput >= 3x, within accuracy budget",
          p50_ratio <= 0.25 and throughput_ratio >= 3 and within_budget,
          notes=f"ratio = selected batch-1 p50 / eager teacher p50. Teacher {defaults['train']['model']} "
-               f"{defaults['train']['model_args']}, student MLP {defaults['distill']['hidden']}; default data "
+               f"{TrainParams(**defaults['train']).model_kwargs()}, student MLP {defaults['distill']['hidden']}; default data "
                f"(100k rows); 1 thread; median of {ROUNDS} interleaved rounds of {CALLS} batch-1 calls and 0.5 s at "
                f"batch {BATCH}. e2e = encoded raw rows in, preprocessing in the graph; model = preprocessed inputs "
                "to the network alone. eager-compile = torch.compile(dynamic=False). onnx-fp32 is the pipeline's "

@@ -34,3 +34,11 @@ def configure_environment(root: Path) -> None:
     os.environ.setdefault("PREFECT_HOME", str(state))
     os.environ.setdefault("PREFECT_API_DATABASE_CONNECTION_URL", f"sqlite+aiosqlite:///{state / 'db' / 'prefect.db'}")
     os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(state / "storage"))
+
+
+def enter_project(start: Path | None = None) -> Path:
+    """Every command runs in the project folder (paths in params.yaml and dvc.yaml are relative to it)."""
+    root = find_project_root(start)
+    os.chdir(root)
+    configure_environment(root)
+    return root

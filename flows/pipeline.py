@@ -9,10 +9,10 @@ from tasks import bless, canary, register, validate
 from tasks.config import Params, load_params
 from tasks.core import paths, tracking
 from tasks.core.artifacts import read_json
+from tasks.core.sources import write_source_fingerprint
 from tasks.ops import reproduce
 from tasks.ops.lineage import git_state
 from tasks.ops.summary import PipelineSummary, summarize
-from tasks.prepare import write_source_fingerprint
 
 
 @task(name="dvc-stage", task_run_name="{stage}")

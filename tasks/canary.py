@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,9 +17,9 @@ import pandas as pd
 from tasks.config import CanaryParams, Params
 from tasks.contract import Schema, load_schema
 from tasks.core import paths
-from tasks.core.errors import TorchshipError
 from tasks.core.gate import GateResult
 from tasks.core.holdout import load_holdout
+from tasks.core.procs import free_port, http_ok, running, start_child, wait_until_ready
 from tasks.core.registry import CHALLENGER, alias_version, aliases, registry_client
 from tasks.core.verdicts import CanaryReport, VariantTraffic
 from tasks.ops.registry import promote, reject
@@ -30,47 +28,21 @@ log = logging.getLogger("torchship.canary")
 SMOKE_ONLY = "smoke test only (no challenger)"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @contextlib.contextmanager
 def running_service(model_name: str, share: float, rules: CanaryParams, seed: int = 0) -> Iterator[str]:
-    """A real `python -m serving` process on a free loopback port; always stopped afterwards."""
-    import httpx
-
+    """A real `python -m serving` process on a free loopback port, ready once /health names a champion;
+    stopped by PID (its whole process group) on every way out."""
     port = free_port()
     command = [sys.executable, "-m", "serving", "--host", "127.0.0.1", "--port", str(port), "--model-name", model_name,
                "--challenger-share", str(share), "--request-log", "", "--seed", str(seed), "--shadow"]
-    # Its output goes to a file, not a pipe nobody reads (a full pipe would block the service).
-    output = tempfile.NamedTemporaryFile("w+", prefix="torchship-canary-", suffix=".log", delete=False)
-    process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + rules.startup_timeout_s
-        while True:
-            if process.poll() is not None:
-                raise TorchshipError(f"the service exited during start-up:\n{Path(output.name).read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=1.0).json().get("champion"):
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TorchshipError(f"the service did not answer /health within {rules.startup_timeout_s:.0f}s")
-            time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        output.close()
-        Path(output.name).unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="torchship-canary-") as folder:
+        service = start_child("the canary service", command, Path(folder) / "service.log",
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        with running([service]):
+            wait_until_ready(service, http_ok(f"{url}/health", accept=lambda health: bool(health.get("champion"))),
+                             rules.startup_timeout_s)
+            yield url
 
 
 def replay(url: str, rows: pd.DataFrame, target: str) -> pd.DataFrame:

@@ -203,7 +203,8 @@ class ServeParams(Section):
     port: int = Field(8000, ge=0, le=65535, description="Port of `torchship serve`.")
     challenger_share: float = Field(0.0, ge=0.0, le=1.0, description="Share of live traffic routed to the `challenger` alias.")
     poll_seconds: float = Field(5.0, gt=0.0, description="How often the service checks the registry for moved aliases.")
-    request_log: str = Field("data/serve/requests.jsonl", description="Where served requests are appended (JSON lines) for monitoring.")
+    request_log: str = Field("data/serve/requests.jsonl", description="Where served requests are appended (JSON lines) for monitoring; empty = no log.")
+    threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per loaded variant; requests are batch-1, so the server's thread pool gives the parallelism.")
 
 
 class TrackingParams(Section):

@@ -4,24 +4,20 @@ DVC stage: `python -m tasks.prepare`.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 from sklearn.model_selection import train_test_split
 
-from tasks.config import DataParams, Params, PrepareParams
-from tasks.contract import (Schema, build_schema, class_labels, label_strings, parse_table, parse_with_contract,
-                            read_raw_table)
+from tasks.config import Params, PrepareParams
+from tasks.contract import (Schema, build_schema, class_labels, label_strings, parse_table, parse_with_contract)
 from tasks.core import paths
 from tasks.core.artifacts import write_atomic, write_json_atomic
 from tasks.core.contract_spec import Contract
 from tasks.core.errors import DataError
 from tasks.core.quarantine import quarantine_copy
-from tasks.core.sources import generate_customers, load_sklearn, resolve_target, source_path
+from tasks.core.sources import load_source, resolve_target, source_path
 from tasks.core.stage import stage_main
 
 log = logging.getLogger("torchship.prepare")
@@ -33,27 +29,6 @@ class PreparedData:
     val: pd.DataFrame
     holdout: pd.DataFrame
     schema: Schema
-
-
-def load_source(data: DataParams, with_batches: bool = True) -> tuple[pd.DataFrame, str]:
-    """Raw rows (plus batches accepted by `torchship ingest`) and a name for messages; file rows keep
-    their line numbers as index."""
-    path = source_path(data)
-    if path is not None:
-        raw, origin = read_raw_table(path), str(path)
-    elif data.source == "synthetic":
-        raw, origin = generate_customers(data.rows, data.seed, data.drift), "synthetic"
-    else:
-        raw, origin = load_sklearn(data.source.split(":", 1)[1]), data.source
-    batches = sorted(paths.BATCHES.glob("*.parquet")) if with_batches else []
-    if not batches:
-        return raw, origin
-    frames = [raw.astype(object)]
-    for path in batches:
-        batch = pd.read_parquet(path).astype(object)
-        batch.index = [f"{path.name} row {i + 1}" for i in range(len(batch))]
-        frames.append(batch)
-    return pd.concat(frames).where(lambda f: f.notna(), None), f"{origin} + {len(batches)} accepted batch(es)"
 
 
 def prepare_tables(raw: pd.DataFrame, target: str, origin: str, params: PrepareParams,
@@ -85,35 +60,6 @@ def prepare_tables(raw: pd.DataFrame, target: str, origin: str, params: PrepareP
     schema = build_schema(train, kinds, target, classes, origin, params.max_categories, contract)
     return PreparedData(train.reset_index(drop=True), val.reset_index(drop=True),
                         holdout.reset_index(drop=True), schema)
-
-
-def fingerprint_source(data: DataParams) -> dict:
-    """What identifies the source's content: the file's md5 (or the built-in source's spec) and the md5
-    of each accepted batch."""
-    path = source_path(data)
-    fingerprint: dict = {"source": data.source}
-    if path is not None and path.exists():
-        fingerprint["md5"] = _md5(path)
-    batches = sorted(paths.BATCHES.glob("*.parquet"))
-    if batches:
-        fingerprint["batches"] = {b.name: _md5(b) for b in batches}
-    return fingerprint
-
-
-def _md5(path: Path) -> str:
-    digest = hashlib.md5()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_source_fingerprint(data: DataParams, target: Path = paths.SOURCE_FINGERPRINT) -> None:
-    """Refresh the file DVC hashes for the source, rewriting it only when it changes."""
-    text = json.dumps(fingerprint_source(data), indent=2) + "\n"
-    if not target.exists() or target.read_text() != text:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
 
 
 def write_prepared(prepared: PreparedData) -> dict:

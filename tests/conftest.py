@@ -26,6 +26,18 @@ TINY = {  # every key here is one the default models really read (params are air
 }
 
 
+SUITES = ("unit", "data", "model", "integration", "reliability")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Each test carries the marker of the folder it lives in (tests/<suite>/...): `make test-fast`
+    selects unit, data and model; integration and reliability run real processes and servers."""
+    for item in items:
+        suite = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0]
+        if suite in SUITES:
+            item.add_marker(suite)
+
+
 @dataclass
 class Project:
     """A throwaway clone of this repository with its own DVC, MLflow and Prefect state."""
@@ -62,8 +74,9 @@ class Project:
                               timeout=300)
 
 
-def make_project(target: Path, overrides: dict | None = None) -> Project:
-    """Copy the git-tracked files, apply tiny params, and commit, like a fresh clone."""
+def make_project(target: Path, overrides: dict | None = None, tiny: bool = True) -> Project:
+    """Copy the git-tracked files, apply the tiny params (unless `tiny` is off: benchmarks) and the
+    overrides, and commit, like a fresh clone."""
     from tasks.ops.overrides import merge
 
     files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.decode()
@@ -76,7 +89,7 @@ def make_project(target: Path, overrides: dict | None = None) -> Project:
 
     yaml = YAML()
     params = yaml.load((target / "params.yaml").read_text())
-    merged = merge(json.loads(json.dumps(params)), merge(TINY, overrides or {}))
+    merged = merge(json.loads(json.dumps(params)), merge(TINY if tiny else {}, overrides or {}))
     with (target / "params.yaml").open("w") as handle:
         yaml.dump(merged, handle)
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",

@@ -48,9 +48,11 @@ def find_version_by_sha(client, name: str, sha256: str):
 
 
 def download_onnx(client, name: str, version: str | int, destination: Path) -> Path:
-    """Fetch a version's ONNX file (the MLflow ONNX flavor folder holds model.onnx) into `destination`."""
+    """Fetch a version's ONNX file (the MLflow ONNX flavor folder holds model.onnx) into `destination`,
+    through `client` alone: a `models:/` URI would be resolved against MLflow's process-wide registry URI,
+    which a service built from params never sets."""
     from mlflow.artifacts import download_artifacts
 
-    folder = Path(download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(destination),
-                                     tracking_uri=client.tracking_uri, registry_uri=client.tracking_uri))
-    return folder / "model.onnx"
+    source = client.get_model_version_download_uri(name, str(version))
+    return Path(download_artifacts(artifact_uri=source, dst_path=str(destination),
+                                   tracking_uri=client.tracking_uri)) / "model.onnx"

@@ -1,12 +1,16 @@
 """Where raw rows come from: the seeded synthetic generator, scikit-learn's bundled sets, or a file."""
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from tasks.config import DataParams
+from tasks.contract import read_raw_table
+from tasks.core import paths
 from tasks.core.errors import ConfigError
 
 SKLEARN_SETS = ("breast_cancer", "digits", "iris", "wine")
@@ -83,3 +87,50 @@ def source_path(data: DataParams) -> Path | None:
     if data.source == "synthetic" or data.source.startswith("sklearn:"):
         return None
     return Path(data.source)
+
+
+def load_source(data: DataParams, with_batches: bool = True) -> tuple[pd.DataFrame, str]:
+    """Raw rows (plus batches accepted by `torchship ingest`) and a name for messages; file rows keep
+    their line numbers as index."""
+    path = source_path(data)
+    if path is not None:
+        raw, origin = read_raw_table(path), str(path)
+    elif data.source == "synthetic":
+        raw, origin = generate_customers(data.rows, data.seed, data.drift), "synthetic"
+    else:
+        raw, origin = load_sklearn(data.source.split(":", 1)[1]), data.source
+    batches = sorted(paths.BATCHES.glob("*.parquet")) if with_batches else []
+    if not batches:
+        return raw, origin
+    frames = [raw.astype(object)]
+    for path in batches:
+        batch = pd.read_parquet(path).astype(object)
+        batch.index = [f"{path.name} row {i + 1}" for i in range(len(batch))]
+        frames.append(batch)
+    return pd.concat(frames).where(lambda f: f.notna(), None), f"{origin} + {len(batches)} accepted batch(es)"
+
+
+def fingerprint_source(data: DataParams) -> dict:
+    """What identifies the source's content: the file's md5 (or the built-in source's spec) and the md5
+    of each accepted batch."""
+    path = source_path(data)
+    fingerprint: dict = {"source": data.source}
+    if path is not None and path.exists():
+        fingerprint["md5"] = _md5(path)
+    batches = sorted(paths.BATCHES.glob("*.parquet"))
+    if batches:
+        fingerprint["batches"] = {b.name: _md5(b) for b in batches}
+    return fingerprint
+
+
+def _md5(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "md5").hexdigest()
+
+
+def write_source_fingerprint(data: DataParams, target: Path = paths.SOURCE_FINGERPRINT) -> None:
+    """Refresh the file DVC hashes for the source, rewriting it only when it changes."""
+    text = json.dumps(fingerprint_source(data), indent=2) + "\n"
+    if not target.exists() or target.read_text() != text:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)

@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tasks.config import PARAMS_FILE, Params, parse_params, read_params_file
+from tasks.core import paths
+from tasks.core.artifacts import write_bytes_atomic
 from tasks.core.errors import ConfigError
+from tasks.ops.shutdown import sigterm_raises
 
 
 def parse_assignment(text: str) -> tuple[list[str], Any]:
@@ -56,7 +59,8 @@ def resolve(assignments: list[str], params_file: str | None = None, base_file: s
 
 
 def write_params(raw: dict, target: str = PARAMS_FILE) -> bool:
-    """Write the values into params.yaml keeping its comments; returns whether anything changed."""
+    """Make params.yaml hold exactly `raw` (the whole desired mapping, as `resolve` returns it), keeping
+    the comments of untouched keys; returns whether anything changed."""
     from ruamel.yaml import YAML
 
     yaml = YAML()
@@ -68,8 +72,12 @@ def write_params(raw: dict, target: str = PARAMS_FILE) -> bool:
     before = json.dumps(document, sort_keys=True, default=str)
 
     def apply(node, values: dict) -> None:
+        """Make `node` equal `values` in place, so comments on untouched keys survive; `values` is the whole
+        desired mapping, so a key it lacks was removed (e.g. `--set train.model_args={}`)."""
+        for key in [key for key in node if key not in values]:
+            del node[key]
         for key, value in values.items():
-            if isinstance(value, dict) and isinstance(node.get(key), dict):
+            if isinstance(value, dict) and value and isinstance(node.get(key), dict):
                 apply(node[key], value)
             elif node.get(key) != value:
                 node[key] = value
@@ -79,22 +87,33 @@ def write_params(raw: dict, target: str = PARAMS_FILE) -> bool:
     if changed:
         buffer = io.StringIO()
         yaml.dump(document, buffer)
-        from tasks.core.artifacts import write_bytes_atomic
-
         write_bytes_atomic(path, buffer.getvalue().encode())
     return changed
 
 
+TOUCHED_FILES = (Path(PARAMS_FILE), paths.SOURCE_FINGERPRINT)  # what a run or a plan may rewrite
+
+
 @contextlib.contextmanager
-def temporarily_applied(raw: dict, files: list[Path]) -> Iterator[None]:
-    """Apply overrides for a look (torchship plan) and put every touched file back afterwards."""
-    saved = {path: path.read_bytes() if path.exists() else None for path in files}
-    try:
-        write_params(raw)
-        yield
-    finally:
-        for path, content in saved.items():
-            if content is None:
-                path.unlink(missing_ok=True)
-            else:
-                path.write_bytes(content)
+def applied_overrides(raw: dict, keep: bool = True, files: tuple[Path, ...] = TOUCHED_FILES) -> Iterator[bool]:
+    """Write the overrides into params.yaml for the block (yields whether anything changed). Every file in
+    `files` is put back as it was if the block fails (an exception, Ctrl-C or SIGTERM) and, with
+    keep=False (a look, such as `torchship plan`), always."""
+    with sigterm_raises():
+        saved = {path: path.read_bytes() if path.exists() else None for path in files}
+        finished = False
+        try:
+            yield write_params(raw)
+            finished = True
+        finally:
+            if not (keep and finished):
+                restore_files(saved)
+
+
+def restore_files(saved: dict[Path, bytes | None]) -> None:
+    """Put each file's saved bytes back; a file that did not exist before is removed."""
+    for path, content in saved.items():
+        if content is None:
+            path.unlink(missing_ok=True)
+        elif not path.exists() or path.read_bytes() != content:
+            write_bytes_atomic(path, content)

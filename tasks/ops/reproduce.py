@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from tasks.core import paths
 from tasks.core.artifacts import read_json
 from tasks.core.errors import TorchshipError
-from tasks.core.procs import tee_lines
+from tasks.core.procs import Child, tee_lines
 
 DVC_STAGES = ("prepare", "validate", "train", "export", "compress", "profile")
 LOCK_FILE = Path("dvc.lock")
@@ -156,11 +156,16 @@ def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout) ->
     echo.write(f"── {stage} ── {'; '.join(changes)[:200]}\n")
     echo.flush()
     process = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "--quiet", "--single-item", stage],
-                               env=stage_environment(env), stdout=None, stderr=subprocess.PIPE, text=True)
+                               env=stage_environment(env), stdout=None, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    child = Child(f"dvc repro {stage}", process, Path(os.devnull))
     tail: collections.deque[str] = collections.deque(maxlen=60)
     reader = threading.Thread(target=tee_lines, args=(process.stderr, tail, echo), daemon=True)
     reader.start()
-    code = process.wait()
+    try:
+        code = process.wait()
+    finally:  # interrupted (Ctrl-C, SIGTERM turned into an exception): the stage and its torchrun go too
+        child.stop()
     reader.join()
     if code != 0:
         raise StageFailed(_stage_error(stage, list(tail), code))

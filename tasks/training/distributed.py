@@ -88,13 +88,26 @@ def wrap_model(model: nn.Module, strategy: str, runtime: Runtime) -> nn.Module:
 
 
 def full_state(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> tuple[dict, dict | None]:
-    """Unsharded model (and optimizer) state on the CPU; a collective under FSDP: every rank calls it."""
+    """A copy of the unsharded model (and optimizer) state on the CPU, which later steps do not change; a
+    collective under FSDP: every rank calls it, rank 0 gets the state (the others get empty dicts)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     model_state = get_model_state_dict(model, options=options)
     optimizer_state = get_optimizer_state_dict(model, optimizer, options=options) if optimizer else None
-    return model_state, optimizer_state
+    # On the CPU, "offloaded" tensors are the live parameters and moments themselves: copy them, or the
+    # kept best weights would silently follow training.
+    return _copied(model_state), _copied(optimizer_state)
+
+
+def _copied(state):
+    if isinstance(state, torch.Tensor):
+        return state.detach().clone()
+    if isinstance(state, dict):
+        return {key: _copied(value) for key, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_copied(value) for value in state)
+    return state
 
 
 def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict,

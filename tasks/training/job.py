@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -28,8 +28,9 @@ from tasks.core.artifacts import sha256_file
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import tee_lines
 from tasks.training import checkpoint
-from tasks.training.distributed import full_state, init_runtime, load_full_state, torchrun_command, wrap_model
-from tasks.training.loop import LoopState, Split, fit
+from tasks.training.distributed import Runtime, init_runtime, torchrun_command, wrap_model
+from tasks.training.loop import Split, Trainer, predict_logits
+from tasks.training.report import TrainingProgress, report_training
 from tasks.training.weights import fit_layout, load_trained, save_trained
 
 log = logging.getLogger("torchship.train")
@@ -38,7 +39,7 @@ log = logging.getLogger("torchship.train")
 @dataclass(frozen=True)
 class TrainingJob:
     """What one torchrun job trains and where it writes: the teacher (train stage) or the distilled
-    student (compress stage). Both go through the same worker, loop, checkpoints and report."""
+    student (compress stage). Both go through the same worker, trainer, checkpoints and report."""
 
     stage: str                      # MLflow run name and log prefix
     train: TrainParams              # effective training settings
@@ -83,37 +84,112 @@ def launch(job: TrainingJob) -> None:
     code = process.wait()
     reader.join()
     if code != 0:
-        raise TorchshipError(describe_failure(list(tail), code, job.logs))
+        raise TorchshipError(describe_failure(list(tail), code, job.logs, job.train.collective_timeout_s))
 
 
-def describe_failure(lines: list[str], code: int, logs_folder: Path = paths.TRAIN_LOGS) -> str:
-    """From torchrun's summary: which rank failed first, how, and the last lines it logged."""
-    text = "\n".join(lines)
+# torchrun's per-worker console prefix ("[default0]:[rank0]: ") hides where a line really starts.
+WORKER_PREFIX = re.compile(r"^(\[(default|rank)\d+\]:\s?)+")
+# How a collective timeout reads: gloo says "Timed out waiting 10000ms for recv operation" or, on a pair
+# another operation already timed out, "Application timeout caused pair closure"; nccl's watchdog says
+# "Watchdog caught collective operation timeout".
+COLLECTIVE_TIMEOUT = re.compile(r"Timed out waiting \d+\s*ms|Application timeout caused pair closure"
+                                r"|collective operation timeout")
+
+
+def describe_failure(lines: list[str], code: int, logs_folder: Path = paths.TRAIN_LOGS,
+                     collective_timeout_s: int | None = None) -> str:
+    """From torchrun's summary: which rank failed first, how (a signal, an exit code, or a collective timeout
+    and the rank it waited on), its own error and the last lines it logged."""
+    text = "\n".join(WORKER_PREFIX.sub("", line) for line in lines)
     root = text[text.find("Root Cause"):] if "Root Cause" in text else text
-    rank = re.search(r"rank\s*:\s*(\d+)", root)
-    how = re.search(r"traceback\s*:\s*(Signal.+)", root) or re.search(r"exitcode\s*:\s*(.+)", root)
-    own = [line for line in lines if "failed:" in line and line.startswith("torchship ")]
-    logs = sorted(logs_folder.glob(f"**/attempt_*/{rank.group(1) if rank else 0}/*.log"),
-                  key=lambda p: p.stat().st_mtime)
-    last = [l for l in (logs[-1].read_text(errors="replace").splitlines() if logs else []) if l.strip()][-5:]
-    return (f"rank {rank.group(1) if rank else '?'} of the torchrun job failed first: "
-            f"{how.group(1).strip() if how else 'unknown cause'} (torchrun exit {code}). " + (f"Its error: {own[0]} " if own else "")
+    found = re.search(r"rank\s*:\s*(\d+)", root)
+    rank = found[1] if found else "?"
+    last = _last_log_lines(logs_folder, rank)
+    how = _how_it_failed(text, root, rank, last, collective_timeout_s)
+    own = [line for line in text.splitlines() if line.startswith("torchship ") and " failed: " in line]
+    return (f"rank {rank} of the torchrun job failed first: {how} (torchrun exit {code}). "
+            + (f"Its error: {own[0]} " if own else "")
             + (f"Its last log lines: {' | '.join(last)}. " if last else "")
             + f"Re-run to resume from the last checkpoint ({logs_folder.parent / 'checkpoints'}).")
 
 
+def _how_it_failed(text: str, root: str, rank: str, last: list[str], timeout_s: int | None) -> str:
+    """torchrun's signal, else a collective timeout (gloo/nccl say so in the error), else the exit code."""
+    signal_name = re.search(r"traceback\s*:\s*Signal \d+ \((\w+)\)", root)
+    if signal_name:
+        return f"killed by {signal_name[1]}"
+    if COLLECTIVE_TIMEOUT.search("\n".join([text, *last])):
+        # A rank that times out was waiting on another: torchrun then stops the rest with a signal, and
+        # the rank that stopped answering is among those (with two ranks, it is the other one).
+        stopped = [r for r, exit_code in re.findall(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", text)
+                   if r != rank and int(exit_code) < 0]
+        waited = (f"rank {stopped[0]}, which stopped answering" if len(stopped) == 1 else
+                  f"a rank that stopped answering, one of ranks {', '.join(stopped)}" if stopped else
+                  "a rank that stopped answering")
+        after = f" after {timeout_s} s" if timeout_s else ""
+        return f"a collective timed out{after} (train.collective_timeout_s) waiting for {waited}"
+    exit_code = re.search(r"exitcode\s*:\s*(-?\d+)", root)
+    return f"exit code {exit_code[1]}" if exit_code else "unknown cause"
+
+
+def _last_log_lines(logs_folder: Path, rank: str, count: int = 5) -> list[str]:
+    """The last non-empty lines of the rank's newest torchrun log file (this node's ranks only)."""
+    logs = sorted(logs_folder.glob(f"**/attempt_*/{rank if rank.isdigit() else 0}/*.log"),
+                  key=lambda p: p.stat().st_mtime)
+    lines = logs[-1].read_text(errors="replace").splitlines() if logs else []
+    return [WORKER_PREFIX.sub("", line) for line in lines if line.strip()][-count:]
+
+
 def teacher_logits(path: Path, features: torch.Tensor) -> torch.Tensor:
     """The trained teacher's logits on the given rows: the student's soft targets."""
-    from tasks.training.loop import predict_logits
-
     teacher, _ = load_trained(path)
     return predict_logits(teacher.to(features.device), features)
 
 
-def worker(params: Params, job: TrainingJob) -> None:
-    """One torchrun process: join the group, resume or start, train, and (rank 0) write and log."""
-    from tasks.training.report import TrainingProgress, report_training
+class JobTrainer(Trainer):
+    """The trainer inside a torchrun worker: resumes from and writes the job's checkpoints, shows a progress
+    bar on rank 0, and fires the reliability tests' injected fault."""
 
+    def __init__(self, job: TrainingJob, runtime: Runtime, n_classes: int):
+        super().__init__(job.train, n_classes, runtime.rank, runtime.world, runtime.precision, job.soft_targets)
+        self.folder, self.fingerprint = job.checkpoints, run_fingerprint(job.train, job.identity)
+        self.fault = injected_fault(runtime.rank)
+        self.progress = TrainingProgress(job.train.epochs, job.stage) if runtime.rank == 0 else None
+
+    def resume(self) -> None:
+        """Continue from the newest intact checkpoint of this run (params + data), or forget other runs'."""
+        saved = checkpoint.load_latest(self.folder, self.fingerprint)
+        if saved is not None:
+            self.load_checkpoint(saved)
+        elif self.rank == 0:
+            checkpoint.clear(self.folder)
+        dist.barrier()  # no rank starts before rank 0 has cleared stale checkpoints
+
+    def checkpoint(self) -> None:
+        saved = self.save_checkpoint()  # a collective: every rank gathers, rank 0 writes
+        if self.rank == 0:
+            checkpoint.save_checkpoint(self.folder, self.state.global_step, saved, self.fingerprint)
+
+    def before_step(self) -> None:
+        if self.fault:
+            self.fault(self.state.global_step)
+
+    def after_step(self, step: int, steps: int) -> None:
+        if self.progress:
+            self.progress.step(self.state.epoch, step, steps)
+
+    def after_epoch(self, record: dict) -> None:
+        if self.progress:
+            self.progress.epoch(record)
+
+    def close(self) -> None:
+        if self.progress:
+            self.progress.close()
+
+
+def worker(params: Params, job: TrainingJob) -> None:
+    """One torchrun process: join the group, build the model, resume or start, train, and (rank 0) save the
+    best weights and report."""
     settings, spec = job.train, job.spec
     runtime = init_runtime(settings)
     try:
@@ -126,50 +202,29 @@ def worker(params: Params, job: TrainingJob) -> None:
         val = load_split(paths.VAL_SPLIT, schema, runtime.device)
         if job.teacher is not None:
             train.soft = teacher_logits(job.teacher, train.features)
-        feature_layout = fit_layout(train.features.cpu().numpy(), schema)
-        model = wrap_model(build_model(spec["name"], feature_layout, **spec["kwargs"]), settings.strategy, runtime)
-        if settings.compile:
-            model = torch.compile(model)
-        fingerprint = run_fingerprint(settings, job.identity)
-        resume = checkpoint.load_latest(job.checkpoints, fingerprint)
-        if resume is None and runtime.rank == 0:
-            checkpoint.clear(job.checkpoints)
-        dist.barrier()
-
-        def save(state: LoopState, optimizer, extras) -> None:
-            model_state, optimizer_state = full_state(model, optimizer)  # collective: all ranks
-            if runtime.rank == 0:
-                scheduler, scaler = extras
-                checkpoint.save_checkpoint(job.checkpoints, state.global_step, {
-                    "loop": asdict(state), "model": model_state, "optimizer": optimizer_state,
-                    "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
-                    "rng": torch.get_rng_state()}, fingerprint)
-
-        progress = TrainingProgress(settings.epochs, job.stage) if runtime.rank == 0 else None
-
-        def on_oom(micro_batch: int, parts: int) -> None:
-            log.warning("rank %d: out of memory; micro-batch halved to %d, accumulating %d per step (same "
-                        "effective batch)", runtime.rank, micro_batch, parts)
-
-        state = fit(model, train, val, settings, len(schema.classes), runtime.rank, runtime.world,
-                    runtime.precision, resume=_resume_hooks(resume), save=save,
-                    on_step=progress.step if progress else None, on_epoch=progress.epoch if progress else None,
-                    full_state=lambda m: full_state(m)[0], before_step=injected_fault(runtime.rank), on_oom=on_oom,
-                    soft_targets=job.soft_targets)
-        if progress:
-            progress.close()
-        # Peak resident memory summed over ranks (a collective: every rank takes part).
-        peak_rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024], dtype=torch.float64)
-        dist.all_reduce(peak_rss)
+        layout = fit_layout(train.features.cpu().numpy(), schema)
+        model = wrap_model(build_model(spec["name"], layout, **spec["kwargs"]), settings.strategy, runtime)
+        trainer = JobTrainer(job, runtime, len(schema.classes))
+        trainer.setup(torch.compile(model) if settings.compile else model, train, val)
+        trainer.resume()
+        state = trainer.train()
+        trainer.close()
+        peak_rss_mb = summed_peak_rss_mb()
         if runtime.rank == 0:
-            best = build_model(spec["name"], feature_layout, **spec["kwargs"])
+            best = build_model(spec["name"], layout, **spec["kwargs"])
             best.load_state_dict(state.best_state)
-            save_trained(job.weights, best, feature_layout, spec, schema.classes)
+            save_trained(job.weights, best, layout, spec, schema.classes)
             report_training(params, best.eval(), Split(val.features.cpu(), val.labels.cpu()), state.history, schema,
-                            runtime, peak_rss_mb=float(peak_rss), folder=job.folder, stage=job.stage,
-                            train_params=settings)
+                            runtime, peak_rss_mb=peak_rss_mb, folder=job.folder, stage=job.stage, train_params=settings)
     finally:
         dist.destroy_process_group()
+
+
+def summed_peak_rss_mb() -> float:
+    """Peak resident memory summed over ranks (a collective: every rank takes part)."""
+    peak = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024], dtype=torch.float64)
+    dist.all_reduce(peak)
+    return float(peak)
 
 
 def injected_fault(rank: int):
@@ -194,14 +249,6 @@ def injected_fault(rank: int):
             raise torch.OutOfMemoryError("injected out-of-memory (TORCHSHIP_FAULT)")
 
     return hook
-
-
-def _resume_hooks(saved: dict | None) -> dict | None:
-    if saved is None:
-        return None
-    return {"loop": LoopState(**saved["loop"]), "scheduler": saved["scheduler"], "scaler": saved["scaler"],
-            "rng": saved["rng"],
-            "restore": lambda model, optimizer: load_full_state(model, optimizer, saved["model"], saved["optimizer"])}
 
 
 def run_job(params: Params, job: TrainingJob) -> None:

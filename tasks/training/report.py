@@ -14,6 +14,7 @@ from tasks.core import paths
 from tasks.core.artifacts import write_atomic, write_json_atomic
 from tasks.core.metrics import classification_metrics, confusion
 from tasks.core.plots import plot_confusion, plot_learning_curves, plot_roc_pr
+from tasks.training.loop import predict_logits
 
 log = logging.getLogger("torchship.train")
 
@@ -29,9 +30,7 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
     backend, world = runtime.backend, runtime.world
     train_params = train_params or params.train
     metrics_path, history_path, plots = folder / "metrics.json", folder / "history.csv", folder / "plots"
-    model.eval()
-    with torch.no_grad():
-        logits = model(val.features)
+    logits = predict_logits(model, val.features)
     predicted = logits.argmax(1).numpy()
     n_classes = len(schema.classes)
     scores = classification_metrics(val.labels.numpy(), predicted, n_classes)

@@ -7,7 +7,8 @@ import pytest
 
 from tasks.config import DataParams, PrepareParams
 from tasks.core.errors import DataError
-from tasks.prepare import fingerprint_source, prepare_tables
+from tasks.core.sources import fingerprint_source
+from tasks.prepare import prepare_tables
 
 TARGET = "churned"
 

@@ -1,40 +1,130 @@
-"""The CLI as a user meets it: help, version, status, rollback, the UIs."""
+"""The CLI through the real `torchship` executable, as a user meets it: version, status, the service started
+and stopped by PID, the UIs (ready on loopback; both servers gone after SIGTERM), and a run stopped by
+SIGTERM putting params.yaml back. Help texts, rollback, clean and error rendering run in-process in
+test_cli_inprocess.py."""
 from __future__ import annotations
 
-import socket
+import os
+import re
+import signal
+import contextlib
+import time
+from pathlib import Path
 
+import httpx
 import pytest
 
+from tasks.core.procs import Child, http_ok, start_child, wait_until_ready
+from tests.conftest import BIN, make_project
+from tests.helpers import free_port
+
 pytestmark = pytest.mark.integration
+MODEL = "synthetic-churn"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def start_torchship(project, log: Path, *args: str) -> Child:
+    """`torchship ARGS` in the project as its own process group, output to `log` (the environment as
+    Project.torchship builds it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "PYTEST_"))}
+    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", PYTHONUNBUFFERED="1")
+    return start_child(f"torchship {args[0]}", [str(BIN / "torchship"), *args], log, env=env, cwd=project.root)
 
 
-def test_help_and_version(tiny_pipeline):
+def test_version_and_status(tiny_pipeline):
     project, _ = tiny_pipeline
     assert project.torchship("--version").stdout.startswith("torchship ")
-    for command in ("run", "plan", "ui", "serve", "status", "rollback", "clean"):
-        result = project.torchship(command, "--help")
-        assert result.returncode == 0 and "Usage" in result.stdout, command
-
-
-def test_status_shows_the_champion(tiny_pipeline):
-    project, _ = tiny_pipeline
-    champion = project.registry("synthetic-churn")["aliases"]["champion"]
+    champion = project.registry(MODEL)["aliases"]["champion"]
     result = project.torchship("status")
     assert result.returncode == 0, result.stderr
     assert f"champion → v{champion}" in result.stdout
 
 
+def test_serve_answers_with_the_champion_and_stops_by_pid(tiny_pipeline, tmp_path):
+    project, _ = tiny_pipeline
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    service = start_torchship(project, tmp_path / "serve.log", "serve", "--port", str(port))
+    try:
+        wait_until_ready(service, http_ok(f"{url}/health", accept=lambda health: bool(health.get("champion"))), 120)
+        health = httpx.get(f"{url}/health", timeout=5)
+        assert health.status_code == 200
+        assert str(health.json()["champion"]) == project.registry(MODEL)["aliases"]["champion"]
+    finally:
+        service.stop()
+    assert service.process.poll() is not None
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/health", timeout=2)
+
+
 def test_ui_starts_mlflow_and_prefect_on_loopback(tiny_pipeline):
     project, _ = tiny_pipeline
-    mlflow_port, prefect_port = _free_port(), _free_port()
+    mlflow_port, prefect_port = free_port(), free_port()
     result = project.torchship("ui", "--check", "--mlflow-port", str(mlflow_port), "--prefect-port", str(prefect_port),
                                timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"http://127.0.0.1:{mlflow_port}" in result.stdout
     assert f"http://127.0.0.1:{prefect_port}" in result.stdout
+
+
+def _gone(pid: int) -> bool:
+    """No process is left in the group `pid` leads (servers start in their own sessions)."""
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_ui_stops_both_servers_on_sigterm(tiny_pipeline, tmp_path):
+    project, _ = tiny_pipeline
+    ports = {"MLflow": free_port(), "Prefect": free_port()}
+    ui = start_torchship(project, tmp_path / "ui.log", "ui", "--mlflow-port", str(ports["MLflow"]),
+                         "--prefect-port", str(ports["Prefect"]))
+    try:
+        def both_ready() -> bool:
+            return len(re.findall(r"ready .* \(pid (\d+)\)", ui.output_tail(10_000))) == 2
+
+        wait_until_ready(ui, both_ready, timeout=240, interval=0.5)
+        servers = {name: int(pid) for name, pid in re.findall(r"ready (\w+) .* \(pid (\d+)\)", ui.output_tail(10_000))}
+        assert set(servers) == {"MLflow", "Prefect"}
+        os.kill(ui.process.pid, signal.SIGTERM)  # torchship itself, not its group: its handler must stop both
+        ui.process.wait(timeout=60)
+    finally:
+        ui.stop()
+    assert "stopped both UIs (SIGTERM)" in ui.output_tail(), ui.output_tail()
+    assert ui.process.returncode == 0
+    deadline = time.monotonic() + 10
+    while not all(_gone(pid) for pid in servers.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [name for name, pid in servers.items() if not _gone(pid)] == []
+    for port in ports.values():
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+
+
+def _stage_processes(root: Path) -> list[int]:
+    """PIDs of processes still working in `root` (the stage `torchship run` started and its children)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if Path(os.readlink(proc / "cwd")) == root and int(proc.name) != os.getpid():
+                found.append(int(proc.name))
+    return found
+
+
+def test_a_run_stopped_by_sigterm_puts_params_back(tmp_path):
+    project = make_project(tmp_path / "project")
+    before = {name: (project.root / name).read_bytes() for name in ("params.yaml", "data/source.json")}
+    run = start_torchship(project, tmp_path / "run.log", "run", "--set", "train.epochs=3",
+                          "--set", "data.source=sklearn:iris", "--set", "data.target=null")
+    try:
+        wait_until_ready(run, lambda: "── prepare" in run.output_tail(), timeout=120, interval=0.2)
+        assert "source: sklearn:iris" in (project.root / "params.yaml").read_text(), "the override was not applied"
+        os.kill(run.process.pid, signal.SIGTERM)  # torchship itself, as a supervisor would
+        run.process.wait(timeout=60)
+    finally:
+        run.stop()
+    assert run.process.returncode == 143, run.output_tail()
+    assert "stopped: params.yaml is as it was" in run.output_tail()
+    assert _stage_processes(project.root) == [], "the DVC stage it started is still running"
+    assert {name: (project.root / name).read_bytes() for name in before} == before

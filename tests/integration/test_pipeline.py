@@ -63,7 +63,7 @@ def test_rerun_with_nothing_changed_skips_and_registers_nothing(tiny_pipeline):
 def test_plan_names_what_would_rerun_without_changing_anything(tiny_pipeline):
     project, _ = tiny_pipeline
     params_before = (project.root / "params.yaml").read_bytes()
-    plan = project.torchship("plan", "--set", "train.epochs=2")
+    plan = project.torchship("plan", "--set", "train.epochs=3")
     assert plan.returncode == 0, plan.stderr
     lines = {line.split("│")[1].strip(): line for line in plan.stdout.splitlines() if line.count("│") >= 3}
     assert "skip" in lines["prepare"] and "skip" in lines["validate"]

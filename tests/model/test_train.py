@@ -1,5 +1,8 @@
-"""tasks/train.py: the loop learns, is reproducible, and its schedule and weights have the intended shape."""
+"""tasks/train.py's engine (tasks/training/loop.py): the trainer learns, is reproducible, resumes exactly from
+a checkpoint, and its schedule and weights have the intended shape."""
 from __future__ import annotations
+
+import io
 
 import numpy as np
 import pytest
@@ -8,9 +11,9 @@ from sklearn.utils.class_weight import compute_class_weight
 
 from models import build_model
 from tasks.core.metrics import classification_metrics
+from tasks.training.distributed import full_state
 from tasks.training.weights import fit_layout, model_spec
-from tasks.training.loop import class_weights, lr_at, predict_logits
-from tasks.training.loop import train_model as fit
+from tasks.training.loop import Trainer, class_weights, lr_at, predict_logits, train_model
 
 HISTORY_KEYS = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1_macro", "lr")
 
@@ -19,7 +22,7 @@ def train_once(encoded, params, init_seed: int = 0):
     torch.manual_seed(init_seed)
     spec = model_spec(params)
     model = build_model(spec["name"], encoded.layout, **spec["kwargs"])
-    return fit(model, encoded.train, encoded.val, params)
+    return train_model(model, encoded.train, encoded.val, params)
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +60,62 @@ def test_patience_stops_early(encoded, tiny_train):
     params = tiny_train.model_copy(update={"epochs": 30, "patience": 1, "lr": 1e-6, "warmup_fraction": 0.0})
     _, history = train_once(encoded, params)
     assert len(history) < 30
+
+
+class Interrupted(Exception):
+    pass
+
+
+class StopsAtStep(Trainer):
+    """Keeps the checkpoint taken at `stop_at` (through a weights-only round trip) and stops there, as a
+    killed run would."""
+
+    def __init__(self, *args, stop_at: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stop_at, self.saved = stop_at, None
+
+    def checkpoint(self) -> None:
+        if self.state.global_step == self.stop_at:
+            buffer = io.BytesIO()
+            torch.save(self.save_checkpoint(), buffer)
+            self.saved = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+            raise Interrupted
+
+
+def _trainer(encoded, params, init_seed: int, trainer=Trainer, **kwargs) -> Trainer:
+    torch.manual_seed(init_seed)
+    spec = model_spec(params)
+    trainer = trainer(params, 2, **kwargs)
+    trainer.setup(build_model(spec["name"], encoded.layout, **spec["kwargs"]), encoded.train, encoded.val)
+    return trainer
+
+
+def test_a_run_resumed_mid_epoch_from_a_checkpoint_matches_an_uninterrupted_run(encoded, tiny_train):
+    params = tiny_train.model_copy(update={"epochs": 3, "checkpoint_every": 5,
+                                           "model_args": {**tiny_train.model_args, "dropout": 0.2}})  # RNG matters
+    uninterrupted = _trainer(encoded, params, init_seed=0).train()
+    steps_per_epoch = -(-len(encoded.train.labels) // params.batch_size)
+    stop_at = next(s for s in range(5, 3 * steps_per_epoch, 5) if s > steps_per_epoch and s % steps_per_epoch)
+    killed = _trainer(encoded, params, init_seed=0, trainer=StopsAtStep, stop_at=stop_at)
+    with pytest.raises(Interrupted):
+        killed.train()
+    assert killed.saved["loop"]["epoch"] == 1 and killed.saved["loop"]["step_in_epoch"] > 0  # mid-epoch
+    resumed = _trainer(encoded, params, init_seed=7)  # other initial weights: the checkpoint must replace them
+    torch.manual_seed(123)                              # other RNG: the checkpoint must restore it
+    resumed.load_checkpoint(killed.saved)
+    final = resumed.train()
+    strip = lambda history: [{k: h[k] for k in HISTORY_KEYS} for h in history]  # noqa: E731
+    assert strip(final.history) == strip(uninterrupted.history)
+    assert all(torch.equal(final.best_state[k], uninterrupted.best_state[k]) for k in uninterrupted.best_state)
+
+
+def test_the_kept_best_weights_do_not_follow_later_training():
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    kept, _ = full_state(model)
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    assert not torch.equal(kept["weight"], model.weight.detach())  # on the CPU, full_state must copy
 
 
 def test_lr_warms_up_linearly_then_decays_by_cosine():

@@ -1,19 +1,27 @@
 """One committed contract, enforced at the training door and the HTTP door: each bad-data case is refused
-naming the column and rule, exits non-zero, and leaves the registry and the last good artifacts as they were."""
+naming the column, rule and count. Every case runs in-process through the code that makes the message
+(prepare's load/parse by the contract, then validate's Great Expectations suite); one case per failure family
+(parse error, expectation failure, unreadable file) also runs through the real CLI, which must exit non-zero,
+quarantine the file and leave the files and registry as they were."""
 from __future__ import annotations
 
-import hashlib
-import os
-import socket
-import subprocess
 import sys
-import time
+from pathlib import Path
 
-import httpx
 import numpy as np
+import pandas as pd
 import pytest
 
-from tests.conftest import make_project
+from tasks.config import Params, load_params
+from tasks.core.errors import DataError, GateFailed
+from tasks.core.expectations import validate_frames
+from tasks.core.procs import http_ok, running, start_child, wait_until_ready
+from tasks.ops.overrides import resolve
+from tasks.ops.proposal import propose_contract
+from tasks.core.sources import load_source
+from tasks.prepare import prepare_tables
+from tests.conftest import REPO, make_project
+from tests.helpers import free_port, snapshot
 
 pytestmark = pytest.mark.integration
 MODEL = "customers"
@@ -27,27 +35,9 @@ def _reference(rows: int = 3000, seed: int = 21):
     return table
 
 
-@pytest.fixture(scope="module")
-def contracted(tmp_path_factory):
-    """A project whose contract was suggested from reference data, reviewed (key added) and committed."""
-    project = make_project(tmp_path_factory.mktemp("contract"))
-    _reference().to_csv(project.root / "data" / "customers.csv", index=False)
-    suggested = project.torchship("contract", "suggest", "data/customers.csv", "--target", "churned")
-    assert suggested.returncode == 0, suggested.stderr
-    reviewed = suggested.stdout.replace("  target: churned\n", "  target: churned\n  key: customer_id\n", 1)
-    (project.root / "contract.yaml").write_text(reviewed)
-    first = project.torchship("run", "--params", "contract.yaml", "--set", "data.source=data/customers.csv",
-                              "--set", "data.target=churned")
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert "champion" in project.registry(MODEL)["aliases"]
-    # The key column is data, not a feature: the canary must not send it (the service would refuse it).
-    assert "│ canary   │ pass" in first.stdout, first.stdout[-3000:]
-    return project
-
-
-def _snapshot(project):
-    files = ["params.yaml", "data/prepare/train.parquet", "data/train/model.pt", "data/export/model.onnx"]
-    return {f: hashlib.sha256((project.root / f).read_bytes()).hexdigest() for f in files}, project.registry(MODEL)
+def _review(proposal: str) -> str:
+    """What the reviewer changes in the proposed contract: declare the key column."""
+    return proposal.replace("  target: churned\n", "  target: churned\n  key: customer_id\n", 1)
 
 
 def _bad(table, case):
@@ -72,6 +62,22 @@ def _bad(table, case):
     return table
 
 
+def write_case(path: Path, case: str) -> None:
+    """The bad file for `case`."""
+    if case == "empty file":
+        path.write_bytes(b"")
+    elif case == "not a CSV":
+        path.write_bytes(bytes(range(256)) * 20)
+    else:
+        _bad(_reference(), case).to_csv(path, index=False)
+        if case == "wrong dtype":
+            lines = path.read_text().splitlines()
+            cells = lines[11].split(",")
+            cells[2] = "abc"                     # tenure_months on file line 12
+            lines[11] = ",".join(cells)
+            path.write_text("\n".join(lines) + "\n")
+
+
 CASES = {  # case -> words the error must contain (column, rule, count)
     "missing column": ["'plan'", "missing", "required by the contract"],
     "wrong dtype": ["'tenure_months'", "numeric", "line 12"],
@@ -85,70 +91,133 @@ CASES = {  # case -> words the error must contain (column, rule, count)
     "empty file": ["is empty"],
     "not a CSV": ["not a valid CSV"],
 }
+CLI_CASES = ["wrong dtype", "unseen category", "not a CSV"]  # parse error, GX expectation failure, unreadable file
+
+
+# In-process: where each message is made.
+
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory) -> Params:
+    """The params a user ends up with: a contract proposed from reference data (the code behind `torchship
+    contract suggest`), reviewed, and merged over params.yaml (as `torchship run --params contract.yaml`)."""
+    folder = tmp_path_factory.mktemp("contract-inprocess")
+    reference = folder / "customers.csv"
+    _reference().to_csv(reference, index=False)
+    proposal = propose_contract(load_params(REPO / "params.yaml").data, str(reference), "churned", margin=0.1)
+    (folder / "contract.yaml").write_text(_review(proposal))
+    _, params = resolve([f"data.source={reference}", "data.target=churned"], params_file=str(folder / "contract.yaml"),
+                        base_file=str(REPO / "params.yaml"))
+    assert params.contract is not None and params.contract.key == "customer_id"
+    return params
+
+
+def refusal(path: Path, params: Params) -> str | None:
+    """The training door's message for `path` (None: accepted): prepare (read, parse by the contract, split),
+    then validate (the contract's suite on the whole table, as the validate stage runs it with a contract)."""
+    data = params.data.model_copy(update={"source": str(path)})
+    try:
+        raw, origin = load_source(data, with_batches=False)
+        prepared = prepare_tables(raw, params.contract.target, origin, params.prepare, params.contract)
+        table = pd.concat([prepared.train, prepared.val, prepared.holdout], ignore_index=True)
+        gate, _ = validate_frames({"training data": table}, prepared.schema, params.validate_,
+                                  contract=params.contract)
+        gate.enforce(params.validate_.warn_blocks)
+    except (DataError, GateFailed) as exc:
+        return str(exc)
+    return None
+
+
+def words_of(text: str) -> str:
+    """Text with rich's line wrapping undone (it breaks long error paragraphs at spaces)."""
+    return " ".join(text.split())
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_data_is_refused_at_the_training_door(contracted, case):
-    project = contracted
-    before = _snapshot(project)
-    path = project.root / "data" / "batch.csv"
-    if case == "empty file":
-        path.write_bytes(b"")
-    elif case == "not a CSV":
-        path.write_bytes(bytes(range(256)) * 20)
-    else:
-        _bad(_reference(), case).to_csv(path, index=False)
-        if case == "wrong dtype":
-            lines = path.read_text().splitlines()
-            cells = lines[11].split(",")
-            cells[2] = "abc"                     # tenure_months on file line 12
-            lines[11] = ",".join(cells)
-            path.write_text("\n".join(lines) + "\n")
-    result = project.torchship("run", "--set", "data.source=data/batch.csv")
-    assert result.returncode != 0
+def test_bad_data_is_refused_naming_column_rule_and_count(committed, case, tmp_path):
+    path = tmp_path / "batch.csv"
+    write_case(path, case)
+    message = refusal(path, committed)
+    assert message is not None, f"{case}: accepted"
     for words in CASES[case]:
-        assert words in result.stderr, f"{words!r} not in: {result.stderr[-2000:]}"
-    assert "Traceback" not in result.stderr
-    assert _snapshot(project) == before
-    path.unlink()
+        assert words in message, f"{words!r} not in: {message[-2000:]}"
 
 
-def test_the_same_bad_row_is_refused_at_both_doors(contracted):
+def test_the_reference_data_passes_the_same_door(committed, tmp_path):
+    path = tmp_path / "good.csv"
+    _reference().to_csv(path, index=False)  # the data the contract was proposed from
+    assert refusal(path, committed) is None
+
+
+# Through the real CLI: exit code, quarantine, nothing touched.
+
+@pytest.fixture(scope="module")
+def contracted(tmp_path_factory):
+    """A project whose contract was suggested from reference data, reviewed (key added) and committed."""
+    project = make_project(tmp_path_factory.mktemp("contract"))
+    _reference().to_csv(project.root / "data" / "customers.csv", index=False)
+    suggested = project.torchship("contract", "suggest", "data/customers.csv", "--target", "churned")
+    assert suggested.returncode == 0, suggested.stderr
+    (project.root / "contract.yaml").write_text(_review(suggested.stdout))
+    first = project.torchship("run", "--params", "contract.yaml", "--set", "data.source=data/customers.csv",
+                              "--set", "data.target=churned")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "champion" in project.registry(MODEL)["aliases"]
+    # The key column is data, not a feature: the canary must not send it (the service would refuse it).
+    assert "│ canary   │ pass" in first.stdout, first.stdout[-3000:]
+    return project
+
+
+@pytest.mark.parametrize("case", CLI_CASES)
+def test_bad_data_is_refused_through_the_cli_and_quarantined(contracted, case):
+    project = contracted
+    before = snapshot(project, MODEL)
+    quarantine = project.root / "data" / "quarantine"
+    earlier = set(quarantine.glob("*"))
+    path = project.root / "data" / "batch.csv"
+    write_case(path, case)
+    try:
+        result = project.torchship("run", "--set", "data.source=data/batch.csv")
+        assert result.returncode != 0
+        said = words_of(result.stderr)
+        for words in CASES[case]:
+            assert words in said, f"{words!r} not in: {said[-2000:]}"
+        assert "Traceback" not in result.stderr
+        new = set(quarantine.glob("*")) - earlier
+        assert len(new) == 1, f"expected one new quarantine folder, got {new}"
+        folder = new.pop()
+        assert (folder / "batch.csv").read_bytes() == path.read_bytes() and (folder / "reason.txt").exists()
+        assert folder.name in said, "the message must say where the file was put"
+        assert snapshot(project, MODEL) == before
+    finally:
+        path.unlink()
+
+
+def test_the_same_bad_row_is_refused_at_both_doors(contracted, committed, tmp_path):
     project = contracted
     row = _reference().drop(columns=["customer_id", "churned"]).head(1)
     row.loc[row.index[0], "customer age"] = 500
     # Training door.
     batch = _reference()
     batch.loc[batch.index[0], "customer age"] = 500
-    batch.to_csv(project.root / "data" / "batch.csv", index=False)
-    trained = project.torchship("run", "--set", "data.source=data/batch.csv")
-    assert trained.returncode != 0 and "'customer age'" in trained.stderr and "between" in trained.stderr
+    batch.to_csv(tmp_path / "batch.csv", index=False)
+    message = refusal(tmp_path / "batch.csv", committed) or ""
+    assert "'customer age'" in message and "between" in message and "1 offending rows" in message
     # HTTP door: the service's request model comes from the same contract (carried in the model file).
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    service = subprocess.Popen([sys.executable, "-m", "serving", "--port", str(port)], cwd=project.root,
-                               env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).json().get("champion"):
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+    import httpx
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    service = start_child("service", [sys.executable, "-m", "serving", "--port", str(port)], tmp_path / "service.log",
+                          cwd=project.root)
+    with running([service]):
+        wait_until_ready(service, http_ok(f"{url}/health", accept=lambda health: bool(health.get("champion"))), 60)
         payload = {k: (None if v != v else v) for k, v in row.iloc[0].to_dict().items()}
-        response = httpx.post(f"http://127.0.0.1:{port}/predict", json={"rows": [payload]})
+        response = httpx.post(f"{url}/predict", json={"rows": [payload]})
         assert response.status_code == 422, response.text
         problem = response.json()["detail"][0]
         assert problem["field"] == "customer age" and problem["rule"] == "less_than_equal"
         payload["customer age"] = 40.0
-        assert httpx.post(f"http://127.0.0.1:{port}/predict", json={"rows": [payload]}).status_code == 200
-    finally:
-        service.terminate()
-        service.wait(timeout=15)
-        (project.root / "data" / "batch.csv").unlink(missing_ok=True)
+        assert httpx.post(f"{url}/predict", json={"rows": [payload]}).status_code == 200
 
 
 def test_a_new_batch_is_judged_before_it_joins_the_training_set(contracted):

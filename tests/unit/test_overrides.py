@@ -1,13 +1,17 @@
-"""tasks/overrides.py: --set values are typed YAML, validated before anything is written, comments survive."""
+"""tasks/ops/overrides.py: --set values are typed YAML, validated before anything is written, comments survive,
+and the files a run or a plan touches are put back on failure (Ctrl-C and SIGTERM included) or after a look."""
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
 
 from tasks.core.errors import ConfigError
-from tasks.ops.overrides import merge, parse_assignment, resolve, temporarily_applied, write_params
+from tasks.ops.overrides import applied_overrides, merge, parse_assignment, resolve, write_params
+from tasks.ops.shutdown import Terminated
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,7 +106,8 @@ data:
 def test_write_params_changes_only_the_value_line(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_text(SMALL_PARAMS)
-    assert write_params({"train": {"epochs": 11, "hidden": [128, 64], "lr": 0.003}}, str(path)) is True
+    assert write_params({"train": {"epochs": 11, "hidden": [128, 64], "lr": 0.003},
+                         "data": {"source": "synthetic"}}, str(path)) is True
     before, after = SMALL_PARAMS.splitlines(), path.read_text().splitlines()
     assert len(before) == len(after)
     assert [(a, b) for a, b in zip(before, after) if a != b] == [("  epochs: 4            # most epochs",
@@ -112,7 +117,8 @@ def test_write_params_changes_only_the_value_line(tmp_path):
 def test_write_params_reports_no_change(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_text(SMALL_PARAMS)
-    assert write_params({"train": {"epochs": 4, "hidden": [128, 64]}, "data": {"source": "synthetic"}}, str(path)) is False
+    assert write_params({"train": {"epochs": 4, "hidden": [128, 64], "lr": 0.003}, "data": {"source": "synthetic"}},
+                        str(path)) is False
     assert path.read_text() == SMALL_PARAMS
 
 
@@ -138,23 +144,67 @@ def test_write_params_keeps_the_real_params_comments(params_file):
     assert reloaded.train.epochs == 11
 
 
-def test_temporarily_applied_restores_every_file(params_file, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # write_params targets params.yaml in the working directory
-    created = tmp_path / "dvc.lock"
-    before = params_file.read_bytes()
+@pytest.fixture
+def applied(params_file, tmp_path, monkeypatch):
+    """A project folder (params.yaml, no dvc.lock yet) and overrides to apply in it."""
+    monkeypatch.chdir(tmp_path)  # applied_overrides works on params.yaml in the working directory
     raw, _ = resolve(["train.epochs=13"], base_file=str(params_file))
-    with temporarily_applied(raw, [params_file, created]):
-        assert "epochs: 13" in params_file.read_text()
+    return raw, (params_file, tmp_path / "dvc.lock"), params_file.read_bytes()
+
+
+def test_a_look_restores_every_file_even_on_success(applied):
+    raw, (params_file, created), before = applied
+    with applied_overrides(raw, keep=False, files=(params_file, created)) as changed:
+        assert changed and "epochs: 13" in params_file.read_text()
         created.write_text("made during the look")
     assert params_file.read_bytes() == before
     assert not created.exists()
 
 
-def test_temporarily_applied_restores_after_an_error(params_file, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    before = params_file.read_bytes()
-    raw, _ = resolve(["train.epochs=13"], base_file=str(params_file))
+def test_a_run_keeps_the_overrides_when_it_succeeds(applied):
+    raw, (params_file, created), _ = applied
+    with applied_overrides(raw, files=(params_file, created)):
+        created.write_text("written by the run")
+    assert "epochs: 13" in params_file.read_text() and created.exists()
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_an_error_restores_every_file(applied, keep):
+    raw, (params_file, created), before = applied
     with pytest.raises(RuntimeError):
-        with temporarily_applied(raw, [params_file]):
-            raise RuntimeError("plan failed")
+        with applied_overrides(raw, keep=keep, files=(params_file, created)):
+            created.write_text("half done")
+            raise RuntimeError("the pipeline failed")
+    assert params_file.read_bytes() == before and not created.exists()
+
+
+def test_ctrl_c_restores_every_file(applied):
+    raw, (params_file, created), before = applied
+    with pytest.raises(KeyboardInterrupt):
+        with applied_overrides(raw, files=(params_file, created)):
+            raise KeyboardInterrupt
     assert params_file.read_bytes() == before
+
+
+def test_sigterm_restores_every_file_and_exits_143(applied):
+    raw, (params_file, created), before = applied
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated) as stopped:
+        with applied_overrides(raw, files=(params_file, created)):
+            created.write_text("half done")
+            os.kill(os.getpid(), signal.SIGTERM)
+            pytest.fail("SIGTERM did not interrupt the block")
+    assert stopped.value.code == 143
+    assert params_file.read_bytes() == before and not created.exists()
+    assert signal.getsignal(signal.SIGTERM) is handler, "the previous SIGTERM handler must be back"
+
+
+def test_a_replaced_mapping_loses_the_keys_it_no_longer_has(params_file):
+    """`--set train.model=mlp --set train.model_args={}` must write model_args empty, not keep the old
+    model's keys (they would make the next load fail)."""
+    raw, _ = resolve(["train.model_args={d_token: 8, heads: 2}"], base_file=str(params_file))
+    write_params(raw, str(params_file))
+    raw, params = resolve(["train.model=mlp", "train.model_args={}"], base_file=str(params_file))
+    assert write_params(raw, str(params_file)) is True
+    _, reloaded = resolve([], base_file=str(params_file))
+    assert reloaded.train.model == "mlp" and reloaded.train.model_args == {}

@@ -1,0 +1,77 @@
+"""`torchship run` and `torchship plan`: the pipeline with overrides, and what it would re-run."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from flows.cli.output import console, err, fail, quiet_expected_tracebacks
+from flows.environment import enter_project
+from tasks.core.errors import TorchshipError
+
+PARAMS_HELP = "A YAML file of params merged over params.yaml (e.g. a reviewed contract.yaml)."
+SET_HELP = "Override a param as section.key=value (repeatable); written into params.yaml so DVC sees it."
+COLOURS = {"ran": "green", "pass": "green", "skipped": "dim", "skip": "dim", "fail": "red", "warn": "yellow",
+           "run": "yellow", "maybe run": "yellow"}
+
+
+def run(params: Path = typer.Option(None, "--params", help=PARAMS_HELP),
+        set_: list[str] = typer.Option([], "--set", help=SET_HELP)) -> None:
+    """Run the whole pipeline: the DVC stages (skipped when unchanged), then bless, register and canary.
+
+    Exits 0 when the pipeline ran correctly, blessed or not (the summary says which and why);
+    non-zero on errors, with params.yaml put back as it was (also on Ctrl-C or SIGTERM)."""
+    params_file = str(params.resolve()) if params else None
+    enter_project()
+    from flows.pipeline import pipeline  # Prefect is imported only once the environment points into the project
+    from tasks.ops.overrides import applied_overrides, resolve
+    from tasks.ops.shutdown import Terminated
+
+    started = time.perf_counter()
+    try:
+        raw, _ = resolve(set_, params_file)
+        with applied_overrides(raw):
+            quiet_expected_tracebacks()
+            summary = pipeline(params_file="params.yaml")
+    except TorchshipError as exc:
+        fail(f"{exc}\nNothing was registered or promoted; params.yaml is as it was before this run.")
+    except (KeyboardInterrupt, Terminated):
+        err.print("stopped: params.yaml is as it was before this run.", highlight=False)
+        raise
+    render_summary(summary, time.perf_counter() - started)
+
+
+def render_summary(summary, seconds: float) -> None:
+    """The end-of-run table (tasks.ops.summary.PipelineSummary), the registry outcome and the reports."""
+    table = Table(title=f"torchship pipeline · {summary.model_name} · {seconds:.0f}s")
+    for column in ("step", "status", "time", "headline"):
+        table.add_column(column, overflow="fold")
+    for step in summary.steps:
+        table.add_row(step.step, f"[{COLOURS.get(step.status, 'cyan')}]{step.status}[/]", f"{step.seconds:.1f}s",
+                      step.headline)
+    console.print(table)
+    aliases = ", ".join(f"{k} → v{v}" for k, v in sorted(summary.aliases.items())) or "none"
+    console.print(f"[bold]model[/] {summary.model_name} v{summary.version} · aliases: {aliases}")
+    console.print(f"[bold]verdict[/] {summary.verdict}")
+    for name, path in summary.reports.items():
+        console.print(f"  {name}: {path}")
+    console.print("Open the MLflow and Prefect UIs: [bold]torchship ui[/]")
+
+
+def plan(params: Path = typer.Option(None, "--params", help=PARAMS_HELP),
+         set_: list[str] = typer.Option([], "--set", help=SET_HELP)) -> None:
+    """Show which DVC stages would re-run, and why, with these overrides (nothing runs, nothing changes)."""
+    params_file = str(params.resolve()) if params else None
+    enter_project()
+    from tasks.ops.plan import plan_run
+
+    steps = plan_run(set_, params_file)
+    table = Table(title="torchship plan (from dvc status)")
+    table.add_column("stage")
+    table.add_column("would")
+    table.add_column("why", overflow="fold")
+    for step in steps:
+        table.add_row(step.step, f"[{COLOURS[step.would]}]{step.would}[/]", step.why)
+    console.print(table)

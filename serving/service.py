@@ -1,0 +1,155 @@
+"""The service's state and behaviour without HTTP: the registry client, the router over the live variants,
+metrics, the request log, and the alias poller that hot-swaps a variant when its alias moves."""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from serving.metrics import Metrics
+from serving.request_log import RequestLog
+from serving.validation import validate_rows
+from serving.variants import Router, Variant, load_variant
+from tasks.config import ServeParams, TrackingParams
+from tasks.core.registry import CHALLENGER, CHAMPION, alias_version, registry_client
+
+log = logging.getLogger("torchship.serving")
+STOP_TIMEOUT_S = 10.0   # how long shutdown waits for a poll that is downloading a version
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """What a service runs with: the `serve` params section (CLI flags already applied), the model and the
+    registry it serves, and the two run-time options that are not params."""
+
+    serve: ServeParams
+    model_name: str
+    tracking: TrackingParams
+    seed: int | None = None   # of the traffic split: a canary replays reproducibly
+    shadow: bool = False      # also score each request with the other variant (canary analysis on paired rows)
+
+    @property
+    def request_log(self) -> Path | None:
+        """Where served rows go; an empty `serve.request_log` turns the log off."""
+        return Path(self.serve.request_log) if self.serve.request_log else None
+
+
+class RowsRefused(ValueError):
+    """Request rows that break the model's schema; `problems` name row, field and rule."""
+
+    def __init__(self, problems: list[dict]):
+        super().__init__(f"{len(problems)} problem(s) in the request rows")
+        self.problems = problems
+
+
+class Service:
+    """Champion and challenger behind one router, kept in step with the registry's aliases.
+
+    Building one touches nothing; `start()` opens the request log, loads the aliased versions and starts
+    the poller; `stop()` undoes that."""
+
+    def __init__(self, settings: ServiceSettings, client=None):
+        self.settings = settings
+        self.client = client   # made in start() unless given: opening an MLflow store is I/O
+        self.router = Router(share=settings.serve.challenger_share, rng=random.Random(settings.seed))
+        self.metrics = Metrics()
+        self.request_log = RequestLog(settings.request_log)
+        self._stop = threading.Event()
+        self._poller: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.client is None:
+            self.client = registry_client(self.settings.tracking)
+        self.request_log.open()
+        self._refresh_or_log()
+        self._stop.clear()
+        self._poller = threading.Thread(target=self._poll, name="alias-poller", daemon=True)
+        self._poller.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join(STOP_TIMEOUT_S)
+            self._poller = None
+        self.request_log.close()
+
+    def refresh(self) -> None:
+        """Load whatever the aliases point at now; a new version that fails to load is logged and the
+        current one keeps serving."""
+        for alias in (CHAMPION, CHALLENGER):
+            self._follow(alias)
+
+    def _follow(self, alias: str) -> None:
+        current: Variant | None = getattr(self.router, alias)
+        moved = alias_version(self.client, self.settings.model_name, alias)
+        if moved is None:
+            if alias == CHALLENGER:  # the canary ended (promoted or rolled back): all traffic to the champion
+                self.router.challenger = None
+            return
+        if current is not None and current.version == str(moved.version):
+            return
+        try:
+            variant = load_variant(self.client, self.settings.model_name, alias, str(moved.version),
+                                   self.settings.serve.threads)
+        except Exception as exc:  # a broken new version must not take the service down
+            log.error("could not load %s v%s, keeping the current one: %s", alias, moved.version, exc)
+            return
+        setattr(self.router, alias, variant)
+        self.metrics.version.labels(alias).set(int(variant.version))
+        self.metrics.reloads.labels(alias).inc()
+
+    def _refresh_or_log(self) -> None:
+        try:
+            self.refresh()
+        except Exception as exc:  # the registry may be briefly unreachable: the next poll retries
+            log.error("alias poll failed, retrying in %ss: %s", self.settings.serve.poll_seconds, exc)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.settings.serve.poll_seconds):
+            self._refresh_or_log()
+
+    def set_share(self, share: float) -> None:
+        self.router.share = share
+
+    def health(self) -> dict:
+        champion, challenger = self.router.champion, self.router.challenger
+        return {"status": "ok" if champion else "no-model", "model": self.settings.model_name,
+                "champion": champion.version if champion else None,
+                "challenger": challenger.version if challenger else None, "challenger_share": self.router.share}
+
+    def predict(self, rows: list[dict]) -> dict:
+        """Score rows with the variant the router picks (and, with `shadow`, the other one too); raises
+        RowsRefused naming row, field and rule, or NoChampion."""
+        started = time.perf_counter()
+        variant = self.router.pick()
+        problems = validate_rows(variant.row_type, rows)
+        if problems:
+            self.metrics.requests.labels(variant.alias, variant.version, "invalid").inc()
+            raise RowsRefused(problems)
+        frame = pd.DataFrame(rows)
+        labels, probabilities = variant.predict(frame)
+        self.metrics.latency.labels(variant.alias).observe(time.perf_counter() - started)
+        self.request_log.write(variant.alias, variant.version, rows, labels)
+        self.metrics.requests.labels(variant.alias, variant.version, "ok").inc()
+        answer = {"variant": variant.alias, "version": variant.version,
+                  "served_ms": (time.perf_counter() - started) * 1e3, "predictions": [
+                      {"label": label, "probabilities": dict(zip(variant.schema.classes, map(float, p)))}
+                      for label, p in zip(labels, probabilities)]}
+        if self.settings.shadow:  # after served_ms and the latency metric: they measure the answering variant
+            self._score_shadow(answer, variant, frame)
+        return answer
+
+    def _score_shadow(self, answer: dict, variant: Variant, frame: pd.DataFrame) -> None:
+        shadow = self.router.other(variant)
+        if shadow is None:
+            return
+        try:
+            answer["shadow"] = {"variant": shadow.alias, "version": shadow.version, "labels": shadow.predict(frame)[0]}
+        except Exception as exc:  # a failing shadow must never fail the answer
+            self.metrics.requests.labels(shadow.alias, shadow.version, "shadow-error").inc()
+            log.error("shadow %s v%s failed: %s", shadow.alias, shadow.version, exc)

@@ -1,0 +1,237 @@
+"""The service in-process (FastAPI's TestClient, lifespan included) over the tiny pipeline's real MLflow
+registry: predictions, schema errors, admin token, metrics, request log, routing and shadow scoring, hot
+swaps after a promotion by another process, a broken new version, and parity with the eager model."""
+from __future__ import annotations
+
+import json
+import time
+import warnings
+
+import pandas as pd
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from serving.app import TOKEN_ENV, create_app
+from serving.service import ServiceSettings
+from tasks.config import Params, ServeParams, TrackingParams
+from tasks.core.registry import CHALLENGER, CHAMPION, aliases, registry_client
+from tests.helpers import champion_bytes, holdout_rows, promote_by_hand
+
+with warnings.catch_warnings():  # starlette 1.x asks for httpx2 behind its TestClient; httpx still works
+    warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+    from fastapi.testclient import TestClient
+
+pytestmark = pytest.mark.integration
+
+MODEL = "synthetic-churn"
+TOKEN = "test-token"
+ADMIN = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def settings(project, request_log="", share: float = 0.0, model_name: str = MODEL, **options) -> ServiceSettings:
+    """The project's registry (by absolute URI: the tests run from elsewhere), a fast poll, no request log."""
+    tracking = TrackingParams(uri=f"sqlite:///{project.root / 'mlflow' / 'mlflow.db'}")
+    serve = ServeParams(poll_seconds=0.2, request_log=str(request_log), challenger_share=share)
+    return ServiceSettings(serve=serve, model_name=model_name, tracking=tracking, **options)
+
+
+@pytest.fixture(scope="module")
+def service(tiny_pipeline, tmp_path_factory):
+    """(project, client, request log path) over one app for the module; the admin token is set."""
+    project, _ = tiny_pipeline
+    request_log = tmp_path_factory.mktemp("serve") / "requests.jsonl"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(TOKEN_ENV, TOKEN)
+        env.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+        with TestClient(create_app(settings(project, request_log))) as client:
+            assert client.get("/health").json()["champion"], "the tiny pipeline registered no champion"
+            yield project, client, request_log
+
+
+@pytest.fixture
+def registry(service):
+    """An MLflow client on the project's registry; whatever a test moves or adds there is put back after
+    it (aliases restored, added versions deleted) and the module's service reloads."""
+    project, client, _ = service
+    registry = registry_client(settings(project).tracking)
+    before = aliases(registry, MODEL)
+    versions = {v.version for v in registry.search_model_versions(f"name='{MODEL}'")}
+    try:
+        yield registry
+    finally:
+        for alias in (CHAMPION, CHALLENGER):
+            if alias in before:
+                registry.set_registered_model_alias(MODEL, alias, before[alias])
+            elif alias in aliases(registry, MODEL):
+                registry.delete_registered_model_alias(MODEL, alias)
+        for added in {v.version for v in registry.search_model_versions(f"name='{MODEL}'")} - versions:
+            registry.delete_model_version(MODEL, added)
+        client.post("/admin/reload", headers=ADMIN)
+
+
+CHAMPION_BYTES = champion_bytes(MODEL)
+
+
+def test_the_canary_flags_override_the_serve_params_and_bad_ones_are_refused():
+    from serving.__main__ import parse_args, serve_params
+
+    params = Params()
+    canary = ["--host", "127.0.0.1", "--port", "8123", "--model-name", "m", "--challenger-share", "0.25",
+              "--request-log", "", "--seed", "0", "--shadow"]
+    args = parse_args(params, canary)
+    assert serve_params(params.serve, args) == params.serve.model_copy(
+        update={"port": 8123, "challenger_share": 0.25, "request_log": ""})
+    assert (args.model_name, args.seed, args.shadow) == ("m", 0, True)
+    with pytest.raises(SystemExit, match="challenger_share"):
+        serve_params(params.serve, parse_args(params, ["--challenger-share", "1.5"]))
+
+
+def test_predict_returns_labels_and_probabilities(service):
+    project, client, _ = service
+    response = client.post("/predict", json={"rows": holdout_rows(project, 3)})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["variant"] == "champion" and body["version"] == client.get("/health").json()["champion"]
+    assert body["served_ms"] > 0 and len(body["predictions"]) == 3
+    for prediction in body["predictions"]:
+        assert prediction["label"] in {"yes", "no"}
+        assert abs(sum(prediction["probabilities"].values()) - 1) < 1e-5
+        assert prediction["label"] == max(prediction["probabilities"], key=prediction["probabilities"].get)
+
+
+def test_bad_rows_get_422_naming_row_field_and_rule(service):
+    project, client, _ = service
+    good, bad = holdout_rows(project, 2)
+    del bad["tenure_months"]
+    bad["plan"] = 3.5
+    response = client.post("/predict", json={"rows": [good, bad]})
+    assert response.status_code == 422
+    problems = {(p["row"], p["field"], p["rule"]) for p in response.json()["detail"]}
+    assert (1, "tenure_months", "missing") in problems
+    assert any(row == 1 and field == "plan" for row, field, _ in problems)
+    assert not any(row == 0 for row, _, _ in problems)
+    assert client.post("/predict", json={"rows": []}).status_code == 422
+    assert client.post("/predict", json=[good]).status_code == 422
+
+
+def test_admin_endpoints_need_the_token(service, monkeypatch):
+    _, client, _ = service
+    assert client.post("/admin/reload").status_code == 401
+    assert client.post("/admin/reload", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert client.post("/admin/reload", headers=ADMIN).status_code == 200
+    assert client.post("/admin/share", params={"share": 1.5}, headers=ADMIN).status_code == 422
+    assert client.post("/admin/share", params={"share": 0.0}, headers=ADMIN).json()["challenger_share"] == 0.0
+    monkeypatch.delenv(TOKEN_ENV)
+    assert client.post("/admin/reload", headers=ADMIN).status_code == 403
+
+
+def requests_counted(client, status: str) -> float:
+    """torchship_requests_total summed over variants and versions for one status."""
+    families = text_string_to_metric_families(client.get("/metrics").text)
+    return sum(sample.value for family in families if family.name == "torchship_requests"
+               for sample in family.samples if sample.name.endswith("_total") and sample.labels["status"] == status)
+
+
+def test_metrics_count_requests(service):
+    project, client, _ = service
+    ok, invalid = requests_counted(client, "ok"), requests_counted(client, "invalid")
+    client.post("/predict", json={"rows": holdout_rows(project)})
+    client.post("/predict", json={"rows": [{"plan": 3.5}]})
+    assert (requests_counted(client, "ok"), requests_counted(client, "invalid")) == (ok + 1, invalid + 1)
+    text = client.get("/metrics").text
+    assert 'torchship_model_version{alias="champion"}' in text and "torchship_request_seconds_bucket" in text
+
+
+def test_each_served_row_is_logged_as_a_json_line(service):
+    project, client, request_log = service
+    rows = holdout_rows(project, 2)
+    answer = client.post("/predict", json={"rows": rows}).json()
+    logged = [json.loads(line) for line in request_log.read_text().splitlines()[-2:]]
+    assert [entry["features"] for entry in logged] == rows
+    assert [entry["prediction"] for entry in logged] == [p["label"] for p in answer["predictions"]]
+    assert {(entry["alias"], entry["version"]) for entry in logged} == {("champion", answer["version"])}
+
+
+def test_no_champion_answers_503_and_health_says_so(service):
+    project, _, _ = service
+    with TestClient(create_app(settings(project, model_name="no-such-model"))) as client:
+        assert client.get("/health").json()["status"] == "no-model"
+        assert client.post("/predict", json={"rows": holdout_rows(project)}).status_code == 503
+
+
+def test_share_routes_to_the_challenger_and_shadow_scores_the_other(service, registry):
+    project, _, _ = service
+    registry.set_registered_model_alias(MODEL, CHALLENGER, aliases(registry, MODEL)[CHAMPION])
+    row = holdout_rows(project)
+    with TestClient(create_app(settings(project, share=0.5, seed=0, shadow=True))) as client:
+        answers = [client.post("/predict", json={"rows": row}).json() for _ in range(20)]
+        assert {a["variant"] for a in answers} == {CHAMPION, CHALLENGER}
+        assert all({a["variant"], a["shadow"]["variant"]} == {CHAMPION, CHALLENGER} for a in answers)
+        assert all(a["shadow"]["labels"] == [a["predictions"][0]["label"]] for a in answers)  # same bytes
+        client.post("/admin/share", params={"share": 0.0}, headers=ADMIN)
+        assert {client.post("/predict", json={"rows": row}).json()["variant"] for _ in range(10)} == {CHAMPION}
+
+
+def serve_until(client, row: dict, version: str, timeout: float = 30.0) -> list[int]:
+    """Requests until the service answers with `version` (bounded); returns every status seen."""
+    statuses, served, deadline = [], None, time.monotonic() + timeout
+    while served != version and time.monotonic() < deadline:
+        response = client.post("/predict", json={"rows": [row]})
+        statuses.append(response.status_code)
+        served = response.json().get("version")
+    assert served == version, f"still answering with v{served} after {timeout:.0f} s"
+    return statuses
+
+
+def test_a_promotion_by_another_process_is_followed_without_failed_requests(service, registry):
+    project, client, _ = service
+    current = client.get("/health").json()["champion"]
+    new = promote_by_hand(project, MODEL, CHAMPION_BYTES)   # the champion's bytes again, as a new version
+    assert new != current
+    assert set(serve_until(client, holdout_rows(project)[0], new)) == {200}
+
+
+def test_a_broken_new_version_is_logged_and_the_current_one_keeps_serving(service, registry, caplog):
+    project, client, _ = service
+    current = client.get("/health").json()["champion"]
+    # A valid ONNX graph that torchship did not export: it carries no schema, so it cannot serve.
+    broken = promote_by_hand(project, MODEL, "onnx.helper.make_model(onnx.helper.make_graph([onnx.helper.make_node("
+                             "'Identity', ['x'], ['y'])], 'g', [onnx.helper.make_tensor_value_info('x', 1, [1])], "
+                             "[onnx.helper.make_tensor_value_info('y', 1, [1])]))")
+    assert client.post("/admin/reload", headers=ADMIN).json()["champion"] == current
+    answer = client.post("/predict", json={"rows": holdout_rows(project)})
+    assert answer.status_code == 200 and answer.json()["version"] == current
+    assert any(f"could not load champion v{broken}" in record.getMessage() for record in caplog.records)
+
+
+def test_served_variant_agrees_with_the_training_time_eager_model_on_raw_rows(service, registry):
+    """The preprocessing travels inside the served graph: raw JSON rows (missing values and an unseen
+    category included) score as the eager PyTorch model that the variant came from scores them."""
+    import numpy as np
+    import torch
+
+    from tasks.contract import encode_features, load_schema
+    from tasks.training.weights import load_trained
+
+    project, client, _ = service
+    rows = holdout_rows(project, 40)
+    rows[0] = {k: None for k in rows[0]}
+    rows[1]["plan"] = "a-plan-never-seen-in-training"
+    # Serve exactly the workspace's selected variant (the champion may be another one).
+    profile = json.loads((project.root / "data/profile/report.json").read_text())
+    version = promote_by_hand(project, MODEL, f"onnx.load({str(project.root / profile['selected_path'])!r})")
+    assert client.post("/admin/reload", headers=ADMIN).json()["champion"] == version
+    response = client.post("/predict", json={"rows": rows})
+    assert response.status_code == 200, response.text
+    assert response.json()["version"] == version
+    weights = "data/compress/student/model.pt" if profile["selected"].startswith("student") else "data/train/model.pt"
+    model, saved = load_trained(project.root / weights)
+    schema = load_schema(project.root / "data/prepare/schema.json")
+    with torch.no_grad():
+        eager = torch.softmax(model(torch.from_numpy(encode_features(pd.DataFrame(rows), schema))), 1).numpy()
+    served = np.array([[p["probabilities"][label] for label in saved["classes"]]
+                       for p in response.json()["predictions"]])
+    tolerance = 0.05 if "int8" in profile["selected"] else 1e-4  # int8 rounds weights and activations
+    np.testing.assert_allclose(served, eager, atol=tolerance)
+    if "int8" not in profile["selected"]:
+        assert [p["label"] for p in response.json()["predictions"]] == [saved["classes"][i] for i in eager.argmax(1)]
