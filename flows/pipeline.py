@@ -7,9 +7,8 @@ from prefect.artifacts import create_markdown_artifact
 
 from tasks import bless, canary, register, validate
 from tasks.config import Params, load_params
-from tasks.core import paths, tracking
+from tasks.core import paths, sources, tracking
 from tasks.core.artifacts import read_json
-from tasks.core.sources import write_source_fingerprint
 from tasks.ops import reproduce
 from tasks.ops.lineage import git_state
 from tasks.ops.summary import PipelineSummary, summarize
@@ -33,10 +32,12 @@ register_step = task(name="register")(register.run)
 canary_step = task(name="canary")(canary.run)
 
 
-@task(name="fingerprint-source")
-def fingerprint_source(params: Params) -> None:
-    """DVC hashes data/source.json: refresh it so a changed file or a new accepted batch re-runs prepare."""
-    write_source_fingerprint(params.data)
+@task(name="check-source")
+def check_source(params: Params) -> None:
+    """Refuse a missing file or target column now, not after the stages start; then refresh data/source.json
+    (DVC hashes it) so a changed file or a new accepted batch re-runs prepare."""
+    sources.check_source(params.data, params.contract.target if params.contract else sources.resolve_target(params.data))
+    sources.write_source_fingerprint(params.data)
 
 
 @task(name="publish-summary")
@@ -49,7 +50,7 @@ def publish_summary(params: Params, parent_run: str, summary: PipelineSummary) -
 def pipeline(params_file: str = "params.yaml") -> PipelineSummary:
     """prepare -> validate -> train -> export -> compress -> profile -> bless -> register -> canary."""
     params = load_params(params_file)
-    fingerprint_source(params)
+    check_source(params)
     run_tags = {**git_state(), "data_source": params.data.source}
     with tracking.pipeline_run(params.tracking, run_tags) as parent_run, reproduce.last_good_outputs():
         stages = [dvc_stage("prepare", parent_run),

@@ -175,6 +175,7 @@ class ProfileParams(Section):
 
     rounds: int = Field(300, ge=10, description="Timed batch-1 calls per variant.")
     batch_size: int = Field(256, ge=2, description="Batch size of the throughput figure.")
+    throughput_seconds: float = Field(0.5, gt=0.0, description="How long each variant's throughput is measured.")
     threads: int = Field(1, ge=1, description="Threads per variant while timing (set on purpose: 2-core boxes collapse otherwise).")
 
 

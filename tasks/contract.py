@@ -60,11 +60,36 @@ class Schema(BaseModel):
         return cls.model_validate_json(text)
 
 
-def read_raw_table(path: Path) -> pd.DataFrame:
-    """Read a CSV (all cells as text) or Parquet file; the index holds each row's file line."""
+def _require_file(path: Path) -> None:
     if not path.exists():
         raise DataError(f"data file {path} not found: check data.source in params.yaml (a CSV or Parquet path, "
                         "`synthetic`, or `sklearn:<name>`).")
+
+
+def table_columns(path: Path) -> list[str] | None:
+    """The column names from the file's header alone (None if the header cannot be read: the full parse will
+    say why). Cheap, for checks that should fail in a second rather than after minutes."""
+    _require_file(path)
+    try:
+        if path.suffix.lower() in {".parquet", ".pq"}:
+            import pyarrow.parquet as pq
+
+            return list(pq.read_schema(path).names)
+        with path.open(newline="", encoding="utf-8") as handle:
+            return next(csv.reader(handle), None)
+    except Exception:  # unreadable: read_raw_table gives the precise message
+        return None
+
+
+def require_target(columns, target: str, origin: str) -> None:
+    if target not in columns:
+        raise DataError(f"{origin}: target column '{target}' does not exist (columns: "
+                        f"{', '.join(map(str, list(columns)[:20]))}). Set data.target to one of them.")
+
+
+def read_raw_table(path: Path) -> pd.DataFrame:
+    """Read a CSV (all cells as text) or Parquet file; the index holds each row's file line."""
+    _require_file(path)
     if path.stat().st_size == 0:
         raise DataError(f"{path} is empty: expected a header line and at least one row.")
     if path.suffix.lower() in {".parquet", ".pq"}:
@@ -127,9 +152,7 @@ def parse_table(raw: pd.DataFrame, target: str, origin: str) -> tuple[pd.DataFra
 
     Returns the typed table (index still holds file lines) and each feature's kind.
     """
-    if target not in raw.columns:
-        raise DataError(f"{origin}: target column '{target}' does not exist (columns: {', '.join(map(str, raw.columns[:20]))}). "
-                        "Set data.target to one of them.")
+    require_target(raw.columns, target, origin)
     if len(raw.columns) < 2:
         raise DataError(f"{origin}: only the target column is present; at least one feature column is needed.")
     typed = pd.DataFrame(index=raw.index)

@@ -39,7 +39,7 @@ def time_calls(runner: Runner, rows: np.ndarray, rounds: int) -> np.ndarray:
     return timings
 
 
-def throughput(runner: Runner, rows: np.ndarray, batch: int, seconds: float = 0.5) -> float:
+def throughput(runner: Runner, rows: np.ndarray, batch: int, seconds: float) -> float:
     """Rows per second at a fixed batch size, measured for about `seconds`."""
     block = np.resize(rows, (batch, rows.shape[1])).astype(np.float32)
     runner(block)
@@ -54,7 +54,7 @@ def profile_variant(runner: Runner, holdout, n_classes: int, rules: ProfileParam
     """Batch-1 latency, throughput at the profile batch size, and holdout scores (given, or measured)."""
     latencies = time_calls(runner, holdout.features, rules.rounds)
     return {"p50_us": float(np.percentile(latencies, 50)), "p99_us": float(np.percentile(latencies, 99)),
-            "rows_per_s": throughput(runner, holdout.features, rules.batch_size),
+            "rows_per_s": throughput(runner, holdout.features, rules.batch_size, rules.throughput_seconds),
             **(scores or evaluate(runner, holdout.features, holdout.labels, n_classes)), "_latencies": latencies}
 
 

@@ -8,8 +8,11 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
+
+from tasks.core.procs import Child, free_port, http_ok, start_child, wait_until_ready
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -19,9 +22,10 @@ TINY = {  # every key here is one the default models really read (params are air
     "validate": {"min_rows": 50},
     "train": {"epochs": 2, "batch_size": 256, "model_args": {"d_token": 8, "layers": 1, "heads": 2}},
     "distill": {"epochs": 2, "hidden": [16]},
-    "export": {"probe_rows": 64, "compile": False},  # inductor compiles cost ~30 s a run; one fixture keeps it on
+    # inductor compiles cost ~30 s a run and dynamo exports ~4 s each: the session's pipeline keeps both on
+    "export": {"probe_rows": 64, "compile": False, "onnx_exporter": "legacy"},
     "compress": {"bootstrap": 200},
-    "profile": {"rounds": 30},
+    "profile": {"rounds": 30, "throughput_seconds": 0.1},
     "canary": {"requests": 60},
 }
 
@@ -39,14 +43,32 @@ def pytest_collection_modifyitems(items) -> None:
 
 
 @dataclass
+class PrefectServer:
+    """A real `prefect server start` on 127.0.0.1 for the session, started early and waited for only when
+    first used (it comes up while the first pipeline runs): each `torchship run` against it skips the ~6 s
+    an ephemeral API costs to start, and the scale-out mode (PREFECT_API_URL) is exercised too."""
+
+    child: Child
+    url: str
+
+    def api_url(self) -> str:
+        wait_until_ready(self.child, http_ok(f"{self.url}/health"), timeout=120, interval=0.5)
+        return self.url
+
+
+@dataclass
 class Project:
-    """A throwaway clone of this repository with its own DVC, MLflow and Prefect state."""
+    """A throwaway clone of this repository with its own DVC, MLflow and Prefect state (an ephemeral
+    Prefect API, unless `prefect` points its runs at the session's server)."""
 
     root: Path
+    prefect: PrefectServer | None = None
 
     def torchship(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "PYTEST_"))}
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+        if self.prefect is not None:
+            env["PREFECT_API_URL"] = self.prefect.api_url()
         return subprocess.run([str(BIN / "torchship"), *args], cwd=self.root, capture_output=True, text=True,
                               timeout=timeout, env=env)
 
@@ -74,7 +96,8 @@ class Project:
                               timeout=300)
 
 
-def make_project(target: Path, overrides: dict | None = None, tiny: bool = True) -> Project:
+def make_project(target: Path, overrides: dict | None = None, tiny: bool = True,
+                 prefect: PrefectServer | None = None) -> Project:
     """Copy the git-tracked files, apply the tiny params (unless `tiny` is off: benchmarks) and the
     overrides, and commit, like a fresh clone."""
     from tasks.ops.overrides import merge
@@ -96,15 +119,32 @@ def make_project(target: Path, overrides: dict | None = None, tiny: bool = True)
            "GIT_COMMITTER_EMAIL": "t@t"}
     for command in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "fixture"]):
         subprocess.run(command, cwd=target, check=True, env=env)
-    return Project(target)
+    return Project(target, prefect)
 
 
 @pytest.fixture(scope="session")
-def tiny_pipeline(tmp_path_factory) -> tuple[Project, subprocess.CompletedProcess]:
-    """One full pipeline run on tiny params, shared by the integration tests of a session."""
-    project = make_project(tmp_path_factory.mktemp("project"), {"export": {"compile": True}})
+def prefect_server(tmp_path_factory) -> Iterator[PrefectServer]:
+    home = tmp_path_factory.mktemp("prefect-server")
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}, "PREFECT_HOME": str(home),
+           "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / 'prefect.db'}",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "true"}
+    child = start_child("prefect server", [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
+                                           "--port", str(port)], home / "server.log", env=env)
+    try:
+        yield PrefectServer(child, f"http://127.0.0.1:{port}/api")
+    finally:
+        child.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_pipeline(tmp_path_factory, prefect_server) -> tuple[Project, subprocess.CompletedProcess]:
+    """One full pipeline run on tiny params, shared by the integration tests of a session. Its first run uses
+    the embedded default (an ephemeral Prefect API, as `make pipeline` does); later runs use the server."""
+    project = make_project(tmp_path_factory.mktemp("project"), {"export": {"compile": True, "onnx_exporter": "dynamo"}})
     first = project.torchship("run")
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+    project.prefect = prefect_server
     return project, first
 
 

@@ -26,12 +26,14 @@ def run(params: Path = typer.Option(None, "--params", help=PARAMS_HELP),
     params_file = str(params.resolve()) if params else None
     enter_project()
     from flows.pipeline import pipeline  # Prefect is imported only once the environment points into the project
+    from tasks.core.sources import check_source, resolve_target
     from tasks.ops.overrides import applied_overrides, resolve
     from tasks.ops.shutdown import Terminated
 
     started = time.perf_counter()
     try:
-        raw, _ = resolve(set_, params_file)
+        raw, parsed = resolve(set_, params_file)
+        check_source(parsed.data, parsed.contract.target if parsed.contract else resolve_target(parsed.data))
         with applied_overrides(raw):
             quiet_expected_tracebacks()
             summary = pipeline(params_file="params.yaml")

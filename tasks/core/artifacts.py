@@ -39,8 +39,5 @@ def read_json(path: Path) -> Any:
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with Path(path).open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()

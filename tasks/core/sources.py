@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.config import DataParams
-from tasks.contract import read_raw_table
+from tasks.contract import read_raw_table, require_target, table_columns
 from tasks.core import paths
 from tasks.core.errors import ConfigError
 
@@ -87,6 +87,20 @@ def source_path(data: DataParams) -> Path | None:
     if data.source == "synthetic" or data.source.startswith("sklearn:"):
         return None
     return Path(data.source)
+
+
+def check_source(data: DataParams, target: str) -> None:
+    """Refuse in a second, before Prefect or any stage starts, what the prepare stage would refuse after a
+    while: a data file that is not there, a target column the table does not have (from its header)."""
+    path = source_path(data)
+    if path is not None:
+        columns, origin = table_columns(path), str(path)
+    elif data.source == "synthetic":
+        columns, origin = list(generate_customers(20, seed=0).columns), "synthetic"
+    else:
+        columns, origin = list(load_sklearn(data.source.split(":", 1)[1]).columns), data.source
+    if columns is not None:
+        require_target(columns, target, origin)
 
 
 def load_source(data: DataParams, with_batches: bool = True) -> tuple[pd.DataFrame, str]:

@@ -1,7 +1,14 @@
 """Helpers the tests share: a free port, and a snapshot of the files and registry a failure must not touch."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 
@@ -14,6 +21,43 @@ def snapshot(project, model: str, files: tuple[str, ...] = GUARDED_FILES) -> tup
     """sha256 of the last good artifacts and the registry as another process sees it."""
     hashes = {f: hashlib.sha256((project.root / f).read_bytes()).hexdigest() for f in files}
     return hashes, project.registry(model)
+
+
+# What DVC does not cache (it cannot check these out again): params, the lock and the metric files.
+UNCACHED = ("params.yaml", "dvc.lock", "data/prepare/metrics.json", "data/validate/report.json",
+            "data/train/metrics.json", "data/train/history.csv", "data/export/parity.json",
+            "data/compress/report.json", "data/profile/report.json")
+UNCACHED_FOLDERS = ("data/train/checkpoints", "data/compress/checkpoints")   # resume state: DVC outs, never cached
+
+
+@contextlib.contextmanager
+def workspace_restored(project, model: str) -> Iterator[None]:
+    """For a test that runs the pipeline with other params on a shared project: afterwards the params,
+    stage outputs (checked out of DVC's cache) and the registry's aliases are as they were."""
+    saved = {name: (project.root / name).read_bytes() for name in UNCACHED if (project.root / name).exists()}
+    aliases = project.registry(model)["aliases"]
+    folders = Path(tempfile.mkdtemp(prefix="torchship-test-"))
+    for name in UNCACHED_FOLDERS:
+        shutil.copytree(project.root / name, folders / name)
+    try:
+        yield
+    finally:
+        for name, content in saved.items():
+            (project.root / name).write_bytes(content)
+        for name in UNCACHED_FOLDERS:
+            shutil.rmtree(project.root / name, ignore_errors=True)
+            shutil.copytree(folders / name, project.root / name)
+        shutil.rmtree(folders)
+        subprocess.run([sys.executable, "-m", "dvc", "checkout", "--force", "--quiet"], cwd=project.root,
+                       capture_output=True, check=True, timeout=300)
+        project.python(
+            "import mlflow\nfrom mlflow import MlflowClient\nmlflow.set_tracking_uri('sqlite:///mlflow/mlflow.db')\n"
+            f"c, before = MlflowClient(), {aliases!r}\n"
+            f"now = c.get_registered_model('{model}').aliases\n"
+            "for alias in set(now) - set(before):\n"
+            f"    c.delete_registered_model_alias('{model}', alias)\n"
+            "for alias, version in before.items():\n"
+            f"    c.set_registered_model_alias('{model}', alias, version)\n")
 
 
 def holdout_rows(project, n: int = 1, target: str = "churned") -> list[dict]:
@@ -38,4 +82,5 @@ def promote_by_hand(project, model: str, model_code: str) -> str:
         "print(info.registered_model_version)\n").strip().splitlines()[-1]
 
 
-__all__ = ["GUARDED_FILES", "champion_bytes", "free_port", "holdout_rows", "promote_by_hand", "snapshot"]
+__all__ = ["GUARDED_FILES", "champion_bytes", "free_port", "holdout_rows", "promote_by_hand", "snapshot",
+           "workspace_restored"]

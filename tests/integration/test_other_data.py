@@ -10,8 +10,10 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    return make_project(tmp_path_factory.mktemp("other-data"))
+def project(tmp_path_factory, prefect_server):
+    # The student is covered by the session pipeline; here the data is the point, so the teacher is served.
+    return make_project(tmp_path_factory.mktemp("other-data"), {"distill": {"enabled": False}},
+                        prefect=prefect_server)
 
 
 def test_user_csv_multiclass_string_labels_odd_column_names(project):

@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from tests.helpers import workspace_restored
+
 pytestmark = pytest.mark.integration
 
 MODEL = "synthetic-churn"
@@ -74,11 +76,14 @@ def test_plan_names_what_would_rerun_without_changing_anything(tiny_pipeline):
 def test_changed_params_make_a_new_version_that_is_promoted_or_rejected(tiny_pipeline):
     project, _ = tiny_pipeline
     before = project.registry(MODEL)
-    changed = project.torchship("run", "--set", "train.seed=7", "--set", "train.epochs=2")
+    with workspace_restored(project, MODEL):  # the session's project is as the first run left it afterwards
+        # compile off: the first run proved it; here only a new training matters (and it saves two inductor builds)
+        changed = project.torchship("run", "--set", "train.seed=7", "--set", "train.epochs=1",
+                                    "--set", "export.compile=false")
+        after = project.registry(MODEL)
     assert changed.returncode == 0, changed.stdout[-3000:] + changed.stderr[-3000:]
     # prepare and validate depend on no train.* key: DVC must skip them.
     assert "│ prepare  │ skipped" in changed.stdout and "│ train    │ ran" in changed.stdout
-    after = project.registry(MODEL)
     new = sorted(set(after["versions"]) - set(before["versions"]), key=int)
     assert len(new) == 1
     tags = after["versions"][new[0]]
@@ -89,7 +94,8 @@ def test_changed_params_make_a_new_version_that_is_promoted_or_rejected(tiny_pip
         assert "rejected" in tags and tags["rejected"]
         assert after["aliases"]["champion"] == before["aliases"]["champion"]
     assert tags["parent_version"] == before["aliases"]["champion"]
-
+    assert project.registry(MODEL)["aliases"] == before["aliases"]
+    assert "up to date" in project.dvc("status").stdout
 
 
 def test_every_variant_carries_its_proof(tiny_pipeline):

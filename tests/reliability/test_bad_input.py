@@ -1,59 +1,51 @@
 """Bad input stops with one clear paragraph, exits non-zero, and loses nothing."""
 from __future__ import annotations
 
-import hashlib
-
 import pytest
+
+from tests.helpers import snapshot
 
 pytestmark = pytest.mark.integration
 
 MODEL = "synthetic-churn"
 
 
-def _snapshot(project):
-    files = ["params.yaml", "data/prepare/train.parquet", "data/train/model.pt", "data/export/model.onnx"]
-    return {f: hashlib.sha256((project.root / f).read_bytes()).hexdigest() for f in files}, project.registry(MODEL)
-
-
-def _assert_untouched(project, snapshot):
-    files, registry = snapshot
-    now_files, now_registry = _snapshot(project)
-    assert now_files == files
-    assert now_registry == registry
+def _assert_untouched(project, before):
+    assert snapshot(project, MODEL) == before
 
 
 def test_params_typo_names_the_key(tiny_pipeline):
     project, _ = tiny_pipeline
-    snapshot = _snapshot(project)
+    before = snapshot(project, MODEL)
     result = project.torchship("run", "--set", "train.epoch=3")
     assert result.returncode != 0
     assert "train.epoch" in result.stderr and "epochs" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
-    _assert_untouched(project, snapshot)
+    _assert_untouched(project, before)
 
 
 def test_missing_data_file(tiny_pipeline):
     project, _ = tiny_pipeline
-    snapshot = _snapshot(project)
+    before = snapshot(project, MODEL)
     result = project.torchship("run", "--set", "data.source=data/nope.csv", "--set", "data.target=y")
     assert result.returncode != 0
     assert "data/nope.csv not found" in result.stderr
     assert "Traceback" not in result.stderr
-    _assert_untouched(project, snapshot)
+    _assert_untouched(project, before)
 
 
 def test_target_column_that_does_not_exist(tiny_pipeline):
     project, _ = tiny_pipeline
-    snapshot = _snapshot(project)
+    before = snapshot(project, MODEL)
     result = project.torchship("run", "--set", "data.target=no_such_column")
     assert result.returncode != 0
     assert "'no_such_column' does not exist" in result.stderr
-    _assert_untouched(project, snapshot)
+    _assert_untouched(project, before)
 
 
 def test_corrupt_csv_row_is_refused_by_column_and_line(tiny_pipeline):
     project, _ = tiny_pipeline
-    snapshot = _snapshot(project)
+    before = snapshot(project, MODEL)
     from tasks.core.sources import generate_customers
 
     table = generate_customers(400, seed=5)
@@ -68,12 +60,12 @@ def test_corrupt_csv_row_is_refused_by_column_and_line(tiny_pipeline):
     assert result.returncode != 0
     assert "tenure_months" in result.stderr and "line 10" in result.stderr
     assert (project.root / "data" / "quarantine").exists()
-    _assert_untouched(project, snapshot)
+    _assert_untouched(project, before)
 
     lines[9] = ",".join(lines[9].split(",")[:5])  # now also ragged
     lines[9 - 1] = lines[8] + ",extra"
     path.write_text("\n".join(lines) + "\n")
     result = project.torchship("run", "--set", "data.source=data/messy.csv", "--set", "data.target=churned")
     assert result.returncode != 0 and "line 9" in result.stderr and "ragged" in result.stderr
-    _assert_untouched(project, snapshot)
+    _assert_untouched(project, before)
     path.unlink()

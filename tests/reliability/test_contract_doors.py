@@ -151,9 +151,10 @@ def test_the_reference_data_passes_the_same_door(committed, tmp_path):
 # Through the real CLI: exit code, quarantine, nothing touched.
 
 @pytest.fixture(scope="module")
-def contracted(tmp_path_factory):
+def contracted(tmp_path_factory, prefect_server):
     """A project whose contract was suggested from reference data, reviewed (key added) and committed."""
-    project = make_project(tmp_path_factory.mktemp("contract"))
+    project = make_project(tmp_path_factory.mktemp("contract"), {"distill": {"enabled": False}},  # the doors, not the student
+                           prefect=prefect_server)
     _reference().to_csv(project.root / "data" / "customers.csv", index=False)
     suggested = project.torchship("contract", "suggest", "data/customers.csv", "--target", "churned")
     assert suggested.returncode == 0, suggested.stderr
