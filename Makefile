@@ -14,7 +14,6 @@ install: $(STAMP)
 # an open torch range in a fresh venv would otherwise pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
 	if ! command -v nvidia-smi >/dev/null 2>&1; then $(PIP) install -q torch==2.13.0; fi
 	$(PIP) install -q -e '.[dev]'
 	touch $(STAMP)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 QUIET = {
     "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",   # a bar per tiny download is noise in the run summary
     "DO_NOT_TRACK": "true",
     "DVC_NO_ANALYTICS": "1",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
