@@ -22,7 +22,7 @@ pipeline: install
 	$(VENV)/bin/torchship run
 
 test: install
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q --durations=15
 
 test-fast: install
 	$(VENV)/bin/python -m pytest -q -m "unit or data or model"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tasks.config import configuration_markdown
+from tasks.ops.config_docs import configuration_markdown
 from tasks.core import paths
 
 STAGE_OUTPUTS = (paths.PREPARE, paths.VALIDATE, paths.TRAIN, paths.EXPORT, paths.COMPRESS, paths.PROFILE)

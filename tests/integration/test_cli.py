@@ -102,14 +102,21 @@ def test_ui_stops_both_servers_on_sigterm(tiny_pipeline, tmp_path):
             httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
 
 
-def _stage_processes(root: Path) -> list[int]:
-    """PIDs of processes still working in `root` (the stage `torchship run` started and its children)."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError):
-            if Path(os.readlink(proc / "cwd")) == root and int(proc.name) != os.getpid():
-                found.append(int(proc.name))
-    return found
+def _stage_processes(root: Path, within: float = 15.0) -> list[str]:
+    """Command lines of DVC stage processes (`dvc repro`, `python -m tasks.<stage>`, torchrun) still working
+    in `root` once `within` seconds have passed (a process may take a moment to exit after SIGTERM)."""
+    deadline = time.monotonic() + within
+    while True:
+        found = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            with contextlib.suppress(OSError):
+                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if Path(os.readlink(proc / "cwd")) == root and any(
+                        marker in command for marker in ("dvc repro", "-m tasks.", "torchrun")):
+                    found.append(command)
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
 
 
 def test_a_run_stopped_by_sigterm_puts_params_back(tmp_path):
