@@ -15,17 +15,23 @@ def ui(mlflow_port: int = typer.Option(5000, help="Port of the MLflow UI."),
     Both stop with this command: Ctrl-C or SIGTERM (their logs are in .prefect/ui-logs/)."""
     root = enter_project()
     from tasks.config import load_params
-    from tasks.ops.shutdown import sigterm_raises
+    from tasks.ops.shutdown import Terminated, sigterm_raises
     from tasks.ops.ui import running_servers, serve_until_stopped, ui_servers
 
     servers = ui_servers(load_params().tracking, mlflow_port, prefect_port)
-    with sigterm_raises(), running_servers(servers, root / ".prefect" / "ui-logs") as children:
-        for server, child in zip(servers, children):
-            console.print(f"[green]ready[/] {server.name:<7} {server.url} (pid {child.process.pid})", highlight=False)
-        if check:
-            return
-        console.print("Press Ctrl-C to stop both.")
-        how = serve_until_stopped(children)
+    try:  # a signal at any moment (even between two prints) stops both servers and says so
+        with sigterm_raises(), running_servers(servers, root / ".prefect" / "ui-logs") as children:
+            for server, child in zip(servers, children):
+                console.print(f"[green]ready[/] {server.name:<7} {server.url} (pid {child.process.pid})",
+                              highlight=False)
+            if check:
+                return
+            console.print("Press Ctrl-C to stop both.")
+            serve_until_stopped(children)
+    except KeyboardInterrupt:
+        how = "Ctrl-C"
+    except Terminated:
+        how = "SIGTERM"
     console.print(f"stopped both UIs ({how}).")
 
 

@@ -12,7 +12,6 @@ from typing import Iterator
 from tasks.config import TrackingParams
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import Child, http_ok, running, start_child, wait_until_ready
-from tasks.ops.shutdown import Terminated
 
 STARTUP_TIMEOUT_S = 120.0  # Prefect's server migrates its database on a first start
 
@@ -52,16 +51,12 @@ def running_servers(servers: list[UiServer], logs: Path,
         yield children
 
 
-def serve_until_stopped(children: list[Child], poll_s: float = 0.5) -> str:
-    """Block until Ctrl-C or SIGTERM (returns which one); a server that exits on its own is an error."""
-    try:
-        while True:
-            for child in children:
-                if child.process.poll() is not None:
-                    raise TorchshipError(f"{child.name} stopped on its own (exit {child.process.returncode}); "
-                                         f"its output is in {child.log}:\n{child.output_tail(800)}")
-            time.sleep(poll_s)
-    except KeyboardInterrupt:
-        return "Ctrl-C"
-    except Terminated:
-        return "SIGTERM"
+def serve_until_stopped(children: list[Child], poll_s: float = 0.5) -> None:
+    """Block until interrupted (Ctrl-C, or SIGTERM under `sigterm_raises`); a server that exits on its own
+    is an error."""
+    while True:
+        for child in children:
+            if child.process.poll() is not None:
+                raise TorchshipError(f"{child.name} stopped on its own (exit {child.process.returncode}); "
+                                     f"its output is in {child.log}:\n{child.output_tail(800)}")
+        time.sleep(poll_s)
