@@ -36,7 +36,7 @@ canary_step = task(name="canary")(canary.run)
 def check_source(params: Params) -> None:
     """Refuse a missing file or target column now, not after the stages start; then refresh data/source.json
     (DVC hashes it) so a changed file or a new accepted batch re-runs prepare."""
-    sources.check_source(params.data, params.contract.target if params.contract else sources.resolve_target(params.data))
+    sources.check_source(params.data, sources.resolve_target(params.data, params.contract))
     sources.write_source_fingerprint(params.data)
 
 

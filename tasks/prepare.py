@@ -89,7 +89,7 @@ def run(params: Params) -> None:
 
     from tasks.core.tracking import stage_run
 
-    target = params.contract.target if params.contract else resolve_target(params.data)
+    target = resolve_target(params.data, params.contract)
     try:
         raw, origin = load_source(params.data)
         prepared = prepare_tables(raw, target, origin, params.prepare, params.contract)

@@ -33,7 +33,7 @@ def run(params: Path = typer.Option(None, "--params", help=PARAMS_HELP),
     started = time.perf_counter()
     try:
         raw, parsed = resolve(set_, params_file)
-        check_source(parsed.data, parsed.contract.target if parsed.contract else resolve_target(parsed.data))
+        check_source(parsed.data, resolve_target(parsed.data, parsed.contract))
         with applied_overrides(raw):
             quiet_expected_tracebacks()
             summary = pipeline(params_file="params.yaml")

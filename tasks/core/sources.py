@@ -70,8 +70,10 @@ def load_sklearn(name: str) -> pd.DataFrame:
     return getattr(datasets, f"load_{name}")(as_frame=True).frame
 
 
-def resolve_target(data: DataParams) -> str:
-    """The target column: explicit, or the built-in source's own."""
+def resolve_target(data: DataParams, contract=None) -> str:
+    """The target column: the contract's when there is one, else explicit, else the built-in source's own."""
+    if contract is not None:
+        return contract.target
     if data.target:
         return data.target
     if data.source == "synthetic":
