@@ -5,6 +5,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
+from flows.slot import workspace_slot
 from tasks import bless, canary, register, validate
 from tasks.config import Params, load_params
 from tasks.core import paths, sources, tracking
@@ -47,12 +48,14 @@ def publish_summary(params: Params, parent_run: str, summary: PipelineSummary) -
 
 
 @flow(name="torchship-pipeline", log_prints=True)
-def pipeline(params_file: str = "params.yaml") -> PipelineSummary:
-    """prepare -> validate -> train -> export -> compress -> profile -> bless -> register -> canary."""
+def pipeline(params_file: str = "params.yaml", trigger: dict[str, str] | None = None) -> PipelineSummary:
+    """prepare -> validate -> train -> export -> compress -> profile -> bless -> register -> canary.
+    `trigger`: tags naming why this run happened (a retrain's window), put on the run and a new version."""
     params = load_params(params_file)
     check_source(params)
-    run_tags = {**git_state(), "data_source": params.data.source}
-    with tracking.pipeline_run(params.tracking, run_tags) as parent_run, reproduce.last_good_outputs():
+    run_tags = {**git_state(), "data_source": params.data.source, **(trigger or {})}
+    with (workspace_slot("the pipeline run", params.retrain.workspace_wait_s),
+          tracking.pipeline_run(params.tracking, run_tags) as parent_run, reproduce.last_good_outputs()):
         stages = [dvc_stage("prepare", parent_run),
                   dvc_stage("validate", parent_run),
                   dvc_stage("train", parent_run),
@@ -60,7 +63,7 @@ def pipeline(params_file: str = "params.yaml") -> PipelineSummary:
                   dvc_stage("compress", parent_run),
                   dvc_stage("profile", parent_run)]
         blessing = bless_step(params, parent_run)
-        registration = register_step(params, blessing, parent_run)
+        registration = register_step(params, blessing, parent_run, trigger)
         canary_report = canary_step(params, parent_run)
         summary = summarize(stages, blessing, registration, canary_report, parent_run)
         publish_summary(params, parent_run, summary)

@@ -1,6 +1,7 @@
 """The HTTP face of the service: /predict routes each request to the champion or (for a share) the
-challenger, /health and /metrics report, and token-guarded /admin endpoints reload or re-split traffic.
-The alias poller runs for the app's lifespan."""
+challenger and names each served row by an id, /feedback takes true labels for those ids, /health and
+/metrics report, and token-guarded /admin endpoints reload or re-split traffic. The alias poller and the
+buffered logs run for the app's lifespan."""
 from __future__ import annotations
 
 import os
@@ -12,11 +13,13 @@ from fastapi import APIRouter, Body, Depends, FastAPI, Header, HTTPException, Qu
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from serving.service import RowsRefused, Service, ServiceSettings
+from serving.service import FeedbackOff, FeedbackRefused, RowsRefused, Service, ServiceSettings
 from serving.variants import NoChampion
 
 TOKEN_ENV = "TORCHSHIP_ADMIN_TOKEN"
 ROWS_SHAPE = "body must be {\"rows\": [{feature: value, ...}, ...]} with at least one row"
+LABELS_SHAPE = ("body must be {\"labels\": [{\"id\": <prediction id from /predict>, \"label\": <class>}, ...]} "
+                "with at least one label")
 
 
 async def current_service(request: Request) -> Service:
@@ -52,6 +55,15 @@ def predict(service: ServiceDep, body: Annotated[Any, Body()]) -> JSONResponse:
     return JSONResponse(service.predict(rows))
 
 
+@routes.post("/feedback")
+def feedback(service: ServiceDep, body: Annotated[Any, Body()]) -> dict:
+    """True labels for served rows, joined by the monitor on the prediction ids: all accepted or none."""
+    labels = body.get("labels") if isinstance(body, dict) else None
+    if not isinstance(labels, list) or not labels:
+        raise HTTPException(422, LABELS_SHAPE)
+    return service.feedback(labels)
+
+
 @routes.get("/metrics")
 def metrics(service: ServiceDep) -> Response:
     return Response(service.metrics.exposition(), media_type=service.metrics.content_type)
@@ -73,6 +85,14 @@ def set_share(service: ServiceDep, share: Annotated[float, Query(ge=0.0, le=1.0)
 
 async def rows_refused(request: Request, exc: RowsRefused) -> JSONResponse:
     return JSONResponse(status_code=422, content={"detail": exc.problems})
+
+
+async def feedback_refused(request: Request, exc: FeedbackRefused) -> JSONResponse:
+    return JSONResponse(status_code=422, content={"detail": exc.problems})
+
+
+async def feedback_off(request: Request, exc: FeedbackOff) -> JSONResponse:
+    return JSONResponse(status_code=409, content={"detail": str(exc)})
 
 
 async def no_champion(request: Request, exc: NoChampion) -> JSONResponse:
@@ -97,5 +117,7 @@ def create_app(settings: ServiceSettings, client=None) -> FastAPI:
     app.include_router(routes)
     app.include_router(admin)
     app.add_exception_handler(RowsRefused, rows_refused)
+    app.add_exception_handler(FeedbackRefused, feedback_refused)
+    app.add_exception_handler(FeedbackOff, feedback_off)
     app.add_exception_handler(NoChampion, no_champion)
     return app

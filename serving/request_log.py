@@ -1,40 +1,138 @@
-"""Served rows and predictions as JSON lines: the input of the drift monitor."""
+"""A buffered, rotated JSON-lines appender: the service's request log (served rows, the drift monitor's input)
+and the feedback file beside it. The line format lives in tasks/core/servelog.py."""
 from __future__ import annotations
 
-import json
+import logging
+import os
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import BinaryIO, Callable
+
+from tasks.core.servelog import rotated_path
+
+log = logging.getLogger("torchship.serving")
+STAMP = "%Y%m%dT%H%M%SZ"   # UTC; rotated names sort by time, which served_files() relies on
 
 
 class RequestLog:
-    """Appends one line per served row; a no-op when `path` is None (e.g. the canary's service)."""
+    """Appends JSON lines to `path` through an in-memory buffer; a no-op when `path` is None (the canary's
+    service runs without a log).
 
-    def __init__(self, path: Path | None):
+    `append()` only adds to the buffer under a lock: a request never waits on the disk. A daemon thread
+    writes the buffer every `flush_seconds` (one write, then a flush to the OS). Before a write it rotates
+    the active file when the file is larger than `rotate_bytes` or was opened more than `rotate_seconds`
+    ago: the file is renamed to `<stem>-<UTC time>.jsonl` beside it and a fresh one is opened.
+
+    Guarantee: `close()` (a clean shutdown) writes every line appended before it. A crash of the process
+    loses at most the lines appended in the last `flush_seconds`; written lines are handed to the OS but
+    not fsynced, so a crash of the machine may lose what the OS had not yet put on disk. A write that
+    fails (disk full) is logged and its lines are dropped: the service keeps answering."""
+
+    def __init__(self, path: Path | None, flush_seconds: float = 1.0, rotate_bytes: int = 64 << 20,
+                 rotate_seconds: float = 24 * 3600.0, clock: Callable[[], float] = time.time):
         self.path = path
-        self.lock = threading.Lock()
-        self.handle = None
+        self.flush_seconds = flush_seconds
+        self.rotate_bytes = rotate_bytes
+        self.rotate_seconds = rotate_seconds
+        self.clock = clock   # wall-clock seconds: the age of the active file and the rotated file's name
+        self._pending: list[str] = []   # appended, not yet written
+        self._buffer_lock = threading.Lock()   # held only to append or swap the buffer: never around I/O
+        self._write_lock = threading.Lock()    # one writer at a time, so lines reach the file in append order
+        self._handle: BinaryIO | None = None
+        self._opened_at = 0.0
+        self._accepting = False
+        self._stopping = threading.Event()
+        self._flusher: threading.Thread | None = None
 
     def open(self) -> None:
+        """Open (or create) the active file and start the flusher. Opening here, not at the first write,
+        makes an unwritable path fail the service's start instead of every later flush."""
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.lock:
-            self.handle = self.path.open("a", encoding="utf-8")
+        with self._write_lock:
+            self._open_active()
+        with self._buffer_lock:
+            self._accepting = True
+        self._stopping.clear()
+        self._flusher = threading.Thread(target=self._flush_periodically, name=f"flush-{self.path.name}",
+                                         daemon=True)
+        self._flusher.start()
+
+    def append(self, lines: str) -> None:
+        """Buffer complete lines (each ending in a newline); dropped unless the log is open."""
+        with self._buffer_lock:
+            if self._accepting:
+                self._pending.append(lines)
+
+    def flush(self) -> None:
+        """Write what is buffered now (the flusher calls this every `flush_seconds`)."""
+        with self._write_lock:  # the swap under it too: a later swap can never be written before an earlier one
+            with self._buffer_lock:
+                pending, self._pending = self._pending, []
+            if not pending:
+                return
+            data = "".join(pending).encode("utf-8")
+            try:
+                self._write(data)
+            except OSError as exc:
+                log.error("could not write %d line(s) to %s, dropped: %s", data.count(b"\n"), self.path, exc)
 
     def close(self) -> None:
-        with self.lock:
-            if self.handle is not None:
-                self.handle.close()
-                self.handle = None
+        """Stop the flusher, write everything buffered and close the file."""
+        with self._buffer_lock:
+            self._accepting = False
+        if self._flusher is not None:
+            self._stopping.set()
+            self._flusher.join()
+            self._flusher = None
+        self.flush()
+        with self._write_lock:
+            if self._handle is not None:
+                self._handle.close()
+                self._handle = None
 
-    def write(self, alias: str, version: str, rows: list[dict], labels: list[str]) -> None:
-        if self.path is None:
-            return
-        stamp = time.time()
-        lines = "".join(json.dumps({"ts": stamp, "alias": alias, "version": version, "features": row,
-                                    "prediction": label}) + "\n" for row, label in zip(rows, labels))
-        with self.lock:  # checked under the lock: a request finishing during shutdown finds it closed, not half
-            if self.handle is not None:
-                self.handle.write(lines)
-                self.handle.flush()
+    def _flush_periodically(self) -> None:
+        while not self._stopping.wait(self.flush_seconds):
+            self.flush()
+
+    def _write(self, data: bytes) -> None:
+        if self._handle is not None and self._rotation_due():
+            try:
+                self._rotate()
+            except OSError as exc:  # a failed rotation must not lose the lines: they go to the active file
+                log.error("could not rotate %s, writing on to it: %s", self.path, exc)
+        if self._handle is None:  # the last rotation could not reopen the file: once more, else these lines drop
+            self._open_active()
+        self._handle.write(data)
+        self._handle.flush()
+
+    def _open_active(self) -> None:
+        self._handle = None   # not the closed one, should the open fail
+        self._handle = self.path.open("ab")
+        self._opened_at = self.clock()
+
+    def _rotation_due(self) -> bool:
+        size = os.fstat(self._handle.fileno()).st_size
+        return size > 0 and (size > self.rotate_bytes or self.clock() - self._opened_at > self.rotate_seconds)
+
+    def _rotate(self) -> None:
+        target = self._rotated_name()
+        self._handle.close()
+        try:
+            self.path.rename(target)
+            log.info("rotated %s to %s", self.path, target.name)
+        finally:
+            self._open_active()   # the fresh file, or the same one again when the rename failed
+
+    def _rotated_name(self) -> Path:
+        """`<stem>-<UTC second>.jsonl`; a second rotation within the same second gets a counter after the
+        stamp (`...Z01`), which still sorts after the first and before the next second."""
+        stamp = datetime.fromtimestamp(self.clock(), timezone.utc).strftime(STAMP)
+        target, count = rotated_path(self.path, stamp), 0
+        while target.exists():
+            count += 1
+            target = rotated_path(self.path, f"{stamp}{count:02d}")
+        return target

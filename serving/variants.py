@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import logging
 import random
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
 from serving.validation import row_model
-from tasks.contract import Schema, encode_features, schema_from_metadata
-from tasks.core.registry import download_onnx
-from tasks.core.runtime import open_onnx, softmax
+from tasks.contract import Schema
+from tasks.core.registry import open_version
+from tasks.core.runtime import predict_proba
 
 log = logging.getLogger("torchship.serving")
 
@@ -34,15 +32,13 @@ class Variant:
 
     def predict(self, rows: pd.DataFrame) -> tuple[list[str], np.ndarray]:
         """Raw rows -> (labels, class probabilities (N, C))."""
-        probabilities = softmax(self.session.run(None, {"x": encode_features(rows, self.schema)})[0])
+        probabilities = predict_proba(self.session, self.schema, rows)
         return [self.schema.classes[i] for i in probabilities.argmax(1)], probabilities
 
 
 def load_variant(client, model_name: str, alias: str, version: str, threads: int) -> Variant:
-    """Download and open one registered version. Never unpickles: ONNX only."""
-    with tempfile.TemporaryDirectory() as folder:
-        session = open_onnx(download_onnx(client, model_name, version, Path(folder)), threads)
-    schema = schema_from_metadata(session.get_modelmeta().custom_metadata_map)
+    """Download and open one registered version."""
+    session, schema = open_version(client, model_name, version, threads)
     log.info("loaded %s v%s", alias, version)
     return Variant(alias=alias, version=str(version), schema=schema, session=session, row_type=row_model(schema))
 

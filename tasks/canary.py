@@ -2,14 +2,8 @@
 (Prefect-only: it acts on live registry state.)"""
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import sys
-import tempfile
 import time
-from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -19,7 +13,7 @@ from tasks.contract import Schema, load_schema
 from tasks.core import paths
 from tasks.core.gate import GateResult
 from tasks.core.holdout import load_holdout
-from tasks.core.procs import free_port, http_ok, running, start_child, wait_until_ready
+from tasks.core.procs import running_service
 from tasks.core.registry import CHALLENGER, alias_version, aliases, registry_client
 from tasks.core.verdicts import CanaryReport, VariantTraffic
 from tasks.ops.registry import promote, reject
@@ -28,21 +22,11 @@ log = logging.getLogger("torchship.canary")
 SMOKE_ONLY = "smoke test only (no challenger)"
 
 
-@contextlib.contextmanager
-def running_service(model_name: str, share: float, rules: CanaryParams, seed: int = 0) -> Iterator[str]:
-    """A real `python -m serving` process on a free loopback port, ready once /health names a champion;
-    stopped by PID (its whole process group) on every way out."""
-    port = free_port()
-    command = [sys.executable, "-m", "serving", "--host", "127.0.0.1", "--port", str(port), "--model-name", model_name,
-               "--challenger-share", str(share), "--request-log", "", "--seed", str(seed), "--shadow"]
-    url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryDirectory(prefix="torchship-canary-") as folder:
-        service = start_child("the canary service", command, Path(folder) / "service.log",
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        with running([service]):
-            wait_until_ready(service, http_ok(f"{url}/health", accept=lambda health: bool(health.get("champion"))),
-                             rules.startup_timeout_s)
-            yield url
+def canary_service(model_name: str, share: float, rules: CanaryParams, seed: int = 0):
+    """The service for a canary: a split of traffic, shadow scoring, no request log (replayed rows are not
+    production traffic)."""
+    return running_service(model_name, ["--challenger-share", str(share), "--request-log", "", "--seed", str(seed),
+                                        "--shadow"], rules.startup_timeout_s, "torchship-canary-")
 
 
 def replay(url: str, rows: pd.DataFrame, target: str) -> pd.DataFrame:
@@ -119,7 +103,7 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame, schema: Schema) -> Ca
     rows = holdout_rows[schema.feature_names + [target]]
     rows = rows.sample(n=min(params.canary.requests, len(rows)), random_state=0)
     share = params.canary.challenger_share if challenger is not None else 0.0
-    with running_service(name, share, params.canary) as url:
+    with canary_service(name, share, params.canary) as url:
         traffic = replay(url, rows, target)
     if challenger is None:
         champion = traffic[traffic["variant"] == "champion"]

@@ -204,8 +204,34 @@ class ServeParams(Section):
     port: int = Field(8000, ge=0, le=65535, description="Port of `torchship serve`.")
     challenger_share: float = Field(0.0, ge=0.0, le=1.0, description="Share of live traffic routed to the `challenger` alias.")
     poll_seconds: float = Field(5.0, gt=0.0, description="How often the service checks the registry for moved aliases.")
-    request_log: str = Field("data/serve/requests.jsonl", description="Where served requests are appended (JSON lines) for monitoring; empty = no log.")
+    request_log: str = Field("data/serve/requests.jsonl", description="Where served rows are appended (JSON lines, one per row) for the monitor; feedback labels go to feedback.jsonl beside it; empty = no log.")
+    log_flush_seconds: float = Field(1.0, gt=0.0, le=60.0, description="The request log is buffered and written this often (and at shutdown): the most a crash of the service loses.")
+    log_rotate_mb: float = Field(64.0, gt=0.0, description="Rotate the request log to requests-<time>.jsonl beside it when it grows past this size...")
+    log_rotate_hours: float = Field(24.0, gt=0.0, description="...or when it is older than this.")
     threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per loaded variant; requests are batch-1, so the server's thread pool gives the parallelism.")
+
+
+class MonitorParams(Section):
+    """`torchship monitor`: drift of the served rows against the training split (Evidently)."""
+
+    window_rows: int = Field(2000, ge=50, description="The newest served rows a window holds (the request log is read newest first).")
+    window_minutes: float = Field(0.0, ge=0.0, description="Also bound the window to rows served in the last N minutes; 0 = by count only.")
+    sample_rows: int = Field(5000, ge=100, description="Rows of window and reference each given to Evidently at most (a seeded sample): keeps the monitor's time flat in the log size.")
+    max_drifted_share: float = Field(0.3, gt=0.0, le=1.0, description="Share of drifted features at or above which the window counts as drifted (Evidently's per-column tests).")
+    prediction_drift: bool = Field(True, description="A drifted prediction column (vs the serving version's answers on the reference) also counts as drift.")
+    max_quality_drop: float = Field(0.05, ge=0.0, le=1.0, description="Accuracy on feedback-labelled rows this far below the champion's holdout accuracy counts as drift.")
+    min_labelled: int = Field(50, ge=1, description="Labelled rows a window needs before its accuracy is judged.")
+    seed: int = Field(0, description="Seed of the Evidently samples (reproducible reports).")
+
+
+class RetrainParams(Section):
+    """Drift-triggered retraining and its guards: every trigger decision is recorded in data/monitor/decisions.jsonl."""
+
+    enabled: bool = Field(True, description="Let material drift start a retrain (false: the monitor only reports).")
+    min_new_labels: int = Field(200, ge=1, description="Feedback-labelled rows, not used by an earlier retrain, a retrain needs.")
+    cooldown_minutes: float = Field(60.0, ge=0.0, description="Minimum time between two retrains that fired.")
+    max_per_day: int = Field(3, ge=0, description="Retrains fired per UTC day at most.")
+    workspace_wait_s: float = Field(2.0, ge=0.0, description="How long a retrain, pipeline or canary waits for the workspace's Prefect concurrency slot before giving up.")
 
 
 class TrackingParams(Section):
@@ -236,6 +262,8 @@ class Params(Section):
     bless: BlessParams = BlessParams()
     canary: CanaryParams = CanaryParams()
     serve: ServeParams = ServeParams()
+    monitor: MonitorParams = MonitorParams()
+    retrain: RetrainParams = RetrainParams()
     tracking: TrackingParams = TrackingParams()
     contract: Contract | None = None
 

@@ -41,7 +41,8 @@ def passport(blessing: Blessing, tags: dict[str, str], profile: dict, compress: 
             f"Rebuild: `git checkout {tags.get('git_commit', '?')[:12]} && dvc pull && dvc repro`.\n")
 
 
-def register_candidate(params: Params, blessing: Blessing, run_id: str | None = None) -> Registration:
+def register_candidate(params: Params, blessing: Blessing, run_id: str | None = None,
+                       trigger: dict[str, str] | None = None) -> Registration:
     """Register (or reuse, for identical bytes) the candidate and apply the registry protocol."""
     import mlflow
     import onnx
@@ -65,6 +66,7 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
         tags["parent_version"] = blessing.champion_version
     if run_id:
         tags["pipeline_run"] = run_id
+    tags.update(trigger or {})
     info = mlflow.onnx.log_model(onnx.load(blessing.candidate_path), name="model",
                                  registered_model_name=name, signature=infer_signature(example),
                                  onnx_execution_providers=["CPUExecutionProvider"])
@@ -90,11 +92,13 @@ def apply_aliases(client, name: str, version: str, blessing: Blessing) -> str:
     return f"v{version} is challenger; the canary decides"
 
 
-def run(params: Params, blessing: Blessing, parent_run: str | None = None) -> Registration:
-    """The step: register under a nested MLflow run (the model is logged from it)."""
+def run(params: Params, blessing: Blessing, parent_run: str | None = None,
+        trigger: dict[str, str] | None = None) -> Registration:
+    """The step: register under a nested MLflow run (the model is logged from it); `trigger` tags a new
+    version with why its pipeline ran (a retrain names its window's batch)."""
     from tasks.core.tracking import stage_run
 
     with stage_run(params.tracking, "register", parent_run):
-        registration = register_candidate(params, blessing, parent_run)
+        registration = register_candidate(params, blessing, parent_run, trigger)
     log.info("register: %s", registration.action)
     return registration

@@ -8,12 +8,19 @@ from flows.environment import enter_project
 
 
 def status() -> None:
-    """Registry state of this project's model: versions, aliases, bless/canary verdicts, git commits."""
+    """Registry state of this project's model (versions, aliases, bless/canary verdicts, git commits) and the
+    latest drift -> retrain decisions (fired or suppressed, and why)."""
     enter_project()
+    from flows.cli.loop import decisions_table
     from tasks.config import load_params
+    from tasks.core import paths
+    from tasks.monitoring.guards import last_decisions
     from tasks.ops.status import registry_status
 
     state = registry_status(load_params())
+    decisions = last_decisions(paths.DECISIONS)
+    if decisions:
+        console.print(decisions_table(decisions))
     if not state.versions:
         console.print(f"No registered versions of '{state.model_name}' yet: run [bold]torchship run[/].")
         return

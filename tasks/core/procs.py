@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,3 +102,22 @@ def running(children: list[Child]) -> Iterator[list[Child]]:
     finally:
         for child in children:
             child.stop()
+
+
+@contextlib.contextmanager
+def running_service(model_name: str, flags: list[str], startup_timeout_s: float, prefix: str) -> Iterator[str]:
+    """A real `python -m serving` process on a free loopback port, ready once /health names a champion;
+    stopped by PID (its whole process group) on every way out. Yields its base URL."""
+    import tempfile
+
+    port = free_port()
+    command = [sys.executable, "-m", "serving", "--host", "127.0.0.1", "--port", str(port), "--model-name", model_name,
+               *flags]
+    url = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        service = start_child("the service", command, Path(folder) / "service.log",
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        with running([service]):
+            wait_until_ready(service, http_ok(f"{url}/health", accept=lambda health: bool(health.get("champion"))),
+                             startup_timeout_s)
+            yield url

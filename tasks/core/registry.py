@@ -2,9 +2,12 @@
 service may use it; alias moves and tags live in `tasks.ops.registry`."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from tasks.config import TrackingParams
+from tasks.contract import Schema, schema_from_metadata
+from tasks.core.runtime import open_onnx
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 SHA_TAG = "artifact_sha256"
@@ -47,6 +50,17 @@ def find_version_by_sha(client, name: str, sha256: str):
     return next((v for v in versions if v.tags.get(SHA_TAG) == sha256), None)
 
 
+def versions_tagged(client, name: str, key: str, value: str) -> set[str]:
+    """Numbers of the versions whose tag `key` is `value` (e.g. trigger=retrain)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        versions = client.search_model_versions(f"name='{name}'")
+    except MlflowException:
+        return set()
+    return {str(v.version) for v in versions if v.tags.get(key) == value}
+
+
 def download_onnx(client, name: str, version: str | int, destination: Path) -> Path:
     """Fetch a version's ONNX file (the MLflow ONNX flavor folder holds model.onnx) into `destination`,
     through `client` alone: a `models:/` URI would be resolved against MLflow's process-wide registry URI,
@@ -56,3 +70,10 @@ def download_onnx(client, name: str, version: str | int, destination: Path) -> P
     source = client.get_model_version_download_uri(name, str(version))
     return Path(download_artifacts(artifact_uri=source, dst_path=str(destination),
                                    tracking_uri=client.tracking_uri)) / "model.onnx"
+
+
+def open_version(client, name: str, version: str | int, threads: int) -> tuple["object", Schema]:
+    """A registered version as an ONNX Runtime session and the schema it carries. Never unpickles: ONNX only."""
+    with tempfile.TemporaryDirectory() as folder:
+        session = open_onnx(download_onnx(client, name, version, Path(folder)), threads)
+    return session, schema_from_metadata(session.get_modelmeta().custom_metadata_map)

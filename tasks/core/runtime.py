@@ -38,3 +38,10 @@ def onnx_metadata(path: Path) -> dict[str, str]:
     import onnx
 
     return {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+
+
+def predict_proba(session, schema, rows) -> np.ndarray:
+    """Raw rows (a DataFrame with the schema's feature columns) -> class probabilities (N, C)."""
+    from tasks.contract import encode_features
+
+    return softmax(session.run(None, {"x": encode_features(rows, schema)})[0])

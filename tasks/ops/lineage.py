@@ -27,6 +27,9 @@ def dvc_hashes(root: Path = Path(".")) -> dict[str, str]:
     for out in stages.get("prepare", {}).get("outs", []):
         name = Path(out["path"]).stem
         hashes[f"dvc_{name}_md5"] = out.get("md5", "")
+    for dep in stages.get("prepare", {}).get("deps", []):
+        if dep["path"] == "data/source.json":   # the source's fingerprint, accepted batches included
+            hashes["dvc_source_md5"] = dep.get("md5", "")
     train = stages.get("train", {})
     if train.get("params"):
         canonical = json.dumps(train["params"], sort_keys=True).encode()
@@ -37,5 +40,21 @@ def dvc_hashes(root: Path = Path(".")) -> dict[str, str]:
     return hashes
 
 
+def data_snapshot(root: Path = Path(".")) -> dict[str, str]:
+    """Which accepted batches (e.g. a retrain's window) the training data held, and the DVC snapshot of them."""
+    tags = {}
+    fingerprint = root / "data" / "source.json"
+    if fingerprint.exists():
+        batches = sorted(json.loads(fingerprint.read_text()).get("batches", {}))
+        tags["data_batches"] = (",".join(batches) or "none")[:4000]
+    snapshot = root / "data" / "batches.dvc"
+    if snapshot.exists():
+        from ruamel.yaml import YAML
+
+        outs = YAML(typ="safe").load(snapshot.read_text()).get("outs", [{}])
+        tags["dvc_batches_md5"] = str(outs[0].get("md5", ""))
+    return tags
+
+
 def lineage_tags(root: Path = Path(".")) -> dict[str, str]:
-    return {**git_state(root), **dvc_hashes(root)}
+    return {**git_state(root), **dvc_hashes(root), **data_snapshot(root)}

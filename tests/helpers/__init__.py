@@ -28,13 +28,17 @@ UNCACHED = ("params.yaml", "dvc.lock", "data/source.json", "data/prepare/metrics
             "data/train/metrics.json", "data/train/history.csv", "data/export/parity.json",
             "data/compress/report.json", "data/profile/report.json")
 UNCACHED_FOLDERS = ("data/train/checkpoints", "data/compress/checkpoints")   # resume state: DVC outs, never cached
+# The closed loop's state: served rows, feedback, drift reports, decisions, retrain batches and their snapshot.
+LOOP_STATE = ("data/serve", "data/monitor", "data/batches", "data/batches.dvc")
 
 
 @contextlib.contextmanager
 def workspace_restored(project, model: str) -> Iterator[None]:
     """For a test that runs the pipeline with other params on a shared project: afterwards the params,
     stage outputs (checked out of DVC's cache) and the registry's aliases are as they were."""
-    saved = {name: (project.root / name).read_bytes() for name in UNCACHED if (project.root / name).exists()}
+    saved = {name: (project.root / name).read_bytes() for name in (*UNCACHED, "data/.gitignore")
+             if (project.root / name).exists()}
+    loop_before = {name for name in LOOP_STATE if (project.root / name).exists()}
     aliases = project.registry(model)["aliases"]
     folders = Path(tempfile.mkdtemp(prefix="torchship-test-"))
     for name in UNCACHED_FOLDERS:
@@ -44,6 +48,9 @@ def workspace_restored(project, model: str) -> Iterator[None]:
     finally:
         for name, content in saved.items():
             (project.root / name).write_bytes(content)
+        for name in set(LOOP_STATE) - loop_before:
+            path = project.root / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         for name in UNCACHED_FOLDERS:
             shutil.rmtree(project.root / name, ignore_errors=True)
             shutil.copytree(folders / name, project.root / name)

@@ -1,6 +1,7 @@
 """The service in-process (FastAPI's TestClient, lifespan included) over the tiny pipeline's real MLflow
-registry: predictions, schema errors, admin token, metrics, request log, routing and shadow scoring, hot
-swaps after a promotion by another process, a broken new version, and parity with the eager model."""
+registry: predictions and their ids, schema errors, admin token, metrics, the buffered request log and
+feedback labels, routing and shadow scoring, hot swaps after a promotion by another process, a broken new
+version, and parity with the eager model."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ from serving.app import TOKEN_ENV, create_app
 from serving.service import ServiceSettings
 from tasks.config import Params, ServeParams, TrackingParams
 from tasks.core.registry import CHALLENGER, CHAMPION, aliases, registry_client
+from tasks.core.servelog import feedback_path
 from tests.helpers import champion_bytes, holdout_rows, promote_by_hand
 
 with warnings.catch_warnings():  # starlette 1.x asks for httpx2 behind its TestClient; httpx still works
@@ -29,9 +31,10 @@ ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def settings(project, request_log="", share: float = 0.0, model_name: str = MODEL, **options) -> ServiceSettings:
-    """The project's registry (by absolute URI: the tests run from elsewhere), a fast poll, no request log."""
+    """The project's registry (by absolute URI: the tests run from elsewhere), a fast poll, no request log
+    unless given; a log is written only by an explicit flush or at shutdown (so a test knows when)."""
     tracking = TrackingParams(uri=f"sqlite:///{project.root / 'mlflow' / 'mlflow.db'}")
-    serve = ServeParams(poll_seconds=0.2, request_log=str(request_log), challenger_share=share)
+    serve = ServeParams(poll_seconds=0.2, request_log=str(request_log), challenger_share=share, log_flush_seconds=60)
     return ServiceSettings(serve=serve, model_name=model_name, tracking=tracking, **options)
 
 
@@ -93,6 +96,9 @@ def test_predict_returns_labels_and_probabilities(service):
     body = response.json()
     assert body["variant"] == "champion" and body["version"] == client.get("/health").json()["champion"]
     assert body["served_ms"] > 0 and len(body["predictions"]) == 3
+    assert len(body["request_id"]) == 32 and int(body["request_id"], 16) >= 0   # a uuid4 in hex
+    assert [p["id"] for p in body["predictions"]] == [f"{body['request_id']}-{i}" for i in range(3)]
+    assert client.post("/predict", json={"rows": holdout_rows(project)}).json()["request_id"] != body["request_id"]
     for prediction in body["predictions"]:
         assert prediction["label"] in {"yes", "no"}
         assert abs(sum(prediction["probabilities"].values()) - 1) < 1e-5
@@ -142,21 +148,66 @@ def test_metrics_count_requests(service):
     assert 'torchship_model_version{alias="champion"}' in text and "torchship_request_seconds_bucket" in text
 
 
-def test_each_served_row_is_logged_as_a_json_line(service):
-    project, client, request_log = service
-    rows = holdout_rows(project, 2)
-    answer = client.post("/predict", json={"rows": rows}).json()
-    logged = [json.loads(line) for line in request_log.read_text().splitlines()[-2:]]
+def test_each_served_row_is_logged_with_its_id_by_the_time_the_service_stops(service, tmp_path):
+    project, _, _ = service
+    request_log, rows = tmp_path / "requests.jsonl", holdout_rows(project, 3)
+    with TestClient(create_app(settings(project, request_log))) as client:
+        answer = client.post("/predict", json={"rows": rows}).json()
+        assert request_log.read_text() == ""   # buffered: the request did not wait on the disk
+    logged = [json.loads(line) for line in request_log.read_text().splitlines()]
+    assert [entry["id"] for entry in logged] == [p["id"] for p in answer["predictions"]]
     assert [entry["features"] for entry in logged] == rows
     assert [entry["prediction"] for entry in logged] == [p["label"] for p in answer["predictions"]]
-    assert {(entry["alias"], entry["version"]) for entry in logged} == {("champion", answer["version"])}
+    for entry, prediction in zip(logged, answer["predictions"]):
+        assert entry["probabilities"] == pytest.approx(prediction["probabilities"], abs=1e-6)
+    assert {(entry["request_id"], entry["variant"], entry["version"]) for entry in logged} == {
+        (answer["request_id"], "champion", answer["version"])}
 
 
-def test_no_champion_answers_503_and_health_says_so(service):
+def test_feedback_labels_served_rows_and_is_written_by_the_time_the_service_stops(service, tmp_path):
+    project, _, _ = service
+    request_log = tmp_path / "requests.jsonl"
+    with TestClient(create_app(settings(project, request_log))) as client:
+        served = client.post("/predict", json={"rows": holdout_rows(project, 2)}).json()["predictions"]
+        labels = [{"id": served[0]["id"], "label": "yes"}, {"id": served[1]["id"], "label": "no"}]
+        response = client.post("/feedback", json={"labels": labels})
+        assert response.status_code == 200 and response.json() == {"accepted": 2}
+    feedback = [json.loads(line) for line in feedback_path(request_log).read_text().splitlines()]
+    assert [{"id": entry["id"], "label": entry["label"]} for entry in feedback] == labels
+    assert all(isinstance(entry["ts"], float) for entry in feedback)
+
+
+def test_feedback_with_any_bad_item_is_refused_whole_naming_item_field_and_rule(service):
+    project, client, request_log = service
+    served = client.post("/predict", json={"rows": holdout_rows(project)}).json()["predictions"][0]["id"]
+    labels = [{"id": served, "label": "yes"}, {"id": served, "label": "maybe"}, {"id": "", "label": "no", "at": 1},
+              "yes"]
+    response = client.post("/feedback", json={"labels": labels})
+    assert response.status_code == 422
+    problems = {(p["item"], p["field"], p["rule"]): p["message"] for p in response.json()["detail"]}
+    assert set(problems) == {(1, "label", "literal_error"), (2, "id", "string_too_short"),
+                             (2, "at", "extra_forbidden"), (3, "(item)", "model_type")}
+    assert "'no'" in problems[1, "label", "literal_error"] and "'yes'" in problems[1, "label", "literal_error"]
+    client.app.state.service.feedback_log.flush()
+    assert served not in feedback_path(request_log).read_text()   # not even the good item was kept
+
+
+def test_a_malformed_feedback_body_gets_422_naming_the_shape(service):
+    _, client, _ = service
+    for body in ({}, {"labels": []}, {"labels": {"id": "x", "label": "yes"}}, [{"id": "x", "label": "yes"}]):
+        response = client.post("/feedback", json=body)
+        assert response.status_code == 422 and '{"labels": [{"id":' in response.json()["detail"], body
+
+
+def test_no_champion_answers_503_and_health_says_so(service, tmp_path):
     project, _, _ = service
     with TestClient(create_app(settings(project, model_name="no-such-model"))) as client:
         assert client.get("/health").json()["status"] == "no-model"
         assert client.post("/predict", json={"rows": holdout_rows(project)}).status_code == 503
+        off = client.post("/feedback", json={"labels": [{"id": "x-0", "label": "yes"}]})
+        assert off.status_code == 409 and "serve.request_log is empty" in off.json()["detail"]
+    with TestClient(create_app(settings(project, tmp_path / "requests.jsonl", model_name="no-such-model"))) as client:
+        assert client.post("/feedback", json={"labels": [{"id": "x-0", "label": "yes"}]}).status_code == 503
 
 
 def test_share_routes_to_the_challenger_and_shadow_scores_the_other(service, registry):

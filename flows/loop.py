@@ -1,0 +1,135 @@
+"""The closed loop, as flows: monitor (Evidently on the request log) -> drift event -> retrain (the labelled
+window joins the training data, the pipeline re-runs, the normal gates and the canary decide), and the canary
+on its own. With a Prefect server (PREFECT_API_URL) the monitor emits `torchship.drift.detected` and the
+`retrain` deployment's trigger (prefect.yaml) starts the retrain; in the embedded default it calls the same
+retrain flow directly, behind the same guards."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+
+from flows.pipeline import pipeline
+from flows.slot import WorkspaceBusy, workspace_slot
+from tasks import canary, monitor as monitor_step, retrain as retrain_step
+from tasks.config import Params, load_params
+from tasks.core import paths
+from tasks.core.gate import GateResult
+from tasks.core.registry import registry_client, versions_tagged
+from tasks.monitoring import guards
+from tasks.monitoring.window import read_window
+
+DRIFT_EVENT = "torchship.drift.detected"
+RETRAIN_TAG = ("trigger", "retrain")
+
+
+def server_configured() -> bool:
+    """A Prefect server to send events to (else: the embedded default, where nothing would hear them)."""
+    from prefect.settings import PREFECT_API_URL
+
+    return bool(PREFECT_API_URL.value())
+
+
+def drift_markdown(report: monitor_step.MonitorReport) -> str:
+    rows = "\n".join(f"| {name} | {c.method} | {c.score:.3f} | {c.threshold:g} | {'**yes**' if c.drifted else 'no'} |"
+                     for name, c in report.findings.features.items())
+    prediction = report.findings.prediction
+    quality = report.findings.quality
+    return (f"# Drift: {report.gate.status}\n\n{'; '.join(report.gate.reasons)}\n\n"
+            f"Window: {report.window['rows']} rows ({report.window['labelled']} labelled), served by "
+            f"{report.window['versions']}; Evidently saw {report.findings.sampled} rows per side.\n\n"
+            f"| feature | test | score | threshold | drifted |\n|---|---|---|---|---|\n{rows}\n\n"
+            + (f"Prediction drift: {prediction.score:.3f} ({prediction.method}).\n\n" if prediction else "")
+            + (f"Accuracy on feedback: {quality.accuracy:.3f} vs holdout {quality.reference_accuracy:.3f}.\n\n"
+               if quality else "")
+            + f"Evidently report: `{Path(report.report).resolve()}` (also in MLflow run `{report.mlflow_run}`, "
+              f"folder `monitor/`).\n")
+
+
+@task(name="drift-report")
+def measure(params: Params):
+    window = read_window(Path(params.serve.request_log), params.monitor)
+    report = monitor_step.run(params, window)
+    create_markdown_artifact(key="drift-report", markdown=drift_markdown(report),
+                             description="Evidently drift of the served window vs the training split")
+    return window, report
+
+
+@task(name="trigger-decision")
+def trigger_decision(params: Params, window, report: monitor_step.MonitorReport) -> guards.Decision:
+    retrained = versions_tagged(registry_client(params.tracking), report.model_name, *RETRAIN_TAG)
+    outcome, reasons = guards.decide(report.gate, window, guards.read_decisions(paths.DECISIONS), params.retrain,
+                                     time.time(), retrained, report.prediction_only)
+    mark = guards.high_water(guards.read_decisions(paths.DECISIONS))
+    return guards.make_decision(outcome, reasons, report.gate, window, report=report.report, summary=report.summary,
+                                labels_since=mark)
+
+
+@flow(name="torchship-monitor", log_prints=True)
+def monitor(params_file: str = "params.yaml", act: bool = True) -> guards.Decision:
+    """Judge the newest window of served traffic; on material drift, start a retrain (event or direct call)
+    unless a guard holds it back. Every decision is recorded in data/monitor/decisions.jsonl."""
+    params = load_params(params_file)
+    logger = get_run_logger()
+    window, report = measure(params)
+    decision = trigger_decision(params, window, report)
+    logger.info("drift gate %s; trigger %s: %s", report.gate.status, decision.outcome, "; ".join(decision.reasons))
+    if decision.outcome != "fired" or not act:
+        return guards.record(paths.DECISIONS, decision)
+    if server_configured():
+        from prefect.events import emit_event
+
+        emitted = emit_event(event=DRIFT_EVENT, resource={"prefect.resource.id": f"torchship.model.{report.model_name}",
+                                                          "prefect.resource.name": report.model_name},
+                             payload={"labels_since": decision.labels_since, "labels_until": decision.labels_until,
+                                      "window": decision.window, "report": report.report, "summary": report.summary,
+                                      "reason": "; ".join(decision.reasons), "params_file": params_file})
+        decision.run = f"event {emitted.id if emitted else '(not sent)'}: the retrain deployment's trigger starts it"
+        return guards.record(paths.DECISIONS, decision)
+    decision.run = "direct: embedded default (no Prefect server)"
+    guards.record(paths.DECISIONS, decision)
+    retrain(params_file, decision.labels_since, decision.labels_until, "; ".join(decision.reasons), report.report)
+    return decision
+
+
+@flow(name="torchship-retrain", log_prints=True)
+def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_until: float = 0.0,
+            reason: str = "", report: str = "") -> dict:
+    """Take the labelled window (labels_since, labels_until], judge it at the batch door, snapshot it with DVC
+    and re-run the pipeline under the normal gates. Never promotes by itself: the canary decides."""
+    params = load_params(params_file)
+    logger = get_run_logger()
+    try:
+        with workspace_slot("the retrain", params.retrain.workspace_wait_s):
+            window = read_window(Path(params.serve.request_log), params.monitor, since=labels_since)
+            batch = retrain_step.take_window(params, window, labels_since, labels_until or window.end)
+            logger.info("retrain batch: %s", batch.gate.summary())
+            if batch.batch is None:
+                guards.record(paths.DECISIONS, guards.make_decision(
+                    "suppressed", [f"batch door refused the window: {batch.gate.summary()}"], batch.gate, window,
+                    report=report or None, labels_since=labels_since))
+                return {"batch": batch.model_dump(), "pipeline": None}
+            summary = pipeline(params_file, trigger={RETRAIN_TAG[0]: RETRAIN_TAG[1], "retrain_batch": Path(batch.batch).name,
+                                                     "retrain_reason": reason[:500]})
+            guards.record(paths.DECISIONS, guards.make_decision(
+                "retrained", [f"{batch.accepted_rows} labelled rows joined the training data ({Path(batch.batch).name}); "
+                              f"v{summary.version}: {summary.verdict}"], batch.gate, window, report=report or None,
+                labels_since=labels_since, labels_until=batch.labels_until))
+            return {"batch": batch.model_dump(), "pipeline": summary.model_dump()}
+    except WorkspaceBusy as exc:
+        logger.warning("retrain dropped: %s", exc)
+        gate = GateResult(gate="workspace", status="fail", reasons=[str(exc)])
+        guards.record(paths.DECISIONS, guards.Decision(ts=time.time(), outcome="suppressed", gate=gate.summary(),
+                                                       reasons=[f"workspace busy: {exc}"], window={},
+                                                       report=report or None, labels_since=labels_since))
+        return {"batch": None, "pipeline": None, "dropped": str(exc)}
+
+
+@flow(name="torchship-canary", log_prints=True)
+def canary_flow(params_file: str = "params.yaml"):
+    """Canary the current challenger against the champion (or smoke-test the champion alone)."""
+    params = load_params(params_file)
+    with workspace_slot("the canary", params.retrain.workspace_wait_s):
+        return task(name="canary")(canary.run)(params)

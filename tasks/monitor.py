@@ -1,0 +1,99 @@
+"""monitor: judge a window of served traffic against the training split with Evidently (per-feature drift,
+prediction drift, accuracy on feedback labels) and return the drift gate. Prefect-only: it reads live state
+(the request log, the registry). Evidence: an Evidently HTML report and a JSON summary under data/monitor/,
+both also logged to MLflow."""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pandas as pd
+from pydantic import BaseModel
+
+from tasks.config import Params
+from tasks.contract import Schema
+from tasks.core import paths
+from tasks.core.artifacts import write_json_atomic
+from tasks.core.gate import GateResult
+from tasks.core.quarantine import unique_stamp
+from tasks.core.registry import open_version, registry_client
+from tasks.core.runtime import predict_proba
+from tasks.monitoring.drift import PREDICTION, DriftFindings, judge, measure_drift, sample, save_html
+from tasks.monitoring.window import Window, read_window
+
+log = logging.getLogger("torchship.monitor")
+
+
+class MonitorReport(BaseModel):
+    gate: GateResult
+    findings: DriftFindings
+    window: dict
+    model_name: str
+    version: str                   # the version that served most of the window (its answers are the reference's)
+    report: str                    # Evidently HTML
+    summary: str                   # JSON summary
+    prediction_only: bool          # the gate failed on the prediction column alone
+    mlflow_run: str | None = None
+    seconds: float = 0.0
+
+
+def reference_frame(schema: Schema, session, rows: int, seed: int) -> pd.DataFrame:
+    """A seeded sample of the training split with the serving version's answers on it."""
+    train = sample(pd.read_parquet(paths.TRAIN_SPLIT), rows, seed)
+    probabilities = predict_proba(session, schema, train)
+    return train.assign(**{PREDICTION: [schema.classes[i] for i in probabilities.argmax(1)]})
+
+
+def holdout_accuracy(schema: Schema, session) -> float:
+    """The serving version's accuracy on the holdout, scored now (the figure feedback accuracy is held to)."""
+    holdout = pd.read_parquet(paths.HOLDOUT_SPLIT)
+    predicted = [schema.classes[i] for i in predict_proba(session, schema, holdout).argmax(1)]
+    return float((holdout[schema.target].astype(str).to_numpy() == predicted).mean())
+
+
+def monitor_window(params: Params, window: Window, client=None) -> MonitorReport:
+    """The core on a given window: score the reference with the serving version, measure, judge, save."""
+    started = time.perf_counter()
+    client = client or registry_client(params.tracking)
+    name = params.data.registered_model_name()
+    version = max(window.versions().items(), key=lambda item: item[1])[0]
+    session, schema = open_version(client, name, version, params.runtime.threads)
+    reference = reference_frame(schema, session, params.monitor.sample_rows, params.monitor.seed)
+    wants_quality = len(window.labelled) >= params.monitor.min_labelled
+    findings, snapshot = measure_drift(reference, window.rows, schema, params.monitor,
+                                       holdout_accuracy(schema, session) if wants_quality else None)
+    stamp = unique_stamp()
+    report = save_html(snapshot, paths.MONITOR_REPORTS / f"{stamp}.html")
+    summary = paths.MONITOR_REPORTS / f"{stamp}.json"
+    gate = judge(findings, params.monitor, evidence=str(report))
+    inputs_moved = findings.drifted_share >= params.monitor.max_drifted_share or (
+        findings.quality is not None and findings.quality.drop > params.monitor.max_quality_drop)
+    result = MonitorReport(gate=gate, findings=findings, window=window.describe(), model_name=name, version=version,
+                           report=str(report), summary=str(summary),
+                           prediction_only=gate.status == "fail" and not inputs_moved)
+    result.seconds = time.perf_counter() - started
+    write_json_atomic(summary, result.model_dump())
+    write_json_atomic(paths.MONITOR_LATEST, result.model_dump())
+    return result
+
+
+def run(params: Params, window: Window | None = None) -> MonitorReport:
+    """The step: read the window (unless given), judge it, log the evidence to an MLflow run `monitor`."""
+    import mlflow
+
+    from tasks.core.tracking import stage_run
+
+    window = window or read_window(Path(params.serve.request_log), params.monitor)
+    with stage_run(params.tracking, "monitor") as run:
+        result = monitor_window(params, window)
+        mlflow.log_artifact(result.report, "monitor")
+        mlflow.log_artifact(result.summary, "monitor")
+        mlflow.log_metrics({"drifted_share": result.findings.drifted_share, "window_rows": len(window.rows),
+                            "labelled_rows": len(window.labelled)})
+        if result.findings.quality:
+            mlflow.log_metric("feedback_accuracy", result.findings.quality.accuracy)
+        mlflow.set_tags({"gate.status": result.gate.status, "model_version": result.version})
+        result.mlflow_run = run.info.run_id
+    log.info("monitor: %s", result.gate.summary())
+    return result

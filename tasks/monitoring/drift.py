@@ -1,0 +1,146 @@
+"""Drift of a window against the reference, by Evidently 0.7: per-feature drift and prediction drift
+(DataDriftPreset, Evidently's own choice of test per column), and accuracy on feedback-labelled rows against
+the serving version's accuracy on the holdout. Each side is a seeded sample of at most `sample_rows`: the
+tests' power depends on the sample, not the log's size, so the monitor's time stays flat as the log grows
+(bench/bench_monitor.py shows the figures and that detection holds)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel
+
+from tasks.config import MonitorParams
+from tasks.contract import Schema
+from tasks.core.artifacts import write_atomic
+from tasks.core.gate import GateResult
+
+PREDICTION = "prediction"
+
+
+class ColumnDrift(BaseModel):
+    method: str
+    score: float
+    threshold: float
+    drifted: bool
+
+
+class Quality(BaseModel):
+    labelled: int
+    accuracy: float
+    reference_accuracy: float    # the serving version on the holdout, scored now
+    drop: float
+
+
+class DriftFindings(BaseModel):
+    window_rows: int
+    reference_rows: int
+    sampled: int                 # rows per side Evidently saw
+    features: dict[str, ColumnDrift]
+    drifted_share: float
+    prediction: ColumnDrift | None = None
+    quality: Quality | None = None
+
+    def drifted_features(self) -> list[str]:
+        return [name for name, column in self.features.items() if column.drifted]
+
+
+def typed_like(window: pd.DataFrame, schema: Schema) -> pd.DataFrame:
+    """Logged rows hold JSON values: numbers back to floats (text that is not a number -> missing), categories
+    to text, as the reference holds them."""
+    typed = {}
+    for feature in schema.features:
+        values = window[feature.name] if feature.name in window else pd.Series([None] * len(window))
+        if feature.kind == "numeric":
+            typed[feature.name] = pd.to_numeric(values, errors="coerce").astype(float)
+        else:
+            typed[feature.name] = values.astype(object).where(values.notna(), None).map(
+                lambda v: None if v is None else str(v).strip())
+    return pd.DataFrame(typed, index=window.index)
+
+
+def sample(frame: pd.DataFrame, rows: int, seed: int) -> pd.DataFrame:
+    return frame if len(frame) <= rows else frame.sample(n=rows, random_state=seed)
+
+
+def evidently_report(reference: pd.DataFrame, current: pd.DataFrame, schema: Schema):
+    """The Evidently snapshot: DataDriftPreset over the features and the prediction column."""
+    from evidently import DataDefinition, Dataset, Report
+    from evidently.presets import DataDriftPreset
+
+    numeric = [f.name for f in schema.features if f.kind == "numeric"]
+    categorical = [f.name for f in schema.features if f.kind == "categorical"] + [PREDICTION]
+    definition = DataDefinition(numerical_columns=numeric, categorical_columns=categorical)
+    columns = numeric + categorical
+    return Report([DataDriftPreset(columns=columns)]).run(
+        reference_data=Dataset.from_pandas(reference[columns], data_definition=definition),
+        current_data=Dataset.from_pandas(current[columns], data_definition=definition))
+
+
+def column_drifts(snapshot) -> dict[str, ColumnDrift]:
+    """Evidently's ValueDrift metrics as {column: ColumnDrift} (the report holds numpy scalars: go through JSON)."""
+    found = {}
+    for metric in json.loads(snapshot.json())["metrics"]:
+        if metric["metric_name"].startswith("ValueDrift"):
+            config = metric["config"]
+            score, threshold = float(metric["value"]), float(config["threshold"])
+            method = str(config["method"])
+            # p-value tests drift below the threshold, distances above it
+            drifted = score < threshold if "p_value" in method or "test" in method.lower() else score >= threshold
+            found[config["column"]] = ColumnDrift(method=method, score=score, threshold=threshold, drifted=drifted)
+    return found
+
+
+def measure_drift(reference: pd.DataFrame, window: pd.DataFrame, schema: Schema, rules: MonitorParams,
+                  reference_accuracy: float | None = None) -> tuple[DriftFindings, object]:
+    """Pure core: `reference` holds the features and the serving version's predictions on them; `window`
+    holds the served rows (features, prediction, and `label` where feedback came)."""
+    # Sample first, then type: typing is per value, so typing only the sample keeps the time flat in the log size.
+    current_raw = sample(window, rules.sample_rows, rules.seed)
+    reference_raw = sample(reference, rules.sample_rows, rules.seed)
+    current_sample = typed_like(current_raw, schema).assign(**{PREDICTION: current_raw[PREDICTION].astype(str).values})
+    reference_sample = typed_like(reference_raw, schema).assign(
+        **{PREDICTION: reference_raw[PREDICTION].astype(str).values})
+    snapshot = evidently_report(reference_sample, current_sample, schema)
+    columns = column_drifts(snapshot)
+    features = {f.name: columns[f.name] for f in schema.features if f.name in columns}
+    quality = None
+    labelled = window[window["label"].notna()] if "label" in window else window.iloc[:0]
+    if reference_accuracy is not None and len(labelled) >= rules.min_labelled:
+        accuracy = float((labelled["label"].astype(str) == labelled[PREDICTION].astype(str)).mean())
+        quality = Quality(labelled=len(labelled), accuracy=accuracy, reference_accuracy=reference_accuracy,
+                          drop=reference_accuracy - accuracy)
+    findings = DriftFindings(window_rows=len(window), reference_rows=len(reference),
+                             sampled=len(current_sample), features=features,
+                             drifted_share=float(np.mean([c.drifted for c in features.values()])) if features else 0.0,
+                             prediction=columns.get(PREDICTION), quality=quality)
+    return findings, snapshot
+
+
+def judge(findings: DriftFindings, rules: MonitorParams, evidence: str | None = None) -> GateResult:
+    """The drift gate: fail = material drift (a retrain is warranted); warn = some drift below the bar."""
+    failures, warnings = [], []
+    drifted = findings.drifted_features()
+    share = f"{len(drifted)} of {len(findings.features)} features drifted ({findings.drifted_share:.0%})"
+    if findings.drifted_share >= rules.max_drifted_share:
+        failures.append(f"{share} >= {rules.max_drifted_share:.0%}: {', '.join(drifted)}")
+    elif drifted:
+        warnings.append(f"{share} < {rules.max_drifted_share:.0%}: {', '.join(drifted)}")
+    if findings.prediction is not None and findings.prediction.drifted:
+        line = (f"prediction drift {findings.prediction.score:.3f} ({findings.prediction.method}, "
+                f"threshold {findings.prediction.threshold})")
+        (failures if rules.prediction_drift else warnings).append(line)
+    if findings.quality is not None and findings.quality.drop > rules.max_quality_drop:
+        failures.append(f"accuracy on {findings.quality.labelled} labelled rows {findings.quality.accuracy:.3f} is "
+                        f"{findings.quality.drop:.3f} below the holdout's {findings.quality.reference_accuracy:.3f} "
+                        f"(> {rules.max_quality_drop})")
+    passed = f"no drift: {share}" + (f", accuracy {findings.quality.accuracy:.3f} on {findings.quality.labelled} "
+                                      "labelled rows" if findings.quality else "")
+    return GateResult.decide("drift", failures, warnings, evidence=evidence, passed=passed)
+
+
+def save_html(snapshot, path: Path) -> Path:
+    write_atomic(path, lambda tmp: snapshot.save_html(str(tmp)))
+    return path

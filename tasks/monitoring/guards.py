@@ -1,0 +1,110 @@
+"""Whether a drift verdict may start a retrain, and the record of every such decision.
+
+Teams that wire drift to retraining by hand retrain in loops, on a handful of labels, or all day. Each guard
+here is one rule with its reason in words; `decide` is pure (history and clock passed in), so each rule has a
+test. The workspace's one-writer rule is a Prefect concurrency limit, taken by the flows (flows/slot.py)."""
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from tasks.config import RetrainParams
+from tasks.core.gate import GateResult
+from tasks.monitoring.window import Window
+
+Outcome = Literal["fired", "suppressed", "no drift", "retrained"]
+
+
+class Decision(BaseModel):
+    ts: float
+    outcome: Outcome
+    reasons: list[str]
+    gate: str                         # the drift gate's summary
+    window: dict                      # rows, labelled, start, end, versions
+    report: str | None = None         # the Evidently HTML report
+    summary: str | None = None        # the JSON summary under data/monitor/
+    labels_since: float = 0.0         # the labelled rows a retrain takes: served in (labels_since, labels_until]
+    labels_until: float = 0.0         # after a retrain, its high-water mark: later retrains need newer labels
+    run: str | None = None            # the retrain flow run (or where it was sent)
+
+    def line(self) -> str:
+        return self.model_dump_json() + "\n"
+
+
+def read_decisions(path: Path) -> list[Decision]:
+    if not path.exists():
+        return []
+    found = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            found.append(Decision.model_validate_json(line))
+        except ValueError:    # a line cut by a crash: the rest of the history still counts
+            continue
+    return found
+
+
+def record(path: Path, decision: Decision) -> Decision:
+    """Append one decision (one small write: a whole line or, after a crash, a cut line that readers skip)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(decision.line())
+    return decision
+
+
+def high_water(history: list[Decision]) -> float:
+    """The newest labelled row a retrain already learned from."""
+    return max((d.labels_until for d in history if d.outcome == "retrained"), default=0.0)
+
+
+def utc_day(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).date().isoformat()
+
+
+def decide(gate: GateResult, window: Window, history: list[Decision], rules: RetrainParams, now: float,
+           retrained_versions: set[str] = frozenset(), prediction_only: bool = False) -> tuple[Outcome, list[str]]:
+    """fired / suppressed (with every guard that held it back) / no drift.
+
+    `retrained_versions`: registered versions a retrain produced; `prediction_only`: the gate failed on the
+    prediction column alone (no feature drift, no quality drop)."""
+    if gate.status != "fail":
+        return "no drift", [gate.summary()]
+    held = []
+    if not rules.enabled:
+        held.append("retrain.enabled is false: the monitor only reports")
+    served_by = set(window.versions())
+    if prediction_only and served_by and served_by <= set(retrained_versions):
+        held.append(f"loop protection: only the predictions moved, and the window was served by v{', v'.join(sorted(served_by))} "
+                    "that a retrain produced (a new model answers differently; that is not drift of the inputs)")
+    mark = high_water(history)
+    labelled = window.labelled
+    new_labels = int((labelled["ts"] > mark).sum()) if len(labelled) else 0
+    if new_labels < rules.min_new_labels:
+        already = len(labelled) - new_labels
+        held.append(f"{new_labels} new labelled rows < retrain.min_new_labels {rules.min_new_labels}"
+                    + (f" ({already} more were already used by an earlier retrain: loop protection)" if already else ""))
+    fired = [d for d in history if d.outcome == "fired"]
+    if fired and now - fired[-1].ts < rules.cooldown_minutes * 60:
+        wait = rules.cooldown_minutes * 60 - (now - fired[-1].ts)
+        held.append(f"cooldown: the last retrain fired {(now - fired[-1].ts) / 60:.1f} min ago "
+                    f"(retrain.cooldown_minutes {rules.cooldown_minutes:g}; {wait / 60:.1f} min to go)")
+    today = sum(1 for d in fired if utc_day(d.ts) == utc_day(now))
+    if today >= rules.max_per_day:
+        held.append(f"daily budget: {today} retrain(s) fired today (UTC), retrain.max_per_day {rules.max_per_day}")
+    return ("suppressed", held) if held else ("fired", [gate.summary()])
+
+
+def make_decision(outcome: Outcome, reasons: list[str], gate: GateResult, window: Window, **extra) -> Decision:
+    """A decision on `window`; unless given, its labels run up to the window's newest labelled row."""
+    labelled = window.labelled
+    extra.setdefault("labels_until", float(labelled["ts"].max()) if len(labelled) else 0.0)
+    return Decision(ts=extra.pop("ts", time.time()), outcome=outcome, reasons=reasons, gate=gate.summary(),
+                    window=window.describe(), **extra)
+
+
+def last_decisions(path: Path, limit: int = 5) -> list[Decision]:
+    """For `torchship status`: the newest first."""
+    return read_decisions(path)[-limit:][::-1]

@@ -1,0 +1,81 @@
+"""`torchship demo drift`: real traffic from the synthetic generator (normal, then drifted) through a real
+service, with the generator's true outcomes posted back as feedback labels, so the monitor has a window to
+judge and a retrain has labelled rows to learn from."""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from pathlib import Path
+
+from tasks.config import Params
+from tasks.core.errors import TorchshipError
+from tasks.core.procs import running_service
+from tasks.core.servelog import feedback_path, served_files
+from tasks.core.sources import SYNTHETIC_TARGET, generate_customers
+
+ROWS_PER_REQUEST = 50
+
+
+@contextlib.contextmanager
+def running_demo_service(params: Params) -> Iterator[str]:
+    """The project's service with its request log on (the canary's runs without one)."""
+    flags = ["--request-log", params.serve.request_log or "data/serve/requests.jsonl"]
+    with running_service(params.data.registered_model_name(), flags, params.canary.startup_timeout_s,
+                         "torchship-demo-") as url:
+        yield url
+
+
+class DemoTraffic:
+    def __init__(self, url: str, params: Params):
+        import httpx
+
+        self.client = httpx.Client(base_url=url, timeout=30.0)
+        self.params = params
+        self.pending: list[dict] = []   # feedback not yet posted: {"id", "label"}
+        self.served = self.labelled = 0
+
+    def send(self, rows: int, drift: float, seed: int) -> str:
+        """Serve `rows` generated rows in requests of ROWS_PER_REQUEST; the truths wait for send_feedback."""
+        table = generate_customers(rows, seed, drift)
+        truths = table.pop(SYNTHETIC_TARGET).astype(str).tolist()
+        records = table.astype(object).where(table.notna(), None).to_dict(orient="records")
+        served, versions = 0, {}
+        for start in range(0, len(records), ROWS_PER_REQUEST):
+            response = self.client.post("/predict", json={"rows": records[start:start + ROWS_PER_REQUEST]})
+            response.raise_for_status()
+            body = response.json()
+            versions[body["version"]] = versions.get(body["version"], 0) + len(body["predictions"])
+            for prediction, truth in zip(body["predictions"], truths[start:start + ROWS_PER_REQUEST]):
+                self.pending.append({"id": prediction["id"], "label": truth})
+            served += len(body["predictions"])
+        self.served += served
+        return f"served {served} rows (drift {drift:g}) by version(s) {versions}"
+
+    def send_feedback(self) -> str:
+        posted = 0
+        for start in range(0, len(self.pending), 500):
+            response = self.client.post("/feedback", json={"labels": self.pending[start:start + 500]})
+            response.raise_for_status()
+            posted += response.json()["accepted"]
+        self.pending.clear()
+        self.labelled += posted
+        return f"posted {posted} feedback labels"
+
+    def wait_logged(self, served: int, labels: int, timeout: float = 30.0) -> None:
+        """The service writes its log every serve.log_flush_seconds: wait (bounded) until the rows are there."""
+        import time
+
+        from tasks.monitoring.window import read_feedback
+
+        log = Path(self.params.serve.request_log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lines = sum(sum(1 for _ in path.open()) for path in served_files(log))
+            if lines >= served and len(read_feedback(feedback_path(log))) >= labels:
+                return
+            time.sleep(0.2)
+        raise TorchshipError(f"the service did not write its request log within {timeout:.0f}s ({log})")
+
+    def health(self) -> dict:
+        return self.client.get("/health").json()
