@@ -103,6 +103,8 @@ def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_
     logger = get_run_logger()
     try:
         with workspace_slot("the retrain", params.retrain.workspace_wait_s):
+            # A retrain that waited (the deployment's own limit queues it) never learns the same labels twice.
+            labels_since = max(labels_since, guards.high_water(guards.read_decisions(paths.DECISIONS)))
             window = read_window(Path(params.serve.request_log), params.monitor, since=labels_since)
             batch = retrain_step.take_window(params, window, labels_since, labels_until or window.end)
             logger.info("retrain batch: %s", batch.gate.summary())
@@ -121,7 +123,7 @@ def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_
     except WorkspaceBusy as exc:
         logger.warning("retrain dropped: %s", exc)
         gate = GateResult(gate="workspace", status="fail", reasons=[str(exc)])
-        guards.record(paths.DECISIONS, guards.Decision(ts=time.time(), outcome="suppressed", gate=gate.summary(),
+        guards.record(paths.DECISIONS, guards.Decision(ts=time.time(), outcome="suppressed", gate=gate,
                                                        reasons=[f"workspace busy: {exc}"], window={},
                                                        report=report or None, labels_since=labels_since))
         return {"batch": None, "pipeline": None, "dropped": str(exc)}

@@ -1,7 +1,12 @@
 """One writer per workspace: the pipeline, a retrain and a canary each hold the workspace's Prefect global
 concurrency limit (limit 1) while they run, so a scheduled run, a drift-triggered retrain and a canary never
 write the same data/, dvc.lock and registry aliases at once. The limit lives in the Prefect database (the
-project's SQLite file in the embedded default, the server's when scaled out), so separate processes see it."""
+project's SQLite file in the embedded default, the server's when scaled out), so separate processes see it.
+
+A holder renews its lease while it runs; one killed by SIGKILL stops renewing and its lease expires after
+LEASE_S. A Prefect server's repossessor then gives the slot back. The embedded default has no server
+running that service, so its leases are kept on disk (flows/environment.py) and the next run that finds the
+slot taken gives back the expired ones itself before it waits."""
 from __future__ import annotations
 
 import contextlib
@@ -13,6 +18,8 @@ from typing import Iterator
 from tasks.core.errors import TorchshipError
 
 _holding: ContextVar[str | None] = ContextVar("torchship_workspace_slot", default=None)
+LEASE_S = 60             # Prefect's minimum: a killed holder's slot is free again about a minute later
+FILE_LEASES = "prefect.server.concurrency.lease_storage.filesystem"
 
 
 class WorkspaceBusy(TorchshipError):
@@ -37,6 +44,29 @@ def ensure_limit(name: str) -> None:
             pass
 
 
+def release_expired_leases() -> int:
+    """Embedded default only (leases on disk, no repossessor): give back the slots of expired leases."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import get_current_settings
+
+    if get_current_settings().server.concurrency.lease_storage != FILE_LEASES:
+        return 0
+    from prefect.server.concurrency.lease_storage.filesystem import ConcurrencyLeaseStorage
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    expired = run_coro_as_sync(ConcurrencyLeaseStorage().read_expired_lease_ids())
+    with get_client(sync_client=True) as client:
+        for lease_id in expired:
+            client.release_concurrency_slots_with_lease(lease_id)
+    return len(expired)
+
+
+def acquire(name: str, wait_s: float):
+    from prefect.concurrency.sync import concurrency
+
+    return concurrency(name, occupy=1, timeout_seconds=wait_s, strict=True, lease_duration=LEASE_S)
+
+
 @contextlib.contextmanager
 def workspace_slot(holder: str, wait_s: float) -> Iterator[None]:
     """Hold the workspace for `holder` (re-entrant: the pipeline a retrain runs is inside the retrain's hold);
@@ -44,18 +74,22 @@ def workspace_slot(holder: str, wait_s: float) -> Iterator[None]:
     if _holding.get() is not None:
         yield
         return
-    from prefect.concurrency.sync import concurrency
-
     name = slot_name()
     ensure_limit(name)
     with contextlib.ExitStack() as stack:
         try:
-            stack.enter_context(concurrency(name, occupy=1, timeout_seconds=wait_s, strict=True))
+            try:
+                stack.enter_context(acquire(name, min(wait_s, 1.0)))
+            except TimeoutError:
+                if not release_expired_leases() and wait_s <= 1.0:
+                    raise
+                stack.enter_context(acquire(name, wait_s))
         except TimeoutError:
             raise WorkspaceBusy(
                 f"the workspace is busy: another pipeline run, retrain or canary holds it (Prefect concurrency "
-                f"limit '{name}'); {holder} did not start. Try again when it finishes. If nothing is running "
-                f"(a killed run can leave the slot taken): prefect gcl update {name} --active-slots 0") from None
+                f"limit '{name}'); {holder} did not start. Try again when it finishes (a run killed outright "
+                f"frees it about {LEASE_S}s later, when its lease expires; to free it by hand: "
+                f"prefect gcl update {name} --active-slots 0)") from None
         token = _holding.set(holder)
         try:
             yield

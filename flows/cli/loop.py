@@ -33,7 +33,7 @@ def monitor(report_only: bool = typer.Option(False, "--report-only",
 
 def render_decision(decision) -> None:
     colour = {"fired": "yellow", "suppressed": "cyan", "no drift": "green", "retrained": "green"}[decision.outcome]
-    console.print(f"[bold]drift gate[/] {decision.gate}")
+    console.print(f"[bold]{decision.gate.gate} gate[/] {decision.gate.summary()}")
     console.print(f"[bold]trigger[/] [{colour}]{decision.outcome}[/]: " + "; ".join(decision.reasons))
     if decision.run:
         console.print(f"  retrain: {decision.run}")
@@ -115,7 +115,7 @@ def demo_drift(rows: int = typer.Option(2000, help="Rows of drifted traffic (nor
         decision = monitor_flow(params_file="params.yaml")
         render_decision(decision)
         console.rule("4. the service now")
-        console.print(traffic.health())
+        console.print(traffic.health_after_aliases_settle())
     from tasks.core import paths
     from tasks.monitoring.guards import last_decisions
 

@@ -23,7 +23,7 @@ class Decision(BaseModel):
     ts: float
     outcome: Outcome
     reasons: list[str]
-    gate: str                         # the drift gate's summary
+    gate: GateResult                  # the drift gate (or, for a dropped or refused retrain, why)
     window: dict                      # rows, labelled, start, end, versions
     report: str | None = None         # the Evidently HTML report
     summary: str | None = None        # the JSON summary under data/monitor/
@@ -94,14 +94,18 @@ def decide(gate: GateResult, window: Window, history: list[Decision], rules: Ret
     today = sum(1 for d in fired if utc_day(d.ts) == utc_day(now))
     if today >= rules.max_per_day:
         held.append(f"daily budget: {today} retrain(s) fired today (UTC), retrain.max_per_day {rules.max_per_day}")
-    return ("suppressed", held) if held else ("fired", [gate.summary()])
+    if held:
+        return "suppressed", held
+    since = f"{(now - fired[-1].ts) / 60:.0f} min since the last retrain" if fired else "no retrain before"
+    return "fired", [f"every guard passed: {new_labels} new labelled rows (>= {rules.min_new_labels}), {since}, "
+                     f"{today} of {rules.max_per_day} retrains today"]
 
 
 def make_decision(outcome: Outcome, reasons: list[str], gate: GateResult, window: Window, **extra) -> Decision:
     """A decision on `window`; unless given, its labels run up to the window's newest labelled row."""
     labelled = window.labelled
     extra.setdefault("labels_until", float(labelled["ts"].max()) if len(labelled) else 0.0)
-    return Decision(ts=extra.pop("ts", time.time()), outcome=outcome, reasons=reasons, gate=gate.summary(),
+    return Decision(ts=extra.pop("ts", time.time()), outcome=outcome, reasons=reasons, gate=gate,
                     window=window.describe(), **extra)
 
 

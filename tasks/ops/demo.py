@@ -77,5 +77,17 @@ class DemoTraffic:
             time.sleep(0.2)
         raise TorchshipError(f"the service did not write its request log within {timeout:.0f}s ({log})")
 
-    def health(self) -> dict:
-        return self.client.get("/health").json()
+    def health_after_aliases_settle(self) -> dict:
+        """/health once the service follows the registry's aliases (it polls every serve.poll_seconds)."""
+        import time
+
+        from tasks.core.registry import aliases, registry_client
+
+        current = aliases(registry_client(self.params.tracking), self.params.data.registered_model_name())
+        deadline = time.monotonic() + 3 * self.params.serve.poll_seconds + 5
+        while True:
+            health = self.client.get("/health").json()
+            if (health.get("champion") == current.get("champion") and health.get("challenger") == current.get("challenger")
+                    or time.monotonic() > deadline):
+                return health
+            time.sleep(0.5)

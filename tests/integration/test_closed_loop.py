@@ -81,6 +81,8 @@ def test_drift_event_runs_the_retrain_deployment_on_a_process_worker(tiny_pipeli
         assert newest["trigger"] == "retrain" and newest["retrain_batch"] == batch
         assert batch in newest["data_batches"] and newest["dvc_batches_md5"]
         assert f"v{max(versions, key=int)}" in decisions[-1].reasons[0]
+        status = project.torchship("status")
+        assert "fired" in status.stdout and "retrained" in status.stdout, status.stdout[-3000:]
 
 
 HOLD = """

@@ -25,15 +25,17 @@ def window(labelled: int, unlabelled: int = 0, start: float = NOW - 600, version
 
 
 def fired(ts: float) -> guards.Decision:
-    return guards.Decision(ts=ts, outcome="fired", reasons=[], gate="fail", window={})
+    return guards.Decision(ts=ts, outcome="fired", reasons=[], gate=DRIFT, window={})
 
 
 def retrained(ts: float, labels_until: float) -> guards.Decision:
-    return guards.Decision(ts=ts, outcome="retrained", reasons=[], gate="pass", window={}, labels_until=labels_until)
+    return guards.Decision(ts=ts, outcome="retrained", reasons=[], gate=GateResult(gate="batch contract", status="pass"),
+                           window={}, labels_until=labels_until)
 
 
 def test_drift_with_enough_new_labels_fires():
-    assert guards.decide(DRIFT, window(150), [], RULES, NOW) == ("fired", [DRIFT.summary()])
+    assert guards.decide(DRIFT, window(150), [], RULES, NOW) == (
+        "fired", ["every guard passed: 150 new labelled rows (>= 100), no retrain before, 0 of 3 retrains today"])
 
 
 def test_no_drift_never_fires():
@@ -97,6 +99,7 @@ def test_decisions_round_trip_and_a_cut_line_is_skipped(tmp_path):
         handle.write('{"ts": 1, "outcome": "fi')   # a crash mid-line
     [decision] = guards.read_decisions(path)
     assert decision.outcome == "fired" and decision.labels_until == window(3).end and decision.window["labelled"] == 3
+    assert decision.gate == DRIFT
 
 
 def test_window_reads_newest_rows_across_rotated_files_and_joins_feedback(tmp_path):
