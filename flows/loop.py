@@ -16,6 +16,7 @@ from flows.slot import WorkspaceBusy, workspace_slot
 from tasks import canary, monitor as monitor_step, retrain as retrain_step
 from tasks.config import Params, load_params
 from tasks.core import paths
+from tasks.core.errors import TorchshipError
 from tasks.core.gate import GateResult
 from tasks.core.registry import registry_client, versions_tagged
 from tasks.monitoring import guards
@@ -101,11 +102,22 @@ def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_
     and re-run the pipeline under the normal gates. Never promotes by itself: the canary decides."""
     params = load_params(params_file)
     logger = get_run_logger()
+
+    def dropped(gate: GateResult, why: str) -> dict:
+        logger.warning("retrain dropped: %s", why)
+        guards.record(paths.DECISIONS, guards.Decision(ts=time.time(), outcome="suppressed", gate=gate, reasons=[why],
+                                                       window={}, report=report or None, labels_since=labels_since))
+        return {"batch": None, "pipeline": None, "dropped": why}
+
     try:
         with workspace_slot("the retrain", params.retrain.workspace_wait_s):
             # A retrain that waited (the deployment's own limit queues it) never learns the same labels twice.
             labels_since = max(labels_since, guards.high_water(guards.read_decisions(paths.DECISIONS)))
-            window = read_window(Path(params.serve.request_log), params.monitor, since=labels_since)
+            try:
+                window = read_window(Path(params.serve.request_log), params.monitor, since=labels_since)
+            except TorchshipError as exc:
+                return dropped(GateResult(gate="retrain window", status="fail", reasons=[str(exc)]),
+                               f"loop protection: no served rows newer than the last retrain's labels ({exc})")
             batch = retrain_step.take_window(params, window, labels_since, labels_until or window.end)
             logger.info("retrain batch: %s", batch.gate.summary())
             if batch.batch is None:
@@ -121,12 +133,7 @@ def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_
                 labels_since=labels_since, labels_until=batch.labels_until))
             return {"batch": batch.model_dump(), "pipeline": summary.model_dump()}
     except WorkspaceBusy as exc:
-        logger.warning("retrain dropped: %s", exc)
-        gate = GateResult(gate="workspace", status="fail", reasons=[str(exc)])
-        guards.record(paths.DECISIONS, guards.Decision(ts=time.time(), outcome="suppressed", gate=gate,
-                                                       reasons=[f"workspace busy: {exc}"], window={},
-                                                       report=report or None, labels_since=labels_since))
-        return {"batch": None, "pipeline": None, "dropped": str(exc)}
+        return dropped(GateResult(gate="workspace", status="fail", reasons=[str(exc)]), f"workspace busy: {exc}")
 
 
 @flow(name="torchship-canary", log_prints=True)

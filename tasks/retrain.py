@@ -82,8 +82,8 @@ def take_window(params: Params, window: Window, since: float, until: float) -> R
                             reasons=[f"{len(bad)} row(s) refused; each row's reason is in rows.csv (problem)"])
         quarantine = str(quarantine_rows(bad, screen, f"{BATCH_NAME}-rows"))
     if good.empty:
-        gate = GateResult(gate="batch contract", status="fail", reasons=["no labelled row passed the screen"],
-                          evidence=quarantine)
+        why = "no labelled row passed the screen" if len(table) else "no feedback-labelled rows in the window"
+        gate = GateResult(gate="batch contract", status="fail", reasons=[why], evidence=quarantine)
         return RetrainBatch(gate=gate, accepted_rows=0, quarantined_rows=len(bad), quarantine=quarantine, **common)
     gate, typed = judge_rows(good, "the retrain window", params.contract or contract_from_schema(schema), params)
     if gate.blocks(params.validate_.warn_blocks) or typed is None:
