@@ -23,6 +23,7 @@ class TorchshipGroup(TyperGroup):
 
 
 app = typer.Typer(cls=TorchshipGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  rich_markup_mode="markdown",
                   help="torchship: a PyTorch tabular classifier from raw data to a canaried service. "
                        "Run commands from the project folder (the one holding params.yaml).")
 

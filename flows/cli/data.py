@@ -16,7 +16,7 @@ def ingest(batch: Path = typer.Argument(..., help="A labelled CSV/Parquet batch 
     """Judge a new labelled batch by the committed contract before it joins the training set.
 
     Accepted: stored in data/batches/ and used by the next `torchship run` (prepare re-runs). Refused: the
-    file is moved to data/quarantine/<time>-<name>/ with its report; the training set is unchanged."""
+    file is moved to data/quarantine/TIME-NAME/ with its report; the training set is unchanged."""
     if not batch.exists():
         fail(f"{batch} not found.")
     batch = batch.resolve()

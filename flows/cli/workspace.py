@@ -12,7 +12,7 @@ def clean(yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for co
     """Remove local state: stage outputs, the MLflow store and Prefect's database (asks first).
 
     Lists, then removes: each stage's outputs under data/ (DVC's .gitignore files stay), data/quarantine,
-    data/serve and data/batches, mlflow/ (registered models and run history) and .prefect/."""
+    data/serve, data/monitor and data/batches, mlflow/ (registered models and run history) and .prefect/."""
     root = enter_project()
     from tasks.ops.workspace import local_state, remove_paths
 

@@ -8,7 +8,7 @@ from tasks.ops.config_docs import configuration_markdown
 from tasks.core import paths
 
 STAGE_OUTPUTS = (paths.PREPARE, paths.VALIDATE, paths.TRAIN, paths.EXPORT, paths.COMPRESS, paths.PROFILE)
-RUNTIME_DATA = (paths.QUARANTINE, paths.DATA / "serve", paths.BATCHES)
+RUNTIME_DATA = (paths.QUARANTINE, paths.SERVE, paths.MONITOR, paths.BATCHES)   # data/batches.dvc is committed: kept
 KEPT = {".gitignore", ".gitkeep"}  # written by DVC / committed with the project: the folders stay tracked
 CONFIGURATION_DOCS = Path("docs") / "configuration.md"
 
