@@ -58,6 +58,7 @@ def pipeline(params_file: str = "params.yaml", trigger: dict[str, str] | None = 
           tracking.pipeline_run(params.tracking, run_tags) as parent_run, reproduce.last_good_outputs()):
         stages = [dvc_stage("prepare", parent_run),
                   dvc_stage("validate", parent_run),
+                  dvc_stage("baseline", parent_run),
                   dvc_stage("train", parent_run),
                   dvc_stage("export", parent_run),
                   dvc_stage("compress", parent_run),

@@ -14,7 +14,7 @@ from tasks.core import paths
 from tasks.core.gate import GateResult
 from tasks.core.holdout import load_holdout
 from tasks.core.procs import running_service
-from tasks.core.registry import CHALLENGER, alias_version, aliases, registry_client
+from tasks.core.registry import CHALLENGER, CHAMPION, alias_version, aliases, registry_client
 from tasks.core.verdicts import CanaryReport, VariantTraffic
 from tasks.ops.registry import promote, reject
 
@@ -99,6 +99,10 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame, schema: Schema) -> Ca
     client = registry_client(params.tracking)
     name = params.data.registered_model_name()
     challenger = alias_version(client, name, CHALLENGER)
+    if alias_version(client, name, CHAMPION) is None:   # e.g. a first model that bless refused: nothing to serve
+        gate = GateResult(gate="canary", status="pass", reasons=["no champion to serve: nothing to canary"])
+        return CanaryReport(gate=gate, action="skipped: no champion", traffic={}, aliases=aliases(client, name),
+                            seconds=time.perf_counter() - started)
     target = schema.target
     rows = holdout_rows[schema.feature_names + [target]]
     rows = rows.sample(n=min(params.canary.requests, len(rows)), random_state=0)

@@ -179,11 +179,21 @@ class ProfileParams(Section):
     threads: int = Field(1, ge=1, description="Threads per variant while timing (set on purpose: 2-core boxes collapse otherwise).")
 
 
+class BaselineParams(Section):
+    """scikit-learn baselines on the same splits (the `baseline` stage): a candidate must not be worse."""
+
+    logistic_c: float = Field(1.0, gt=0.0, description="Inverse regularisation strength of the logistic regression.")
+    logistic_max_iter: int = Field(1000, ge=10, description="Solver iterations of the logistic regression.")
+    boosting_max_iter: int = Field(100, ge=1, description="Boosting rounds of the histogram gradient-boosting classifier.")
+    seed: int = Field(0, description="Seed of the gradient boosting (its early stopping split).")
+
+
 class BlessParams(Section):
-    """The candidate vs the live champion on the same holdout."""
+    """The candidate vs the scikit-learn baselines and the live champion on the same holdout."""
 
     metric: Literal["accuracy", "f1_macro"] = Field("f1_macro", description="Holdout metric a candidate must not lose on against the champion.")
     min_improvement: float = Field(0.0, description="Candidate metric must be >= champion metric + this (may be negative to tolerate noise).")
+    max_baseline_gap: float = Field(0.01, ge=0.0, le=1.0, description="A candidate more than this below the best scikit-learn baseline (bless metric, holdout) is not blessed, first model included.")
 
 
 class CanaryParams(Section):
@@ -259,6 +269,7 @@ class Params(Section):
     compress: CompressParams = CompressParams()
     distill: DistillParams = DistillParams()
     profile: ProfileParams = ProfileParams()
+    baseline: BaselineParams = BaselineParams()
     bless: BlessParams = BlessParams()
     canary: CanaryParams = CanaryParams()
     serve: ServeParams = ServeParams()

@@ -1,6 +1,7 @@
 """`torchship status` and `torchship rollback`: the registry state of this project's model."""
 from __future__ import annotations
 
+import typer
 from rich.table import Table
 
 from flows.cli.output import console
@@ -43,4 +44,21 @@ def rollback() -> None:
 
     done = roll_back(load_params())
     console.print(f"champion of {done.model_name} is v{done.restored} again (v{done.replaced} tagged rejected); "
+                  f"running services follow within {done.poll_seconds:g}s.")
+
+
+def promote(version: str = typer.Argument(..., help="The registered version to make champion."),
+            reason: str = typer.Option(..., "--reason", help="Why: recorded on the version (tag `promoted`)."),
+            force: bool = typer.Option(False, "--force", help="Promote a version bless did not pass (recorded as "
+                                                              "tag `forced`).")) -> None:
+    """Move `champion` to VERSION by hand; the old champion is tagged `previous` (so `torchship rollback`
+    undoes it). A version that bless did not pass is refused unless --force. Running services follow the
+    alias within serve.poll_seconds."""
+    enter_project()
+    from tasks.config import load_params
+    from tasks.ops.status import promote_version
+
+    done = promote_version(load_params(), version, reason, force)
+    was = f" (was v{done.replaced}, tagged previous)" if done.replaced and done.replaced != done.promoted else ""
+    console.print(f"champion of {done.model_name} is v{done.promoted}{was}{' [yellow]forced[/]' if done.forced else ''}; "
                   f"running services follow within {done.poll_seconds:g}s.")

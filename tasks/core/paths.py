@@ -23,6 +23,9 @@ VALIDATE = DATA / "validate"
 VALIDATE_REPORT = VALIDATE / "report.json"
 DATA_DOCS = VALIDATE / "docs"
 
+BASELINE = DATA / "baseline"
+BASELINE_REPORT = BASELINE / "report.json"
+
 TRAIN = DATA / "train"
 MODEL_WEIGHTS = TRAIN / "model.pt"
 TRAIN_METRICS = TRAIN / "metrics.json"
@@ -56,6 +59,7 @@ LATENCY_PLOT = PROFILE / "latency.png"
 STAGE_METRICS = {
     "prepare": PREPARE_METRICS,
     "validate": VALIDATE_REPORT,
+    "baseline": BASELINE_REPORT,
     "train": TRAIN_METRICS,
     "export": PARITY_REPORT,
     "compress": COMPRESS_REPORT,

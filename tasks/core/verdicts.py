@@ -7,7 +7,7 @@ from tasks.core.gate import GateResult
 
 
 class Blessing(BaseModel):
-    """bless: the candidate vs the live champion on the same holdout."""
+    """bless: the candidate vs the scikit-learn baselines and the live champion on the same holdout."""
 
     seconds: float = 0.0
     gate: GateResult
@@ -17,6 +17,7 @@ class Blessing(BaseModel):
     candidate_metrics: dict[str, float]
     champion_version: str | None = None
     champion_metrics: dict[str, float] | None = None
+    baseline_metrics: dict[str, dict[str, float]] = {}   # scikit-learn on the same holdout (the baseline stage)
 
 
 class Registration(BaseModel):

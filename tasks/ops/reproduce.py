@@ -19,7 +19,7 @@ from tasks.core.artifacts import read_json
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import Child, tee_lines
 
-DVC_STAGES = ("prepare", "validate", "train", "export", "compress", "profile")
+DVC_STAGES = ("prepare", "validate", "baseline", "train", "export", "compress", "profile")
 LOCK_FILE = Path("dvc.lock")
 
 

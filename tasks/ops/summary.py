@@ -53,7 +53,8 @@ def summarize(outcomes: list[StageOutcome], blessing: Blessing, registration: Re
                 headline=f"{canary.action}: {'; '.join(canary.gate.reasons)}"),
     ]
     if registration.created and "rejected" in registration.action:
-        verdict = f"{registration.action}; the champion keeps serving"
+        verdict = registration.action + ("; the champion keeps serving" if "champion" in canary.aliases
+                                         else "; there is no champion yet, so nothing is served")
     elif not registration.created:
         verdict = f"{registration.action}"
     else:

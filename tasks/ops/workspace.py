@@ -7,7 +7,7 @@ from pathlib import Path
 from tasks.ops.config_docs import configuration_markdown
 from tasks.core import paths
 
-STAGE_OUTPUTS = (paths.PREPARE, paths.VALIDATE, paths.TRAIN, paths.EXPORT, paths.COMPRESS, paths.PROFILE)
+STAGE_OUTPUTS = (paths.PREPARE, paths.VALIDATE, paths.BASELINE, paths.TRAIN, paths.EXPORT, paths.COMPRESS, paths.PROFILE)
 RUNTIME_DATA = (paths.QUARANTINE, paths.SERVE, paths.MONITOR, paths.BATCHES)   # data/batches.dvc is committed: kept
 KEPT = {".gitignore", ".gitkeep"}  # written by DVC / committed with the project: the folders stay tracked
 CONFIGURATION_DOCS = Path("docs") / "configuration.md"

@@ -25,6 +25,7 @@ def snapshot(project, model: str, files: tuple[str, ...] = GUARDED_FILES) -> tup
 
 # What DVC does not cache (it cannot check these out again): params, the lock and the metric files.
 UNCACHED = ("params.yaml", "dvc.lock", "data/source.json", "data/prepare/metrics.json", "data/validate/report.json",
+            "data/baseline/report.json",
             "data/train/metrics.json", "data/train/history.csv", "data/export/parity.json",
             "data/compress/report.json", "data/profile/report.json")
 UNCACHED_FOLDERS = ("data/train/checkpoints", "data/compress/checkpoints")   # resume state: DVC outs, never cached

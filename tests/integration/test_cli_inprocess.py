@@ -112,6 +112,40 @@ def test_rollback_puts_the_previous_champion_back_once(cli, registry):
     assert client.get_registered_model(MODEL).aliases == {"champion": 1}
 
 
+def test_an_unblessed_version_is_promoted_only_with_force_and_a_recorded_reason(cli, registry):
+    folder, client = registry
+    client.create_model_version(MODEL, source=str(folder / "no-artifact"),
+                                tags={"bless": "fail", "bless_reasons": "worse than a few lines of scikit-learn"})
+    refused = cli(folder, "promote", "3", "--reason", "looks fine to me")
+    said = " ".join(refused.stderr.split())   # rich wraps long lines
+    assert refused.exit_code == 2 and "v3 of synthetic-churn was not blessed" in said, refused.output
+    assert "worse than a few lines of scikit-learn" in said and "--force" in said
+    assert client.get_registered_model(MODEL).aliases == {"champion": 2}
+    forced = cli(folder, "promote", "3", "--reason", "hotfix for incident 42", "--force")
+    assert forced.exit_code == 0 and "is v3 (was v2, tagged previous) forced" in " ".join(forced.stdout.split())
+    assert client.get_registered_model(MODEL).aliases == {"champion": 3}
+    tags = client.get_model_version(MODEL, "3").tags
+    assert tags["forced"] == "hotfix for incident 42" and "by hand (forced): hotfix for incident 42" in tags["promoted"]
+    assert "previous" in client.get_model_version(MODEL, "2").tags   # rollback can undo it
+
+
+def test_an_alias_moved_by_another_process_shows_in_status_and_a_blessed_version_is_promoted_by_hand(cli, registry):
+    folder, client = registry
+    other = subprocess.run(  # another process moves the alias through MLflow's API (as the MLflow UI does)
+        [str(REPO / ".venv" / "bin" / "python"), "-c",
+         "from mlflow import MlflowClient\n"
+         f"uri = 'sqlite:///{folder / 'mlflow' / 'mlflow.db'}'\n"
+         f"MlflowClient(tracking_uri=uri, registry_uri=uri).set_registered_model_alias('{MODEL}', 'champion', '1')"],
+        capture_output=True, text=True, timeout=120)
+    assert other.returncode == 0, other.stderr[-2000:]
+    assert f"{MODEL}: aliases champion → v1" in cli(folder, "status").stdout
+    promoted = cli(folder, "promote", "2", "--reason", "v1 misbehaves on weekends")
+    assert promoted.exit_code == 0, promoted.output
+    assert "is v2 (was v1, tagged previous)" in " ".join(promoted.stdout.split())
+    assert f"{MODEL}: aliases champion → v2" in cli(folder, "status").stdout
+    assert "by hand: v1 misbehaves on weekends" in client.get_model_version(MODEL, "2").tags["promoted"]
+
+
 def test_a_user_error_is_one_red_paragraph(cli, tmp_path):
     for name in ("params.yaml", "dvc.yaml"):
         shutil.copy(REPO / name, tmp_path / name)
