@@ -16,34 +16,10 @@ from tasks.core.registry import (CHALLENGER, CHAMPION, SHA_TAG, alias_version, a
                                  registry_client)
 from tasks.core.verdicts import Blessing, Registration
 from tasks.ops.lineage import lineage_tags
+from tasks.ops.passport import passport_html, passport_markdown
 from tasks.ops.registry import promote, reject
 
 log = logging.getLogger("torchship.register")
-
-
-def passport(blessing: Blessing, tags: dict[str, str], profile: dict, compress: dict | None = None,
-             baselines: dict | None = None) -> str:
-    """The version's description in the MLflow UI: data version, gates, figures vs champion, verdict."""
-    selected = profile["variants"][profile["selected"]]
-    budget = ((compress or {}).get("variants") or {}).get(profile["selected"])
-    proof = (f"; accuracy budget {budget['gate']['status']}: {budget['gate']['reasons'][0]} vs the fp32 teacher"
-             if budget else "; the fp32 teacher itself (parity-gated export)")
-    champion = blessing.champion_metrics or {}
-    models = (baselines or {}).get("models", {})
-    rows = "\n".join(f"| {k} | {v:.4f} | " + (f"{champion[k]:.4f}" if k in champion else "—") + " | "
-                     + " | ".join(f"{b[k]:.4f}" for b in models.values()) + " |"
-                     for k, v in blessing.candidate_metrics.items())
-    baseline_columns = "".join(f" {name.replace('_', ' ')} (scikit-learn) |" for name in models)
-    return (f"## torchship model passport\n\n"
-            f"**Verdict:** bless {blessing.gate.status}: {'; '.join(blessing.gate.reasons)}\n\n"
-            f"| holdout metric | this version | champion v{blessing.champion_version or '—'} |{baseline_columns}\n"
-            f"|---|---|---|{'---|' * len(models)}\n{rows}\n\n"
-            f"**Variant:** {profile['selected']}: batch-1 p50 {selected['p50_us']:.0f} µs, "
-            f"p99 {selected['p99_us']:.0f} µs, {selected['rows_per_s']:,.0f} rows/s at batch "
-            f"{profile.get('batch_size', '')}{proof}\n\n"
-            f"**Lineage:** git {tags.get('git_commit', '?')[:12]} (dirty: {tags.get('git_dirty')}), "
-            f"training data md5 {tags.get('dvc_train_md5', '?')}, train params md5 {tags.get('dvc_train_params_md5', '?')}.\n"
-            f"Rebuild: `git checkout {tags.get('git_commit', '?')[:12]} && dvc pull && dvc repro`.\n")
 
 
 def register_candidate(params: Params, blessing: Blessing, run_id: str | None = None,
@@ -78,9 +54,10 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     version = str(info.registered_model_version)
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)
-    baselines = read_json(paths.BASELINE_REPORT) if paths.BASELINE_REPORT.exists() else None
-    client.update_model_version(name, version, description=passport(blessing, tags, profile,
-                                                                    read_json(paths.COMPRESS_REPORT), baselines))
+    description = passport_markdown(params, blessing, tags, version)
+    client.update_model_version(name, version, description=description)
+    mlflow.log_text(description, "passport.md")
+    mlflow.log_text(passport_html(description), "passport.html")
     action = apply_aliases(client, name, version, blessing)
     return Registration(model_name=name, version=version, created=True, action=action, aliases=aliases(client, name),
                         seconds=time.perf_counter() - started)

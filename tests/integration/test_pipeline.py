@@ -26,6 +26,13 @@ def test_first_run_registers_a_champion_with_lineage(tiny_pipeline):
     lock = (project.root / "dvc.lock").read_text()
     assert tags["dvc_train_md5"] and tags["dvc_train_md5"] in lock
     assert len(tags["artifact_sha256"]) == 64
+    passport = project.python(
+        "import mlflow\nfrom mlflow import MlflowClient\nmlflow.set_tracking_uri('sqlite:///mlflow/mlflow.db')\n"
+        f"c = MlflowClient()\nv = c.get_model_version('{MODEL}', '{registry['aliases']['champion']}')\n"
+        "print(v.description)\nprint(sorted(a.path for a in c.list_artifacts(v.run_id)))")
+    for section in ("### Data", "### Training", "### Quality on the holdout", "### Gates", "### Serving benchmark",
+                    "### Lineage", "logistic regression (scikit-learn)", "'passport.html'"):
+        assert section in passport, passport
 
 
 def test_reports_exist_and_dvc_is_clean(tiny_pipeline):
