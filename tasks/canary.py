@@ -100,7 +100,7 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame, schema: Schema) -> Ca
     name = params.data.registered_model_name()
     challenger = alias_version(client, name, CHALLENGER)
     if alias_version(client, name, CHAMPION) is None:   # e.g. a first model that bless refused: nothing to serve
-        gate = GateResult(gate="canary", status="pass", reasons=["no champion to serve: nothing to canary"])
+        gate = GateResult(gate="canary", status="pass", reasons=["nothing to serve or compare"])
         return CanaryReport(gate=gate, action="skipped: no champion", traffic={}, aliases=aliases(client, name),
                             seconds=time.perf_counter() - started)
     target = schema.target
