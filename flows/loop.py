@@ -23,7 +23,7 @@ from tasks.monitoring import guards
 from tasks.monitoring.window import read_window
 
 DRIFT_EVENT = "torchship.drift.detected"
-RETRAIN_TAG = ("trigger", "retrain")
+TRIGGER_KEY, RETRAINED = "trigger", "retrain"   # the tag a retrain's version carries
 
 
 def server_configured() -> bool:
@@ -60,12 +60,12 @@ def measure(params: Params):
 
 @task(name="trigger-decision")
 def trigger_decision(params: Params, window, report: monitor_step.MonitorReport) -> guards.Decision:
-    retrained = versions_tagged(registry_client(params.tracking), report.model_name, *RETRAIN_TAG)
-    outcome, reasons = guards.decide(report.gate, window, guards.read_decisions(paths.DECISIONS), params.retrain,
-                                     time.time(), retrained, report.prediction_only)
-    mark = guards.high_water(guards.read_decisions(paths.DECISIONS))
+    retrained = versions_tagged(registry_client(params.tracking), report.model_name, TRIGGER_KEY, RETRAINED)
+    history = guards.read_decisions(paths.DECISIONS)
+    outcome, reasons = guards.decide(report.gate, window, history, params.retrain, time.time(), retrained,
+                                     report.prediction_only)
     return guards.make_decision(outcome, reasons, report.gate, window, report=report.report, summary=report.summary,
-                                labels_since=mark)
+                                labels_since=guards.high_water(history))
 
 
 @flow(name="torchship-monitor", log_prints=True)
@@ -125,7 +125,7 @@ def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_
                     "suppressed", [f"batch door refused the window: {batch.gate.summary()}"], batch.gate, window,
                     report=report or None, labels_since=labels_since))
                 return {"batch": batch.model_dump(), "pipeline": None}
-            summary = pipeline(params_file, trigger={RETRAIN_TAG[0]: RETRAIN_TAG[1], "retrain_batch": Path(batch.batch).name,
+            summary = pipeline(params_file, trigger={TRIGGER_KEY: RETRAINED, "retrain_batch": Path(batch.batch).name,
                                                      "retrain_reason": reason[:500]})
             guards.record(paths.DECISIONS, guards.make_decision(
                 "retrained", [f"{batch.accepted_rows} labelled rows joined the training data ({Path(batch.batch).name}); "

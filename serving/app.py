@@ -13,7 +13,7 @@ from fastapi import APIRouter, Body, Depends, FastAPI, Header, HTTPException, Qu
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from serving.service import FeedbackOff, FeedbackRefused, RowsRefused, Service, ServiceSettings
+from serving.service import FeedbackOff, RowsRefused, Service, ServiceSettings
 from serving.variants import NoChampion
 
 TOKEN_ENV = "TORCHSHIP_ADMIN_TOKEN"
@@ -87,10 +87,6 @@ async def rows_refused(request: Request, exc: RowsRefused) -> JSONResponse:
     return JSONResponse(status_code=422, content={"detail": exc.problems})
 
 
-async def feedback_refused(request: Request, exc: FeedbackRefused) -> JSONResponse:
-    return JSONResponse(status_code=422, content={"detail": exc.problems})
-
-
 async def feedback_off(request: Request, exc: FeedbackOff) -> JSONResponse:
     return JSONResponse(status_code=409, content={"detail": str(exc)})
 
@@ -117,7 +113,6 @@ def create_app(settings: ServiceSettings, client=None) -> FastAPI:
     app.include_router(routes)
     app.include_router(admin)
     app.add_exception_handler(RowsRefused, rows_refused)
-    app.add_exception_handler(FeedbackRefused, feedback_refused)
     app.add_exception_handler(FeedbackOff, feedback_off)
     app.add_exception_handler(NoChampion, no_champion)
     return app

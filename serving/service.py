@@ -59,12 +59,9 @@ class RowsRefused(ValueError):
         self.problems = problems
 
 
-class FeedbackRefused(ValueError):
-    """Feedback labels that are malformed or not a class of the champion; `problems` name item, field and rule."""
-
-    def __init__(self, problems: list[dict]):
-        super().__init__(f"{len(problems)} problem(s) in the feedback labels")
-        self.problems = problems
+class FeedbackRefused(RowsRefused):
+    """Feedback labels that are malformed or not a class of the champion; `problems` name item, field and rule
+    (a 422 like refused rows: the app's RowsRefused handler answers both)."""
 
 
 class FeedbackOff(RuntimeError):

@@ -20,7 +20,6 @@ from tasks.core.metrics import classification_metrics
 from tasks.core.stage import stage_main
 
 log = logging.getLogger("torchship.baseline")
-NAMES = {"logistic_regression": "logistic regression", "hist_gradient_boosting": "gradient boosting"}
 
 
 def baseline_models(schema: Schema, rules: BaselineParams, balanced: bool) -> dict:
@@ -76,8 +75,8 @@ def run(params: Params) -> None:
                            params.baseline, balanced=metric == "f1_macro")
     report = {"metric": metric, "class_weight": "balanced" if metric == "f1_macro" else None, "models": models}
     best, score = best_baseline(report, metric)
-    report["headline"] = f"best {NAMES[best]} {metric} {score:.4f}; " + ", ".join(
-        f"{NAMES[name]} {figures[metric]:.4f}" for name, figures in models.items() if name != best)
+    report["headline"] = f"best {best.replace('_', ' ')} {metric} {score:.4f}; " + ", ".join(
+        f"{name.replace('_', ' ')} {figures[metric]:.4f}" for name, figures in models.items() if name != best)
     write_json_atomic(paths.BASELINE_REPORT, report)
     with stage_run(params.tracking, "baseline"):
         mlflow.log_metrics({f"{name}_{key}": value for name, figures in models.items()

@@ -66,13 +66,18 @@ class Project:
     root: Path
     prefect: PrefectServer | None = None
 
-    def torchship(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    def env(self) -> dict[str, str]:
+        """The environment a user's shell gives a command here: the venv first, none of this process's
+        Prefect/MLflow/pytest settings, and the session's server once the project uses it."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "PYTEST_"))}
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
         if self.prefect is not None:
             env["PREFECT_API_URL"] = self.prefect.api_url()
+        return env
+
+    def torchship(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
         return subprocess.run([str(BIN / "torchship"), *args], cwd=self.root, capture_output=True, text=True,
-                              timeout=timeout, env=env)
+                              timeout=timeout, env=self.env())
 
     def python(self, code: str) -> str:
         """Run code in a separate interpreter in the project (e.g. an independent MLflow client)."""

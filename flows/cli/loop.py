@@ -101,6 +101,11 @@ def demo_drift(rows: int = typer.Option(2000, help="Rows of drifted traffic (nor
     if params.data.source != "synthetic":
         fail("the drift demo needs data.source=synthetic (its generator has the drift knob); on your own data, "
              "serve real traffic, post labels to /feedback and run `torchship monitor`.")
+    from tasks.core.registry import CHAMPION, alias_version, registry_client
+
+    if alias_version(registry_client(params.tracking), params.data.registered_model_name(), CHAMPION) is None:
+        fail(f"{params.data.registered_model_name()} has no champion to serve: run `torchship run` first "
+             "(`make pipeline` on a fresh clone), then the demo.")
     quiet_expected_tracebacks()
     with running_demo_service(params) as url:
         traffic = DemoTraffic(url, params)
@@ -110,7 +115,7 @@ def demo_drift(rows: int = typer.Option(2000, help="Rows of drifted traffic (nor
         console.rule("2. drifted traffic (data.drift=%g)" % drift)
         console.print(traffic.send(rows, drift=drift, seed=1002))
         console.print(traffic.send_feedback())
-        traffic.wait_logged(traffic.served, traffic.labelled)
+        traffic.wait_logged()
         console.rule("3. monitor → trigger → retrain → bless → register → canary")
         decision = monitor_flow(params_file="params.yaml")
         render_decision(decision)

@@ -33,7 +33,7 @@ class DemoTraffic:
         self.client = httpx.Client(base_url=url, timeout=30.0)
         self.params = params
         self.pending: list[dict] = []   # feedback not yet posted: {"id", "label"}
-        self.served = self.labelled = 0
+        self.last_served = self.last_labelled = None   # the newest ids sent: the log holds them once flushed
 
     def send(self, rows: int, drift: float, seed: int) -> str:
         """Serve `rows` generated rows in requests of ROWS_PER_REQUEST; the truths wait for send_feedback."""
@@ -49,7 +49,7 @@ class DemoTraffic:
             for prediction, truth in zip(body["predictions"], truths[start:start + ROWS_PER_REQUEST]):
                 self.pending.append({"id": prediction["id"], "label": truth})
             served += len(body["predictions"])
-        self.served += served
+            self.last_served = body["predictions"][-1]["id"]
         return f"served {served} rows (drift {drift:g}) by version(s) {versions}"
 
     def send_feedback(self) -> str:
@@ -58,21 +58,23 @@ class DemoTraffic:
             response = self.client.post("/feedback", json={"labels": self.pending[start:start + 500]})
             response.raise_for_status()
             posted += response.json()["accepted"]
+        self.last_labelled = self.pending[-1]["id"] if self.pending else self.last_labelled
         self.pending.clear()
-        self.labelled += posted
         return f"posted {posted} feedback labels"
 
-    def wait_logged(self, served: int, labels: int, timeout: float = 30.0) -> None:
-        """The service writes its log every serve.log_flush_seconds: wait (bounded) until the rows are there."""
+    def wait_logged(self, timeout: float = 30.0) -> None:
+        """The service writes its logs every serve.log_flush_seconds: wait (bounded) until the newest served row
+        and the newest label sent are in them (a log that held rows before the demo must not satisfy this)."""
         import time
 
-        from tasks.monitoring.window import read_feedback
+        from tasks.monitoring.window import read_feedback, read_lines
 
         log = Path(self.params.serve.request_log)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            lines = sum(sum(1 for _ in path.open()) for path in served_files(log))
-            if lines >= served and len(read_feedback(feedback_path(log))) >= labels:
+            newest = read_lines(served_files(log), 1, 0.0)
+            served = self.last_served is None or (newest and newest[-1]["id"] == self.last_served)
+            if served and (self.last_labelled is None or self.last_labelled in read_feedback(feedback_path(log))):
                 return
             time.sleep(0.2)
         raise TorchshipError(f"the service did not write its request log within {timeout:.0f}s ({log})")
