@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true PREFECT_SERVER_ANALYTICS_ENABLED=false
 
-.PHONY: install pipeline test test-fast bench docs clean
+.PHONY: install pipeline test test-fast bench bench-tables docs clean
 
 install: $(STAMP)
 
@@ -27,8 +27,16 @@ test: install
 test-fast: install
 	$(VENV)/bin/python -m pytest -q -m "unit or data or model"
 
+# Every bench but the per-table accuracy one (below: 15 pipeline runs).
 bench: install
-	for script in bench/bench_*.py; do $(PY) $$script || exit 1; done
+	for script in bench/bench_*.py; do [ $$script = bench/bench_tables.py ] || $(PY) $$script || exit 1; done
+	$(PY) bench/render_table.py
+
+# Served variant vs the scikit-learn baselines, 5 tables x 3 seeds: 15 pipeline runs of 2-4 min each on 2 cores.
+# Installs the bench extra (palmerpenguins). Fewer: $(PY) bench/bench_tables.py --tables digits,wine --seeds 1
+bench-tables: install
+	$(PIP) install -q -e '.[dev,bench]'
+	$(PY) bench/bench_tables.py
 	$(PY) bench/render_table.py
 
 docs: install

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import save  # noqa: E402
-from tasks.config import TrainParams, read_params_file  # noqa: E402
+from tasks.config import read_params_file  # noqa: E402
 from tasks.contract import load_schema  # noqa: E402
 from tasks.core.holdout import load_holdout  # noqa: E402
 from tasks.profile import throughput, time_calls  # noqa: E402
@@ -103,7 +103,8 @@ def main() -> None:
         schema = load_schema(Path("data/prepare/schema.json"))
         holdout = load_holdout(schema)
         rows = holdout.features[:2048]
-        teacher, _ = load_trained(Path("data/train/model.pt"))
+        teacher, saved = load_trained(Path("data/train/model.pt"))
+        teacher_spec = saved["model"]
         student, _ = load_trained(Path("data/compress/student/model.pt"))
         profile = json.loads(Path("data/profile/report.json").read_text())
         compress = json.loads(Path("data/compress/report.json").read_text())
@@ -152,8 +153,8 @@ def main() -> None:
     save("variants", "Serving variants: selected variant vs eager fp32 teacher (batch-1 latency, batch-256 throughput)",
          figures, baseline, p50_ratio, "selected p50 <= 0.25x eager teacher, throughput >= 3x, within accuracy budget",
          p50_ratio <= 0.25 and throughput_ratio >= 3 and within_budget,
-         notes=f"ratio = selected batch-1 p50 / eager teacher p50. Teacher {defaults['train']['model']} "
-               f"{TrainParams(**defaults['train']).model_kwargs()}, student MLP {defaults['distill']['hidden']}; default data "
+         notes=f"ratio = selected batch-1 p50 / eager teacher p50. Teacher {teacher_spec['name']} "
+               f"{teacher_spec['kwargs']}, student MLP {defaults['distill']['hidden']}; default data "
                f"(100k rows); 1 thread; median of {ROUNDS} interleaved rounds of {CALLS} batch-1 calls and 0.5 s at "
                f"batch {BATCH}. e2e = encoded raw rows in, preprocessing in the graph; model = preprocessed inputs "
                "to the network alone. eager-compile = torch.compile(dynamic=False). onnx-fp32 is the pipeline's "

@@ -15,6 +15,56 @@ def _figure(values: dict) -> str:
     return ", ".join(f"{k} {v:,}" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in shown.items())
 
 
+def _stat(stat: dict) -> str:
+    """A mean over seeds, with its spread when there was more than one seed."""
+    return f"{stat['mean']:.4f}" + (f" ± {stat['sd']:.4f}" if stat.get("sd") is not None else "")
+
+
+def _seconds(stat: dict) -> str:
+    return f"{stat['mean']:.0f}" + (f" ± {stat['sd']:.0f}" if stat.get("sd") is not None else "")
+
+
+def _pair(figures: dict) -> str:
+    return f"{_stat(figures['accuracy'])} / {_stat(figures['f1_macro'])}"
+
+
+def _table_row(name: str, served: dict, baseline: dict) -> str:
+    """One table of a per-table result: served vs both baselines, the gap, the goal and the wall time."""
+    wall = _seconds(served["wall_s"])
+    if not baseline:   # no seed finished: the errors are listed under the table
+        return f"| {name} | — | — | — | failed | — | — | — | **no** | {wall} |"
+    rows = served["rows"]
+    features = served["features"]
+    gap = served["gap_points"]
+    met = "yes" if served["goal_met"] else "**no**"
+    return (f"| {name} | {sum(rows.values()):,} ({rows['train']:,} train) | {features['numeric']} + "
+            f"{features['categorical']} | {served['classes']} | {_pair(served['served'])} "
+            f"({', '.join(served['served_variants'])}; bless passed {served['bless_passed']}/{served['finished']}) | "
+            f"{_pair(baseline['logistic_regression'])} | {_pair(baseline['hist_gradient_boosting'])} | "
+            f"{gap['accuracy']:+.2f} / {gap['f1_macro']:+.2f} | {met} | {wall} |")
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    """An error's tail as one Markdown-safe line."""
+    flat = " ".join(text.split()).replace("|", "\\|")
+    return flat if len(flat) <= limit else "…" + flat[-limit:]
+
+
+def render_per_table(result: dict) -> list[str]:
+    """A result with figures.per_table (bench/bench_tables.py) as its own table under the main one."""
+    per_table, baselines = result["figures"]["per_table"], result["baseline"]["per_table"]
+    lines = ["", f"**{result['title']}** ({result['measured_at'][:10]}, {result['machine']['cores']} cores; "
+                 f"goal: {result['goal']}). Holdout accuracy / macro-F1, mean ± sd over seeds; gap = best baseline "
+                 "minus served, in points (positive = served behind).", "",
+             "| table | rows | features (num + cat) | classes | served: accuracy / macro-F1 | logistic regression | "
+             "gradient boosting | gap to best (points) | met | pipeline wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [_table_row(name, served, baselines.get(name, {})) for name, served in per_table.items()]
+    lines += [f"- *{name}* seed {seed} failed: {_one_line(error)}" for name, served in per_table.items()
+              for seed, error in served.get("errors", {}).items()]
+    return lines
+
+
 def render(results: list[dict]) -> str:
     lines = [START, "", "| benchmark | torchship | baseline (same run) | ratio | goal | met | measured |",
              "|---|---|---|---|---|---|---|"]
@@ -22,6 +72,9 @@ def render(results: list[dict]) -> str:
         met = {True: "yes", False: "**no**", None: "—"}[r.get("goal_met")]
         lines.append(f"| {r['title']} | {_figure(r['figures'])} | {_figure(r['baseline'])} | {r['ratio']}x | "
                      f"{r['goal']} | {met} | {r['measured_at'][:10]}, {r['machine']['cores']} cores |")
+    for r in sorted(results, key=lambda r: r["name"]):
+        if "per_table" in r["figures"]:
+            lines += render_per_table(r)
     notes = [f"- *{r['title']}*: {r['notes']}" for r in sorted(results, key=lambda r: r["name"]) if r.get("notes")]
     lines += ["", "Rendered by `python bench/render_table.py` from `bench/results/*.json`; rerun all with `make bench`.",
               *notes, "", END]

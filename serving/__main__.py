@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -26,6 +27,9 @@ def parse_args(params: Params, argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=None, help="seed of the traffic split (reproducible canaries)")
     parser.add_argument("--shadow", action="store_true",
                         help="also score every request with the other variant and return it under 'shadow' (canary)")
+    parser.add_argument("--model-file", type=Path, default=None,
+                        help="serve this local ONNX file as the champion instead of the registry's: no alias poller, "
+                             "no request log (how bless tries a candidate before it is registered)")
     return parser.parse_args(argv)
 
 
@@ -52,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     settings = ServiceSettings(serve=serve, model_name=args.model_name, tracking=params.tracking, seed=args.seed,
-                               shadow=args.shadow)
+                               shadow=args.shadow, model_file=args.model_file)
     uvicorn.run(create_app(settings), host=serve.host, port=serve.port, log_level="warning")
 
 

@@ -107,8 +107,8 @@ def create_app(settings: ServiceSettings, client=None) -> FastAPI:
         finally:
             await run_in_threadpool(service.stop)
 
-    app = FastAPI(title="torchship", description=f"Serves registered model '{settings.model_name}'.",
-                  lifespan=lifespan)
+    served = f"model file {settings.model_file}" if settings.model_file else f"registered model '{settings.model_name}'"
+    app = FastAPI(title="torchship", description=f"Serves {served}.", lifespan=lifespan)
     app.state.service = service
     app.include_router(routes)
     app.include_router(admin)

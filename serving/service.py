@@ -17,10 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from serving.metrics import Metrics
 from serving.request_log import RequestLog
-from serving.validation import validate_rows
+from serving.validation import row_model, validate_rows
 from serving.variants import NoChampion, Router, Variant, load_variant
 from tasks.config import ServeParams, TrackingParams
+from tasks.contract import schema_from_metadata
 from tasks.core.registry import CHALLENGER, CHAMPION, alias_version, registry_client
+from tasks.core.runtime import open_onnx
 from tasks.core.servelog import feedback_line, feedback_path, row_id, served_line
 
 log = logging.getLogger("torchship.serving")
@@ -38,17 +40,26 @@ class ServiceSettings:
     tracking: TrackingParams
     seed: int | None = None   # of the traffic split: a canary replays reproducibly
     shadow: bool = False      # also score each request with the other variant (canary analysis on paired rows)
+    model_file: Path | None = None   # serve this ONNX file as the champion: no registry, poller or logs (bless)
 
     @property
     def request_log(self) -> Path | None:
-        """Where served rows go; an empty `serve.request_log` turns the log off."""
-        return Path(self.serve.request_log) if self.serve.request_log else None
+        """Where served rows go; an empty `serve.request_log` (or a model file) turns the log off."""
+        return Path(self.serve.request_log) if self.serve.request_log and self.model_file is None else None
 
     def open_log(self, path: Path | None) -> RequestLog:
         """A buffered, rotated log on `path` with the `serve.log_*` settings."""
         return RequestLog(path, flush_seconds=self.serve.log_flush_seconds,
                           rotate_bytes=int(self.serve.log_rotate_mb * (1 << 20)),
                           rotate_seconds=self.serve.log_rotate_hours * 3600.0)
+
+
+def file_variant(path: Path, threads: int) -> Variant:
+    """A local ONNX file (exported by torchship: it carries its schema) as the champion, version `file`."""
+    session = open_onnx(path, threads)
+    schema = schema_from_metadata(session.get_modelmeta().custom_metadata_map)
+    log.info("serving %s", path)
+    return Variant(alias=CHAMPION, version="file", schema=schema, session=session, row_type=row_model(schema))
 
 
 class RowsRefused(ValueError):
@@ -92,6 +103,9 @@ class Service:
         self._poller: threading.Thread | None = None
 
     def start(self) -> None:
+        if self.settings.model_file is not None:   # a file, not the registry: nothing to poll, nothing to log
+            self.router.champion = file_variant(self.settings.model_file, self.settings.serve.threads)
+            return
         if self.client is None:
             self.client = registry_client(self.settings.tracking)
         self.request_log.open()
@@ -111,7 +125,9 @@ class Service:
 
     def refresh(self) -> None:
         """Load whatever the aliases point at now; a new version that fails to load is logged and the
-        current one keeps serving."""
+        current one keeps serving. A service on a model file has no aliases to follow."""
+        if self.settings.model_file is not None:
+            return
         for alias in (CHAMPION, CHALLENGER):
             self._follow(alias)
 

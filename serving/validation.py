@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
-from tasks.contract import Schema
+from tasks.contract import Schema, normalise_category
 
 
 def row_model(schema: Schema) -> type[BaseModel]:
@@ -15,8 +15,9 @@ def row_model(schema: Schema) -> type[BaseModel]:
     for i, feature in enumerate(schema.features):
         if feature.kind == "numeric":
             kind: Any = Annotated[float, Field(ge=feature.min, le=feature.max, allow_inf_nan=False)]
-        elif feature.closed_categories:
-            kind = Literal[tuple(feature.categories)]
+        elif feature.closed_categories:   # matched as the model matches it: " basic " is "basic"
+            kind = Annotated[Literal[tuple(normalise_category(c) for c in feature.categories)],
+                             BeforeValidator(lambda v: normalise_category(v) if isinstance(v, str) else v)]
         else:
             kind = str | int
         # Field names f0, f1, ... because column names need not be identifiers; the alias is the column.

@@ -1,103 +1,192 @@
-"""bless: is the candidate no worse than the scikit-learn baselines, and at least as good as the live champion,
-on the same holdout? (Prefect-only)
+"""bless: staged benchmarking of the candidate (the variant profile selected) before it is registered, stopping at
+the first failure (Prefect-only):
+1. quality: against the scikit-learn baselines and the live champion re-scored now on the same holdout rows
+   (paired bootstrap interval of the difference, metrics per class and per declared slice);
+2. performance: batch-1 latency, batch throughput and size of candidate and champion, measured in this run, on
+   this machine (described in the report);
+3. service: the candidate file in the real service on 127.0.0.1 under a short bounded load, against `slo`.
+One gate (pass | warn | fail with reasons), a JSON report (bless.json) and plots in the nested MLflow run.
 
 Recomputed every run: the champion is live registry state, which DVC cannot hash.
 """
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
 import time
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-from tasks.config import BlessParams, Params
+import numpy as np
+
+from tasks.blessing.performance import assess_performance, describe_machine, time_interleaved
+from tasks.blessing.plots import plot_slices
+from tasks.blessing.quality import HoldoutPredictions, assess_quality, decide
+from tasks.blessing.service import request_rows, try_in_service
+from tasks.blessing.stages import combine, run_stages
+from tasks.config import Params
 from tasks.contract import Schema, load_schema, schema_from_metadata
 from tasks.core import paths
 from tasks.core.artifacts import read_json, sha256_file
-from tasks.core.gate import GateResult
-from tasks.core.holdout import load_holdout
-from tasks.core.metrics import evaluate
+from tasks.core.holdout import Holdout, load_holdout
+from tasks.core.plots import plot_latency
 from tasks.core.registry import CHAMPION, alias_version, download_onnx, registry_client
-from tasks.core.runtime import onnx_metadata, onnx_runner
-from tasks.core.verdicts import Blessing
+from tasks.core.runtime import onnx_metadata, open_onnx, predict_proba
+from tasks.core.verdicts import Blessing, StageReport
 
+__all__ = ["bless_candidate", "decide", "run", "score_onnx"]   # decide: the quality stage's rule, tested from here
 log = logging.getLogger("torchship.bless")
+TIMED_ROWS = 64   # distinct one-row frames the batch-1 timing cycles through
 
 
-def decide(candidate: dict[str, float], champion: dict[str, float] | None, comparable: bool,
-           rules: BlessParams, champion_version: str | None = None, baselines: dict | None = None) -> GateResult:
-    """Pure core: fail when the candidate is worse than the best scikit-learn baseline beyond
-    `max_baseline_gap` (first model included); else pass if there is no champion, or the candidate does not
-    lose on the bless metric."""
-    metric = rules.metric
-    against_baselines = ""
-    if baselines:
-        best = max(baselines, key=lambda name: baselines[name][metric])
-        floor = baselines[best][metric] - rules.max_baseline_gap
-        figures = ", ".join(f"{name.replace('_', ' ')} {b[metric]:.4f}" for name, b in baselines.items())
-        if candidate[metric] < floor:
-            return GateResult.decide("bless", [
-                f"worse than a few lines of scikit-learn: {metric} {candidate[metric]:.4f} is "
-                f"{baselines[best][metric] - candidate[metric]:.4f} below the {best.replace('_', ' ')} baseline "
-                f"{baselines[best][metric]:.4f} on the same holdout (bless.max_baseline_gap {rules.max_baseline_gap}; "
-                f"baselines: {figures})"])
-        against_baselines = f"; baselines: {figures}"
-    if champion is None:
-        return GateResult.decide("bless", [], passed=f"first model: no champion to compare with "
-                                                     f"({metric} {candidate[metric]:.4f}{against_baselines})")
-    if not comparable:
-        return GateResult.decide("bless", [f"input signature differs from champion v{champion_version}: not comparable; "
-                                           "register under a new data.model_name or re-baseline explicitly"])
-    needed = champion[metric] + rules.min_improvement
-    verdict = (f"{metric} {candidate[metric]:.4f} vs champion v{champion_version} {champion[metric]:.4f} "
-               f"(needs >= {needed:.4f}){against_baselines}")
-    return GateResult.decide("bless", [] if candidate[metric] >= needed else [verdict], passed=verdict)
+@dataclass(frozen=True)
+class Champion:
+    """The live champion's ONNX file, downloaded for this run, and whether it can be compared at all."""
+
+    version: str
+    path: Path
+    schema: Schema
+    comparable: bool   # same input signature and classes as the candidate
 
 
 def score_onnx(path: Path, schema: Schema, threads: int) -> dict[str, float]:
-    """Metrics of an ONNX model on the holdout, encoded with that model's own schema."""
+    """Metrics of an ONNX model (raw-input or bare) on the holdout's raw rows, read with that model's own schema."""
+    from tasks.core.metrics import classification_metrics
+
     holdout = load_holdout(schema)
-    return evaluate(onnx_runner(path, threads), holdout.features, holdout.labels, len(schema.classes))
+    return classification_metrics(holdout.labels, predict_labels(path, schema, holdout.rows, threads),
+                                  len(schema.classes))
 
 
-def bless_candidate(params: Params) -> Blessing:
-    """Score the selected variant and the live champion on the same holdout and decide."""
+def predict_labels(path: Path, schema: Schema, rows, threads: int) -> np.ndarray:
+    """Predicted class indices (in `schema`'s class order) of an ONNX file on raw rows."""
+    return predict_proba(open_onnx(path, threads), schema, rows[schema.feature_names]).argmax(1)
+
+
+def fetch_champion(client, name: str, schema: Schema, folder: Path) -> Champion | None:
+    """Download the live champion's file into `folder` (None when there is no champion)."""
+    version = alias_version(client, name, CHAMPION)
+    if version is None:
+        return None
+    path = download_onnx(client, name, version.version, folder)
+    champion_schema = schema_from_metadata(onnx_metadata(path))
+    comparable = (champion_schema.signature() == schema.signature()
+                  and sorted(champion_schema.classes) == sorted(schema.classes))
+    return Champion(str(version.version), path, champion_schema, comparable)
+
+
+def holdout_predictions(path: Path, schema: Schema, holdout: Holdout, champion: Champion | None,
+                        threads: int) -> HoldoutPredictions:
+    """Both models' predictions on the same raw holdout rows; the champion's mapped into the candidate's classes."""
+    candidate = predict_labels(path, schema, holdout.rows, threads)
+    mapped = None
+    if champion is not None and champion.comparable:
+        order = np.array([schema.classes.index(name) for name in champion.schema.classes])
+        mapped = order[predict_labels(champion.path, champion.schema, holdout.rows, threads)]
+    return HoldoutPredictions(holdout.rows, holdout.labels, candidate, mapped, schema.classes)
+
+
+def measure_performance(path: Path, schema: Schema, holdout: Holdout, champion: Champion | None, params: Params,
+                        plots: Path | None) -> StageReport:
+    """Time candidate and champion (interleaved, `serve.threads` threads each, as the service runs them) on the
+    same raw rows: one-row frames, and batches of `profile.batch_size`."""
+    threads, batch_size = params.serve.threads, params.profile.batch_size
+    rows = holdout.rows[schema.feature_names]
+    models = {"candidate": partial(predict_proba, open_onnx(path, threads), schema)}
+    sizes = {"candidate": path.stat().st_size}
+    if champion is not None and champion.comparable:
+        models["champion"] = partial(predict_proba, open_onnx(champion.path, threads), champion.schema)
+        sizes["champion"] = champion.path.stat().st_size
+    single = [rows.iloc[[i]] for i in range(min(TIMED_ROWS, len(rows)))]
+    batch = rows.iloc[np.resize(np.arange(len(rows)), batch_size)]
+    timings = time_interleaved(models, single, batch, params.bless.latency_rounds, params.bless.throughput_seconds)
+    if plots is not None:
+        plot_latency(timings.latencies_us, plots / "bless_latency.png")
+    return assess_performance(timings, sizes, describe_machine(threads), batch_size, params.slo.p99_ms,
+                              params.bless.max_latency_ratio)
+
+
+def serve_candidate(path: Path, name: str, predictions: HoldoutPredictions, schema: Schema,
+                    params: Params) -> StageReport:
+    """The candidate file in the real service, loaded with `slo.bless_requests` one-row holdout requests."""
+    payloads, positions = request_rows(predictions.rows, schema.feature_names, params.slo.bless_requests)
+    expected = [schema.classes[i] for i in predictions.candidate[positions]]
+    return try_in_service(path, name, payloads, expected, params.slo, params.bless.startup_timeout_s)
+
+
+def bless_candidate(params: Params, plots: Path | None = None) -> Blessing:
+    """Score the selected variant and the live champion on the same holdout, then run the stages in order
+    (stopping at the first failure) and combine them into one gate. Plots go to `plots` when given."""
     started = time.perf_counter()
     path = Path(read_json(paths.PROFILE_REPORT)["selected_path"])
     schema = load_schema(paths.SCHEMA)
     name = params.data.registered_model_name()
     threads = params.runtime.threads
     candidate = score_onnx(path, schema, threads)
+    holdout = load_holdout(schema)
     client = registry_client(params.tracking)
-    champion = alias_version(client, name, CHAMPION)
-    champion_metrics, comparable = None, True
-    if champion is not None:
-        with tempfile.TemporaryDirectory() as folder:
-            champion_path = download_onnx(client, name, champion.version, Path(folder))
-            champion_schema = schema_from_metadata(onnx_metadata(champion_path))
-            comparable = champion_schema.signature() == schema.signature()
-            champion_metrics = score_onnx(champion_path, champion_schema, threads) if comparable else {}
     baselines = read_json(paths.BASELINE_REPORT)["models"] if paths.BASELINE_REPORT.exists() else None
-    gate = decide(candidate, champion_metrics, comparable, params.bless,
-                  str(champion.version) if champion else None, baselines)
-    return Blessing(gate=gate, model_name=name, candidate_path=str(path), candidate_sha256=sha256_file(path),
-                    candidate_metrics=candidate, champion_version=str(champion.version) if champion else None,
-                    champion_metrics=champion_metrics, baseline_metrics=baselines or {},
+    with tempfile.TemporaryDirectory() as folder:
+        champion = fetch_champion(client, name, schema, Path(folder))
+        champion_metrics = None
+        if champion is not None:
+            champion_metrics = score_onnx(champion.path, champion.schema, threads) if champion.comparable else {}
+        predictions = holdout_predictions(path, schema, holdout, champion, threads)
+        stages = run_stages([
+            lambda: assess_quality(predictions, params.bless, champion and champion.version,
+                                   champion is None or champion.comparable, baselines),
+            lambda: measure_performance(path, schema, holdout, champion, params, plots),
+            lambda: serve_candidate(path, name, predictions, schema, params),
+        ])
+    if plots is not None:
+        plot_slices(stages[0].details["slices"], params.bless.metric, plots / "bless_slices.png")
+    return Blessing(gate=combine(stages), model_name=name, candidate_path=str(path), candidate_sha256=sha256_file(path),
+                    candidate_metrics=candidate, champion_version=champion.version if champion else None,
+                    champion_metrics=champion_metrics, baseline_metrics=baselines or {}, stages=stages,
                     seconds=time.perf_counter() - started)
 
 
+def stage_metrics(blessing: Blessing) -> dict[str, float]:
+    """The stages' key figures as flat MLflow metrics."""
+    figures: dict[str, float] = {}
+    for report in blessing.stages:
+        figures[f"{report.stage}_seconds"] = report.seconds
+        details = report.details
+        if report.stage == "quality":
+            gain = details.get("gain") or {}
+            figures |= {f"gain_{k}": v for k, v in gain.items() if k in ("difference", "low", "high")}
+            figures |= {f"champion_{k}": v for k, v in (details.get("champion") or {}).items()}
+            for column, sliced in details["slices"].items():
+                for value, entry in sliced.get("slices", {}).items():
+                    key = re.sub(r"[^\w.\- /]", "_", f"slice.{column}.{value}")
+                    figures |= {f"{key}.{who}": entry[who] for who in ("candidate", "champion") if who in entry}
+        elif report.stage == "performance":
+            for model, measured in details["models"].items():
+                figures |= {f"{model}_{k}": v for k, v in measured.items()}
+        elif report.stage == "service":
+            figures |= {f"service_{k}": details[k] for k in ("p50_ms", "p99_ms", "error_rate", "requests_per_s")
+                        if k in details}
+    return figures
+
+
 def run(params: Params, parent_run: str | None = None) -> Blessing:
-    """The step: bless the candidate and log the decision as a nested MLflow run."""
+    """The step: bless the candidate and log the decision, its report and plots as a nested MLflow run."""
     import mlflow
 
     from tasks.core.tracking import stage_run
 
-    with stage_run(params.tracking, "bless", parent_run):
-        blessing = bless_candidate(params)
+    with stage_run(params.tracking, "bless", parent_run) as mlflow_run, \
+            tempfile.TemporaryDirectory(prefix="torchship-bless-") as folder:
+        blessing = bless_candidate(params, Path(folder))
+        blessing.gate.evidence = f"bless.json in MLflow run {mlflow_run.info.run_id}"
         mlflow.log_dict(blessing.model_dump(), "bless.json")
         mlflow.log_metrics({f"candidate_{k}": v for k, v in blessing.candidate_metrics.items()}
                            | {f"baseline_{name}_{k}": v for name, figures in blessing.baseline_metrics.items()
-                              for k, v in figures.items() if k != "fit_seconds"})
-        mlflow.set_tag("gate.status", blessing.gate.status)
+                              for k, v in figures.items() if k != "fit_seconds"} | stage_metrics(blessing))
+        mlflow.log_artifacts(folder)
+        mlflow.set_tags({"gate.status": blessing.gate.status}
+                        | {f"gate.{report.stage}": report.gate.status for report in blessing.stages})
     log.info("bless: %s", blessing.gate.summary())
     return blessing

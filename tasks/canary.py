@@ -16,7 +16,7 @@ from tasks.core.holdout import load_holdout
 from tasks.core.procs import running_service
 from tasks.core.registry import CHALLENGER, CHAMPION, alias_version, aliases, registry_client
 from tasks.core.verdicts import CanaryReport, VariantTraffic
-from tasks.ops.registry import promote, reject
+from tasks.ops.registry import alias_lock, promote, reject
 
 log = logging.getLogger("torchship.canary")
 SMOKE_ONLY = "smoke test only (no challenger)"
@@ -119,12 +119,17 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame, schema: Schema) -> Ca
         return CanaryReport(gate=gate, action=SMOKE_ONLY, traffic=summary, aliases=aliases(client, name),
                             seconds=time.perf_counter() - started)
     gate, summary = analyse(traffic, params.canary)
-    if gate.status == "fail":
-        reject(client, name, challenger.version, "canary: " + "; ".join(gate.reasons))
-        action = f"rolled back: v{challenger.version} rejected, champion unchanged"
-    else:
-        old = promote(client, name, challenger.version, "canary: " + "; ".join(gate.reasons))
-        action = f"promoted v{challenger.version} to champion (v{old} tagged previous)"
+    with alias_lock(client):
+        still = alias_version(client, name, CHALLENGER)
+        if still is None or str(still.version) != str(challenger.version):
+            action = (f"nothing moved: `challenger` left v{challenger.version} during the canary "
+                      f"(now {'v' + str(still.version) if still else 'none'}); its verdict is recorded only here")
+        elif gate.status == "fail":
+            reject(client, name, challenger.version, "canary: " + "; ".join(gate.reasons))
+            action = f"rolled back: v{challenger.version} rejected, champion unchanged"
+        else:
+            old = promote(client, name, challenger.version, "canary: " + "; ".join(gate.reasons))
+            action = f"promoted v{challenger.version} to champion (v{old} tagged previous)"
     return CanaryReport(gate=gate, action=action, traffic=summary, aliases=aliases(client, name),
                             seconds=time.perf_counter() - started)
 

@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tasks.core.contract_spec import Contract
 from tasks.core.errors import ConfigError
@@ -81,19 +81,24 @@ class FTTransformerArgs(Section):
 
 # Built-in model name -> its typed arguments; a `package.module:Class` model takes its own dict.
 MODEL_ARGS: dict[str, type[Section]] = {"mlp": MLPArgs, "ft_transformer": FTTransformerArgs}
+AUTO = "auto"
 
 
 class TrainParams(Section):
-    """The model and its training under torchrun."""
+    """The model and its training under torchrun; `adapt` fits batch, epochs and patience to the table."""
 
-    model: str = Field("ft_transformer", description="The teacher: `ft_transformer` (default), `mlp`, or `package.module:Class` for your own nn.Module (called as Class(layout, **model_args)). The served model is usually its distilled student (see `distill`).")
-    model_args: dict[str, Any] = Field({}, description="Arguments of the chosen model, checked against it (a key it does not take is an error); empty = its defaults. See the model sections below.")
-    epochs: int = Field(8, ge=1, description="Most epochs; early stopping may end sooner.")
-    batch_size: int = Field(512, ge=1, description="Global batch size (split across processes).")
-    lr: float = Field(1e-3, gt=0.0, description="Peak AdamW learning rate.")
+    model: str = Field(AUTO, description="The teacher: `auto` (by training rows: `mlp` for small tables, `ft_transformer` from `train.ft_min_rows`; the summary says which and why), `ft_transformer`, `mlp`, or `package.module:Class` for your own nn.Module (called as Class(layout, **model_args[that name])). The served model is usually its distilled student (see `distill`).")
+    model_args: dict[str, dict[str, Any]] = Field({}, description="Arguments per model name, e.g. `{mlp: {hidden: [256, 128]}, ft_transformer: {layers: 3}}`: each entry is checked against its model (a key it does not take is an error), so arguments never silently apply to another model when `auto` picks; a model without an entry takes its defaults. See the model sections below.")
+    ft_min_rows: int = Field(5_000, ge=0, description="`model: auto` picks the FT-Transformer from this many training rows, the MLP below (bench/results/auto_model.json has the figures behind the rule).")
+    adapt: bool = Field(True, description="Fit the schedule to the table: shrink the batch so every epoch has at least 16 optimizer steps (never below 32 rows), raise epochs to reach `min_steps`, and stretch `patience` with them. `false` = exactly the values below.")
+    min_steps: int = Field(1000, ge=0, description="With `adapt`: optimizer steps a run gets at least (epochs are raised to reach it, up to `max_epochs`).")
+    max_epochs: int = Field(200, ge=1, description="With `adapt`: the most epochs `min_steps` may raise `epochs` to.")
+    epochs: int = Field(8, ge=1, description="Epochs (at least, with `adapt`); early stopping may end sooner.")
+    batch_size: int = Field(512, ge=1, description="Global batch size (split across processes); with `adapt`, the largest.")
+    lr: float | None = Field(None, gt=0.0, description="Peak AdamW learning rate; null = the model's own (mlp 3e-3, ft_transformer 1e-3, yours 1e-3).")
     weight_decay: float = Field(1e-4, ge=0.0, description="AdamW weight decay.")
     warmup_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="Share of steps spent warming the learning rate up.")
-    patience: int = Field(3, ge=1, description="Epochs without validation improvement before early stopping.")
+    patience: int = Field(3, ge=1, description="Epochs without validation improvement before early stopping (stretched with epochs under `adapt`); the best epoch's weights are kept.")
     grad_clip: float = Field(1.0, gt=0.0, description="Max gradient norm.")
     seed: int = Field(42, description="Seed of initialisation and shuffling.")
     nproc: int = Field(1, ge=1, description="Processes per node launched by torchrun.")
@@ -108,26 +113,49 @@ class TrainParams(Section):
     collective_timeout_s: int = Field(300, ge=10, description="A rank stuck this long in a collective fails the job instead of hanging it.")
     threads: int = Field(0, ge=0, description="Torch intra-op threads per process; 0 = cores / nproc.")
 
+    @field_validator("model_args", mode="before")
+    @classmethod
+    def _keyed_by_model(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            flat = [key for key, args in value.items() if not isinstance(args, dict)]
+            if flat:
+                raise ValueError(f"model_args is keyed by model name, e.g. {{mlp: {{{flat[0]}: ...}}}}; "
+                                 f"{flat} look like one model's own arguments")
+        return value
+
     @model_validator(mode="after")
-    def _args_fit_the_model(self) -> "TrainParams":
-        self.model_kwargs()
+    def _args_fit_their_models(self) -> "TrainParams":
+        if self.model != AUTO:
+            known_model(self.model)
+        for name, args in self.model_args.items():
+            model_kwargs(name, args)
         return self
 
     def model_kwargs(self) -> dict[str, Any]:
-        """The constructor arguments: a built-in model's typed arguments with defaults filled in, or a
-        user model's dict as given. A key the chosen model does not take is an error, never ignored."""
-        if ":" in self.model:
-            return dict(self.model_args)
-        if self.model not in MODEL_ARGS:
-            raise ValueError(f"unknown model '{self.model}'; known: {', '.join(MODEL_ARGS)} "
-                             "(or package.module:Class for your own nn.Module)")
-        kind = MODEL_ARGS[self.model]
-        unknown = sorted(set(self.model_args) - set(kind.model_fields))
-        if unknown:
-            raise ValueError(f"model_args {unknown} are not arguments of {self.model} (it takes: "
-                             f"{', '.join(kind.model_fields)}); switching models? set train.model_args={{}} "
-                             "for the new model's defaults")
-        return kind.model_validate(self.model_args).model_dump()
+        """The chosen model's constructor arguments (defaults filled in for a built-in model)."""
+        if self.model == AUTO:
+            raise ValueError("train.model is auto: resolve it for the data first (tasks/training/adapt.py)")
+        return model_kwargs(self.model, self.model_args.get(self.model, {}))
+
+
+def known_model(name: str) -> None:
+    if ":" not in name and name not in MODEL_ARGS:
+        raise ValueError(f"unknown model '{name}'; known: {AUTO}, {', '.join(MODEL_ARGS)} "
+                         "(or package.module:Class for your own nn.Module)")
+
+
+def model_kwargs(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """A built-in model's typed arguments with defaults filled in, or a user model's dict as given. A key the
+    model does not take is an error, never ignored."""
+    known_model(name)
+    if ":" in name:
+        return dict(args)
+    kind = MODEL_ARGS[name]
+    unknown = sorted(set(args) - set(kind.model_fields))
+    if unknown:
+        raise ValueError(f"model_args.{name} {unknown} are not arguments of {name} (it takes: "
+                         f"{', '.join(kind.model_fields)})")
+    return kind.model_validate(args).model_dump()
 
 
 class RuntimeParams(Section):
@@ -189,11 +217,34 @@ class BaselineParams(Section):
 
 
 class BlessParams(Section):
-    """The candidate vs the scikit-learn baselines and the live champion on the same holdout."""
+    """Staged benchmarking of the candidate, stopping at the first failure: quality (vs the scikit-learn baselines
+    and the live champion re-scored on the same holdout), performance (candidate and champion timed in the same
+    run), service (the candidate in the real service under a short load, judged against `slo`)."""
 
-    metric: Literal["accuracy", "f1_macro"] = Field("f1_macro", description="Holdout metric a candidate must not lose on against the champion.")
-    min_improvement: float = Field(0.0, description="Candidate metric must be >= champion metric + this (may be negative to tolerate noise).")
+    metric: Literal["accuracy", "f1_macro"] = Field("f1_macro", description="Holdout metric the quality stage judges (candidate vs champion, slices, baselines).")
+    max_regression: float = Field(0.01, ge=0.0, le=1.0, description="A candidate more than this below the live champion on the bless metric (point estimate, same holdout) fails; a smaller loss warns. A gain is claimed only when the paired bootstrap interval lies above 0.")
     max_baseline_gap: float = Field(0.01, ge=0.0, le=1.0, description="A candidate more than this below the best scikit-learn baseline (bless metric, holdout) is not blessed, first model included.")
+    bootstrap: int = Field(1000, ge=100, description="Paired bootstrap resamples of the holdout (the same rows for candidate and champion) behind each interval.")
+    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence level of the intervals.")
+    slices: list[str] = Field(["plan"], description="Columns that cut the holdout into slices, each scored for candidate and champion: one slice per category of a categorical column, `slice_bins` quantile bins of a numeric one. A column the data lacks is reported and skipped.")
+    slice_bins: int = Field(4, ge=2, le=20, description="Quantile bins of a numeric slice column.")
+    min_slice_rows: int = Field(100, ge=1, description="A slice with fewer holdout rows is reported but not judged.")
+    max_slice_regression: float = Field(0.05, ge=0.0, le=1.0, description="A judged slice fails when the candidate is more than this below the champion there and the slice's interval lies below 0.")
+    latency_rounds: int = Field(300, ge=20, description="Timed batch-1 calls per model in the performance stage (candidate and champion alternate in blocks, so machine noise hits both).")
+    throughput_seconds: float = Field(0.2, gt=0.0, description="Seconds of batch calls (`profile.batch_size` rows) per model in the performance stage.")
+    max_latency_ratio: float = Field(3.0, gt=0.0, description="The candidate's batch-1 p99 may be at most this many times the champion's (measured in the same run; one noisy run on a shared 2-core box moved a p99 2.2x, bench/results/bless.json).")
+    startup_timeout_s: float = Field(60.0, gt=0.0, description="Seconds the service stage waits for the candidate's service to come up.")
+
+
+class SloParams(Section):
+    """Service level objectives of `/predict`: bless's service stage (and performance stage) judge a candidate
+    against them; the service's alert rules derive from them."""
+
+    p99_ms: float = Field(250.0, gt=0.0, description="99th-percentile latency of a one-row `/predict` request, in milliseconds, as a client on the same host sees it (quiet 2-core box: 10-50 ms at 4 clients; 250 leaves room for a busy laptop without hiding a real regression).")
+    max_error_rate: float = Field(0.01, ge=0.0, le=1.0, description="Largest share of `/predict` requests that fail (not 2xx, or no answer).")
+    bless_requests: int = Field(300, ge=20, le=100_000, description="Requests bless's service stage sends the candidate (one holdout row each).")
+    bless_concurrency: int = Field(4, ge=1, le=64, description="Client threads sending them at once.")
+    bless_seconds: float = Field(10.0, gt=0.0, description="The most seconds that load may take; what is left unsent then is reported.")
 
 
 class CanaryParams(Section):
@@ -271,6 +322,7 @@ class Params(Section):
     profile: ProfileParams = ProfileParams()
     baseline: BaselineParams = BaselineParams()
     bless: BlessParams = BlessParams()
+    slo: SloParams = SloParams()
     canary: CanaryParams = CanaryParams()
     serve: ServeParams = ServeParams()
     monitor: MonitorParams = MonitorParams()

@@ -278,19 +278,48 @@ def build_schema(train: pd.DataFrame, kinds: dict[str, str], target: str, classe
     return Schema(source=source, target=target, classes=classes, features=features)
 
 
-def encode_features(rows: pd.DataFrame, schema: Schema) -> np.ndarray:
-    """Raw rows -> float32 matrix: numbers as-is (NaN = missing), categories as codes (0 = unknown)."""
+def normalise_category(text: str) -> str:
+    """Category text as it is matched: Python's whitespace (str.split) stripped at the ends and collapsed
+    inside to one space, so " bank  transfer" is "bank transfer". A served graph applies the same rule."""
+    return " ".join(text.split())
+
+
+def category_lookup(feature: Feature) -> dict[str, int]:
+    """Normalised category -> code, 1..K in schema order; the first wins when two normalise alike, and a
+    blank never matches (it is missing: UNKNOWN_CODE)."""
+    lookup: dict[str, int] = {}
+    for code, category in enumerate(feature.categories, start=1):
+        if key := normalise_category(category):
+            lookup.setdefault(key, code)
+    return lookup
+
+
+def _require_features(rows: pd.DataFrame, schema: Schema) -> None:
     missing = [f.name for f in schema.features if f.name not in rows.columns]
     if missing:
         raise DataError(f"rows lack feature column(s) {missing}: every feature in the schema must be present.")
+
+
+def raw_columns(rows: pd.DataFrame, schema: Schema) -> dict[str, np.ndarray]:
+    """Raw rows -> one 1-D array per feature, as a raw-input graph takes them (tasks/variants/preprocess.py):
+    numbers float64 (unparseable or missing = NaN), categories as text (missing = "", which codes as unknown)."""
+    _require_features(rows, schema)
+    return {f.name: pd.to_numeric(rows[f.name], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            if f.kind == "numeric" else rows[f.name].astype("string").fillna("").to_numpy(dtype=object)
+            for f in schema.features}
+
+
+def encode_features(rows: pd.DataFrame, schema: Schema) -> np.ndarray:
+    """Raw rows -> float32 matrix: `raw_columns`, then numbers as-is (NaN = missing) and categories as codes
+    by `category_lookup` after `normalise_category` (0 = unknown, missing or blank), as a raw-input graph does."""
+    columns = raw_columns(rows, schema)
     matrix = np.empty((len(rows), len(schema.features)), dtype=np.float32)
     for j, feature in enumerate(schema.features):
-        column = rows[feature.name]
-        if feature.kind == "numeric":
-            matrix[:, j] = pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        else:
-            lookup = {c: i + 1 for i, c in enumerate(feature.categories)}
-            matrix[:, j] = column.astype("string").str.strip().map(lookup).fillna(UNKNOWN_CODE).to_numpy(dtype=np.float32)
+        values = columns[feature.name]
+        if feature.kind == "categorical":
+            values = pd.Series(values).map(normalise_category).map(category_lookup(feature)).fillna(UNKNOWN_CODE)
+        with np.errstate(over="ignore"):   # beyond float32's range is +-inf, as a graph's Cast makes it
+            matrix[:, j] = values
     return matrix
 
 

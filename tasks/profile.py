@@ -1,4 +1,5 @@
-"""profile: latency and accuracy of every variant on the same holdout; picks the variant to publish.
+"""profile: latency and accuracy of every variant on the same holdout; picks the variant to publish and writes
+it behind raw per-column inputs (data/profile/model.onnx, gated on raw parity: what register logs).
 
 DVC stage: `python -m tasks.profile`.
 """
@@ -9,18 +10,22 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
-from tasks.config import Params, ProfileParams
-from tasks.contract import load_schema
+from tasks.config import ExportParams, Params, ProfileParams
+from tasks.contract import load_schema, schema_from_metadata
 from tasks.core import paths
-from tasks.core.artifacts import read_json, write_json_atomic
+from tasks.core.artifacts import read_json, sha256_file, write_bytes_atomic, write_json_atomic
+from tasks.core.gate import GateResult
 from tasks.core.holdout import load_holdout
 from tasks.core.metrics import evaluate
 from tasks.core.plots import plot_latency
-from tasks.core.runtime import Runner
+from tasks.core.runtime import Runner, open_onnx
 from tasks.core.stage import stage_main
 from tasks.training.weights import load_trained
+from tasks.variants.parity import check_raw_parity, raw_probe_rows
+from tasks.variants.preprocess import compose_raw_model
 from tasks.variants.runners import compiled_runner, eager_runner, onnx_runner, quantize_eager
 
 log = logging.getLogger("torchship.profile")
@@ -83,8 +88,30 @@ def candidate_runners(params: Params) -> tuple[dict[str, Runner], dict[str, str]
     return runners, servable
 
 
+def publish_raw_model(name: str, variant: Path, holdout: pd.DataFrame, rules: ExportParams,
+                      threads: int) -> tuple[dict, GateResult]:
+    """Compose the selected variant with its preprocessing and gate it on raw parity with Python encoding +
+    the bare variant; only a passing graph is written (to paths.RAW_MODEL). Returns its report entry and gate."""
+    import onnx
+
+    bare = onnx.load(str(variant))
+    schema = schema_from_metadata({p.key: p.value for p in bare.metadata_props})
+    composed = compose_raw_model(bare, schema).SerializeToString()
+    gate = check_raw_parity(name, open_onnx(variant, threads), open_onnx(composed, threads), schema,
+                            raw_probe_rows(holdout, schema, rules.probe_rows), rules)
+    entry = {"variant": name, "variant_path": str(variant), "gate": gate.model_dump()}
+    if gate.status == "fail":
+        paths.RAW_MODEL.unlink(missing_ok=True)   # never leave an earlier run's graph where register looks
+    else:
+        write_bytes_atomic(paths.RAW_MODEL, composed)
+        entry.update(path=str(paths.RAW_MODEL), bytes=len(composed), sha256=sha256_file(paths.RAW_MODEL))
+    log.info("raw model: %s", gate.summary())
+    return entry, gate
+
+
 def run(params: Params) -> None:
-    """DVC stage body: time every gated variant on the same rows; choose; report and plot."""
+    """DVC stage body: time every gated variant on the same rows; choose; compose the choice behind raw inputs
+    (raw parity gate); report and plot."""
     import mlflow
 
     from tasks.core.tracking import stage_run
@@ -106,7 +133,10 @@ def run(params: Params) -> None:
                      f"batch_{batch}": results["eager-compile"]["rows_per_s"] > eager["rows_per_s"]}
                     if "eager-compile" in results else None)
     chosen = results[selected]
-    report = {"variants": results, "selected": selected, "selected_path": servable[selected],
+    raw_model, raw_gate = publish_raw_model(selected, Path(servable[selected]), holdout.rows, params.export,
+                                            params.profile.threads)
+    report = {"variants": results, "selected": selected, "selected_path": str(paths.RAW_MODEL),
+              "raw_model": raw_model,
               "threads": params.profile.threads, "batch_size": batch, "compile_pays": compile_pays,
               "selected_vs_eager": {"p50_ratio": chosen["p50_us"] / eager["p50_us"],
                                     "throughput_ratio": chosen["rows_per_s"] / eager["rows_per_s"]},
@@ -114,11 +144,13 @@ def run(params: Params) -> None:
                           f"eager), {chosen['rows_per_s'] / eager['rows_per_s']:.1f}x throughput at {batch}, "
                           f"acc {chosen['accuracy']:.4f}"}
     write_json_atomic(paths.PROFILE_REPORT, report)
+    raw_gate.model_copy(update={"evidence": str(paths.PROFILE_REPORT)}).enforce()
     print_profile_table(report)
     with stage_run(params.tracking, "profile"):
         mlflow.log_params({**params.profile.model_dump(), "selected": selected})
         for name, figures in results.items():
             mlflow.log_metrics({f"{name}.{k}": v for k, v in figures.items()})
+        mlflow.set_tag("gate.raw_parity", raw_gate.status)
         mlflow.log_artifact(str(paths.LATENCY_PLOT))
         mlflow.log_artifact(str(paths.PROFILE_REPORT))
     log.info("profile: %s", report["headline"])

@@ -5,7 +5,6 @@ import logging
 import time
 from pathlib import Path
 
-import numpy as np
 
 from tasks.config import Params
 from tasks.contract import load_schema
@@ -17,7 +16,8 @@ from tasks.core.registry import (CHALLENGER, CHAMPION, SHA_TAG, alias_version, a
 from tasks.core.verdicts import Blessing, Registration
 from tasks.ops.lineage import lineage_tags
 from tasks.ops.passport import passport_html, passport_markdown
-from tasks.ops.registry import promote, reject
+from tasks.ops.rebuild import METRIC_TAG, METRICS, log_lineage, push_data
+from tasks.ops.registry import alias_lock, promote, reject
 
 log = logging.getLogger("torchship.register")
 
@@ -27,7 +27,8 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     """Register (or reuse, for identical bytes) the candidate and apply the registry protocol."""
     import mlflow
     import onnx
-    from mlflow.models import infer_signature
+
+    from tasks.variants.preprocess import client_rows, raw_signature
 
     started = time.perf_counter()
     client = registry_client(params.tracking)
@@ -38,7 +39,7 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
                             action=f"same bytes as v{existing.version}: no new version, aliases unchanged",
                             aliases=aliases(client, name), seconds=time.perf_counter() - started)
     schema = load_schema(paths.SCHEMA)
-    example = np.nan_to_num(load_holdout(schema).features[:5])
+    example = client_rows(load_holdout(schema).rows.head(5), schema)   # raw rows: what a request holds
     profile = read_json(paths.PROFILE_REPORT)
     tags = {**lineage_tags(Path(".")), SHA_TAG: blessing.candidate_sha256, "variant": profile["selected"],
             "bless": blessing.gate.status, "bless_reasons": "; ".join(blessing.gate.reasons)[:4000],
@@ -48,10 +49,15 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     if run_id:
         tags["pipeline_run"] = run_id
     tags.update(trigger or {})
-    info = mlflow.onnx.log_model(onnx.load(blessing.candidate_path), name="model",
-                                 registered_model_name=name, signature=infer_signature(example),
+    info = mlflow.onnx.log_model(onnx.load(blessing.candidate_path), name="model", registered_model_name=name,
+                                 signature=raw_signature(schema), input_example=example,
                                  onnx_execution_providers=["CPUExecutionProvider"])
     version = str(info.registered_model_version)
+    # The commit alone does not pin a model (`--set`, a retrain): the exact params and lock, and the data pushed.
+    tags["lineage_files"] = ", ".join(log_lineage(Path(".")))
+    tags["dvc_push"] = push_data(Path("."))
+    tags.update({METRIC_TAG.format(m): str(blessing.candidate_metrics[m]) for m in METRICS
+                 if m in blessing.candidate_metrics})
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)
     description = passport_markdown(params, blessing, tags, version)
@@ -65,15 +71,38 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
 
 def apply_aliases(client, name: str, version: str, blessing: Blessing) -> str:
     """Not blessed -> tagged rejected (a first model too: never a champion worse than the baselines);
-    no champion yet -> champion; else challenger (the canary decides)."""
+    no champion yet -> champion; else challenger (the canary decides). Under the registry's alias lock, and
+    only if the aliases are still what bless judged against: when another pipeline moved them meanwhile, this
+    version keeps no alias and says so (no lost update)."""
     if blessing.gate.status == "fail":
         reject(client, name, version, "bless: " + "; ".join(blessing.gate.reasons))
         return f"v{version} rejected by bless: {'; '.join(blessing.gate.reasons)}"
-    if alias_version(client, name, CHAMPION) is None:
-        promote(client, name, version, "first model of this name")
-        return f"v{version} is champion (first model)"
-    client.set_registered_model_alias(name, CHALLENGER, version)
+    with alias_lock(client):
+        moved = moved_since_bless(client, name, version, blessing)
+        if moved:
+            client.set_model_version_tag(name, version, "stale", moved)
+            return f"v{version} registered without an alias: {moved}"
+        if alias_version(client, name, CHAMPION) is None:
+            promote(client, name, version, "first model of this name")
+            return f"v{version} is champion (first model)"
+        client.set_registered_model_alias(name, CHALLENGER, version)
     return f"v{version} is challenger; the canary decides"
+
+
+def moved_since_bless(client, name: str, version: str, blessing: Blessing) -> str | None:
+    """Why this version must not take an alias now: the champion is not the one bless compared it with, or
+    another version holds `challenger` (its canary is running, or was interrupted). None when all is as judged."""
+    champion = alias_version(client, name, CHAMPION)
+    now = str(champion.version) if champion else None
+    if now != blessing.champion_version:
+        judged = f"v{blessing.champion_version}" if blessing.champion_version else "no champion"
+        return (f"the champion moved to v{now} while this run was blessing against {judged} (another pipeline "
+                f"registered at the same time); re-run `torchship run` to judge v{version}'s model against v{now}")
+    challenger = alias_version(client, name, CHALLENGER)
+    if challenger is not None and str(challenger.version) != str(version):
+        return (f"v{challenger.version} holds `challenger` (another pipeline's canary is running, or was "
+                f"interrupted); re-run `torchship run` when it has ended, or `torchship promote {version} --reason ...`")
+    return None
 
 
 def run(params: Params, blessing: Blessing, parent_run: str | None = None,

@@ -9,13 +9,17 @@ from __future__ import annotations
 from tasks.config import Params
 from tasks.core import paths
 from tasks.core.stage import stage_main
-from tasks.training.job import TrainingJob, run_job
+from tasks.training.adapt import fit_training, fitted_settings
+from tasks.training.job import TrainingJob, run_job, split_rows
 from tasks.training.weights import model_spec
 
 
 def teacher_job(params: Params) -> TrainingJob:
-    return TrainingJob("train", params.train, model_spec(params.train), paths.MODEL_WEIGHTS, paths.CHECKPOINTS,
-                       paths.TRAIN, paths.TRAIN_LOGS)
+    """The teacher's job with its settings fitted to the training split (model `auto`, batch, epochs)."""
+    fitted = fit_training(params.train, split_rows(paths.TRAIN_SPLIT))
+    settings = fitted_settings(params.train, fitted)
+    return TrainingJob("train", settings, model_spec(settings), paths.MODEL_WEIGHTS, paths.CHECKPOINTS,
+                       paths.TRAIN, paths.TRAIN_LOGS, fitted=fitted)
 
 
 def run(params: Params) -> None:

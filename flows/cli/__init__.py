@@ -41,6 +41,7 @@ def main(version: bool = typer.Option(False, "--version", callback=show_version,
 
 
 for command in (pipeline.run, pipeline.plan, servers.ui, servers.serve, registry.status, registry.promote, registry.rollback,
+                registry.rebaseline, registry.rebuild,
                 workspace.clean, data.ingest, loop.monitor, loop.deploy):
     app.command()(command)
 app.add_typer(data.contract_app, name="contract")

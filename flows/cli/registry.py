@@ -62,3 +62,50 @@ def promote(version: str = typer.Argument(..., help="The registered version to m
     was = f" (was v{done.replaced}, tagged previous)" if done.replaced and done.replaced != done.promoted else ""
     console.print(f"champion of {done.model_name} is v{done.promoted}{was}{' [yellow]forced[/]' if done.forced else ''}; "
                   f"running services follow within {done.poll_seconds:g}s.")
+
+
+def rebaseline(version: str = typer.Argument(..., help="The registered version to make the new baseline champion."),
+               reason: str = typer.Option(..., "--reason", help="Why the old champion no longer compares: recorded "
+                                                                "on the version and the registered model.")) -> None:
+    """Make VERSION champion when bless could not compare it with the champion: its input columns or the
+    bless metric changed, so "better than the champion" has no meaning. An explicit, audited decision (tags
+    `rebaselined` on the version and `baseline` on the model; the old champion is tagged `previous`).
+    A version refused for anything else (e.g. worse than the scikit-learn baselines) is refused here too."""
+    enter_project()
+    from tasks.config import load_params
+    from tasks.ops.status import rebaseline_version
+
+    done = rebaseline_version(load_params(), version, reason)
+    was = f" (v{done.replaced} tagged previous)" if done.replaced else ""
+    console.print(f"champion of {done.model_name} is v{done.promoted}, re-baselined{was}; "
+                  f"running services follow within {done.poll_seconds:g}s.")
+
+
+def rebuild(version: str = typer.Argument(..., help="The registered version to rebuild."),
+            tolerance: float = typer.Option(0.01, "--tolerance", help="Largest allowed difference of each holdout "
+                                                                      "metric (accuracy, macro-F1)."),
+            keep: bool = typer.Option(False, "--keep", help="Keep the temporary workspace to inspect it.")) -> None:
+    """Rebuild VERSION from what it recorded and compare its metrics: the git commit is checked out into a
+    temporary workspace, the version's own `params.yaml` and `dvc.lock` (logged by register, so `--set`
+    overrides and retrains are covered) are restored, the prepared data is pulled from the DVC remote, and
+    every later stage re-runs forced (never from DVC's run cache). Exit 1 when a metric differs by more than
+    --tolerance. Nothing in this project or its registry changes."""
+    enter_project()
+    from tasks.config import load_params
+    from tasks.ops.rebuild import rebuild_version
+
+    done = rebuild_version(load_params(), version, tolerance, keep)
+    table = Table(title=f"{done.model_name} v{done.version} rebuilt from {done.commit[:10]} in {done.seconds:.0f}s")
+    for column in ("holdout metric", "registered", "rebuilt", "difference"):
+        table.add_column(column)
+    for metric, value in done.registered.items():
+        rebuilt = done.rebuilt.get(metric)
+        table.add_row(metric, f"{value:.4f}", "—" if rebuilt is None else f"{rebuilt:.4f}",
+                      "—" if rebuilt is None else f"{rebuilt - value:+.4f}")
+    console.print(table)
+    if keep:
+        console.print(f"workspace kept: {done.workspace}")
+    if not done.matched:
+        console.print(f"[red]v{done.version} did not rebuild within {done.tolerance}[/]")
+        raise typer.Exit(1)
+    console.print(f"[green]v{done.version} rebuilt: every metric within {done.tolerance}[/]")

@@ -9,14 +9,32 @@ def confusion(labels: np.ndarray, predicted: np.ndarray, n_classes: int) -> np.n
     return np.bincount(labels * n_classes + predicted, minlength=n_classes * n_classes).reshape(n_classes, n_classes)
 
 
+def class_scores(matrix: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-class precision, recall, F1 and support (true rows) of a confusion matrix; 0 where undefined."""
+    matrix = matrix.astype(np.float64)
+    n_classes = len(matrix)
+    true_positive, predicted, actual = np.diag(matrix), matrix.sum(0), matrix.sum(1)
+    precision = np.divide(true_positive, predicted, out=np.zeros(n_classes), where=predicted > 0)
+    recall = np.divide(true_positive, actual, out=np.zeros(n_classes), where=actual > 0)
+    f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros(n_classes), where=(precision + recall) > 0)
+    return {"precision": precision, "recall": recall, "f1": f1, "support": actual}
+
+
+def metrics_from_confusion(matrix: np.ndarray) -> dict[str, float]:
+    """Accuracy and macro-F1 (every class counts equally, whatever its share)."""
+    return {"accuracy": float(np.trace(matrix) / max(1.0, float(matrix.sum()))),
+            "f1_macro": float(class_scores(matrix)["f1"].mean())}
+
+
 def classification_metrics(labels: np.ndarray, predicted: np.ndarray, n_classes: int) -> dict[str, float]:
     """Accuracy and macro-F1 (every class counts equally, whatever its share)."""
-    matrix = confusion(np.asarray(labels), np.asarray(predicted), n_classes).astype(np.float64)
-    true_positive = np.diag(matrix)
-    precision = np.divide(true_positive, matrix.sum(0), out=np.zeros(n_classes), where=matrix.sum(0) > 0)
-    recall = np.divide(true_positive, matrix.sum(1), out=np.zeros(n_classes), where=matrix.sum(1) > 0)
-    f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros(n_classes), where=(precision + recall) > 0)
-    return {"accuracy": float(true_positive.sum() / max(1.0, matrix.sum())), "f1_macro": float(f1.mean())}
+    return metrics_from_confusion(confusion(np.asarray(labels), np.asarray(predicted), n_classes))
+
+
+def per_class_metrics(labels: np.ndarray, predicted: np.ndarray, classes: list[str]) -> dict[str, dict[str, float]]:
+    """{class: {precision, recall, f1, support}} of predicted class indices against the true ones."""
+    scores = class_scores(confusion(np.asarray(labels), np.asarray(predicted), len(classes)))
+    return {name: {key: float(values[i]) for key, values in scores.items()} for i, name in enumerate(classes)}
 
 
 def evaluate(runner, features: np.ndarray, labels: np.ndarray, n_classes: int, batch: int = 4096) -> dict[str, float]:
@@ -29,20 +47,30 @@ def predict(runner, features: np.ndarray, batch: int = 4096) -> np.ndarray:
     return np.concatenate([runner(features[i:i + batch]).argmax(1) for i in range(0, len(features), batch)])
 
 
-def bootstrap_drop(labels: np.ndarray, reference: np.ndarray, variant: np.ndarray, n_classes: int, metric: str,
-                   resamples: int = 1000, confidence: float = 0.95, seed: int = 0) -> dict[str, float]:
-    """Metric drop (reference - variant) on the same rows, with a paired bootstrap interval: each resample
-    scores both predictions on the same drawn rows, so their shared noise cancels."""
-    labels, reference, variant = np.asarray(labels), np.asarray(reference), np.asarray(variant)
-    point = (classification_metrics(labels, reference, n_classes)[metric]
-             - classification_metrics(labels, variant, n_classes)[metric])
+def paired_bootstrap(labels: np.ndarray, first: np.ndarray, second: np.ndarray, n_classes: int, metric: str,
+                     resamples: int = 1000, confidence: float = 0.95, seed: int = 0) -> dict[str, float]:
+    """metric(first) - metric(second) on the same rows, with a paired bootstrap interval: each resample draws
+    one set of row indices and scores both predictions on it, so the noise they share cancels."""
+    labels, first, second = np.asarray(labels), np.asarray(first), np.asarray(second)
+    cells = n_classes * n_classes
+    first_codes, second_codes = labels * n_classes + first, labels * n_classes + second  # confusion cells per row
+    point = (metrics_from_confusion(confusion(labels, first, n_classes))[metric]
+             - metrics_from_confusion(confusion(labels, second, n_classes))[metric])
     rng = np.random.default_rng(seed)
-    drops = np.empty(resamples)
+    differences = np.empty(resamples)
     for i in range(resamples):
         rows = rng.integers(0, len(labels), len(labels))
-        drops[i] = (classification_metrics(labels[rows], reference[rows], n_classes)[metric]
-                    - classification_metrics(labels[rows], variant[rows], n_classes)[metric])
+        differences[i] = (
+            metrics_from_confusion(np.bincount(first_codes[rows], minlength=cells).reshape(n_classes, n_classes))[metric]
+            - metrics_from_confusion(np.bincount(second_codes[rows], minlength=cells).reshape(n_classes, n_classes))[metric])
     tail = (1 - confidence) / 2
-    low, high = np.quantile(drops, [tail, 1 - tail])
-    return {"drop": float(point), "low": float(low), "high": float(high), "confidence": confidence,
+    low, high = np.quantile(differences, [tail, 1 - tail])
+    return {"difference": float(point), "low": float(low), "high": float(high), "confidence": confidence,
             "resamples": resamples}
+
+
+def bootstrap_drop(labels: np.ndarray, reference: np.ndarray, variant: np.ndarray, n_classes: int, metric: str,
+                   resamples: int = 1000, confidence: float = 0.95, seed: int = 0) -> dict[str, float]:
+    """Metric drop (reference - variant) on the same rows, with its paired bootstrap interval."""
+    result = paired_bootstrap(labels, reference, variant, n_classes, metric, resamples, confidence, seed)
+    return {"drop": result.pop("difference"), **result}

@@ -53,6 +53,7 @@ COMPRESS_REPORT = COMPRESS / "report.json"
 
 PROFILE = DATA / "profile"
 PROFILE_REPORT = PROFILE / "report.json"
+RAW_MODEL = PROFILE / "model.onnx"   # the selected variant behind raw per-column inputs: what is registered
 LATENCY_PLOT = PROFILE / "latency.png"
 
 # dvc.yaml stage name -> the JSON file holding its headline figures.

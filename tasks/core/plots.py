@@ -9,7 +9,7 @@ import pandas as pd
 from tasks.core.artifacts import write_atomic
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and CI
@@ -19,7 +19,7 @@ def _pyplot():
 
 
 def plot_learning_curves(history: pd.DataFrame, path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (loss_ax, score_ax) = plt.subplots(1, 2, figsize=(10, 4))
     loss_ax.plot(history["epoch"], history["train_loss"], marker="o", label="train")
     loss_ax.plot(history["epoch"], history["val_loss"], marker="o", label="validation")
@@ -30,11 +30,11 @@ def plot_learning_curves(history: pd.DataFrame, path: Path) -> None:
     score_ax.set(title="Validation", xlabel="epoch")
     score_ax.legend()
     fig.tight_layout()
-    _save(plt, fig, path)
+    save_figure(plt, fig, path)
 
 
 def plot_confusion(matrix: np.ndarray, classes: list[str], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     size = min(12, 3 + 0.5 * len(classes))
     fig, ax = plt.subplots(figsize=(size, size))
     ax.imshow(matrix, cmap="Blues")
@@ -44,14 +44,14 @@ def plot_confusion(matrix: np.ndarray, classes: list[str], path: Path) -> None:
         ax.text(j, i, str(count), ha="center", va="center",
                 color="white" if count > matrix.max() / 2 else "black", fontsize=8)
     fig.tight_layout()
-    _save(plt, fig, path)
+    save_figure(plt, fig, path)
 
 
 def plot_roc_pr(labels: np.ndarray, scores: np.ndarray, positive: str, path: Path) -> None:
     """ROC and precision-recall curves of a binary classifier (positive class = `positive`)."""
     from sklearn.metrics import auc, precision_recall_curve, roc_curve
 
-    plt = _pyplot()
+    plt = pyplot()
     fpr, tpr, _ = roc_curve(labels, scores)
     precision, recall, _ = precision_recall_curve(labels, scores)
     fig, (roc_ax, pr_ax) = plt.subplots(1, 2, figsize=(10, 4))
@@ -64,11 +64,11 @@ def plot_roc_pr(labels: np.ndarray, scores: np.ndarray, positive: str, path: Pat
     pr_ax.set(title="Precision-recall", xlabel="recall", ylabel="precision")
     pr_ax.legend()
     fig.tight_layout()
-    _save(plt, fig, path)
+    save_figure(plt, fig, path)
 
 
 def plot_latency(latencies_us: dict[str, np.ndarray], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     for name, values in latencies_us.items():
         ax.hist(values, bins=60, alpha=0.55, label=f"{name} (p50 {np.percentile(values, 50):.0f} µs)",
@@ -76,9 +76,9 @@ def plot_latency(latencies_us: dict[str, np.ndarray], path: Path) -> None:
     ax.set(title="Batch-1 latency per variant", xlabel="µs per call", ylabel="calls")
     ax.legend()
     fig.tight_layout()
-    _save(plt, fig, path)
+    save_figure(plt, fig, path)
 
 
-def _save(plt, fig, path: Path) -> None:
+def save_figure(plt, fig, path: Path) -> None:
     write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110))
     plt.close(fig)

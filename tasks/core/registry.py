@@ -39,6 +39,18 @@ def aliases(client, name: str) -> dict[str, str]:
         return {}
 
 
+def model_version(client, name: str, version: str | int):
+    """One registered version, or an error saying how to see which exist."""
+    from mlflow.exceptions import MlflowException
+
+    from tasks.core.errors import TorchshipError
+
+    try:
+        return client.get_model_version(name, str(version))
+    except MlflowException:
+        raise TorchshipError(f"{name} has no version {version}: see `torchship status`.") from None
+
+
 def find_version_by_sha(client, name: str, sha256: str):
     """An existing version registered from exactly these bytes, if any."""
     from mlflow.exceptions import MlflowException

@@ -7,22 +7,24 @@ from typing import Callable
 import numpy as np
 
 Runner = Callable[[np.ndarray], np.ndarray]   # encoded rows (N, F) float32 -> logits (N, C)
+RAW_INPUTS = {"torchship.inputs": "raw"}   # metadata of a graph with one input per feature column
 
 
-def open_onnx(path: Path, threads: int):
-    """An ONNX Runtime session on the CPU with `threads` intra-op threads (chosen on purpose: 2-core
-    boxes collapse when a process takes more threads than it has cores to itself)."""
+def open_onnx(path: Path | bytes, threads: int):
+    """An ONNX Runtime session on the CPU (of a file, or of a serialised model) with `threads` intra-op threads
+    (chosen on purpose: 2-core boxes collapse when a process takes more threads than it has cores to itself)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    model = path if isinstance(path, bytes) else str(path)
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
 def onnx_runner(path: Path, threads: int) -> Runner:
-    """rows -> logits backed by ONNX Runtime."""
+    """rows -> logits backed by ONNX Runtime, for a bare model (input `x`: an exported or compressed variant)."""
     session = open_onnx(path, threads)
     return lambda rows: session.run(None, {"x": rows})[0]
 
@@ -40,8 +42,18 @@ def onnx_metadata(path: Path) -> dict[str, str]:
     return {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
 
 
-def predict_proba(session, schema, rows) -> np.ndarray:
-    """Raw rows (a DataFrame with the schema's feature columns) -> class probabilities (N, C)."""
-    from tasks.contract import encode_features
+def takes_raw_rows(session) -> bool:
+    """A composed graph (tasks/variants/preprocess.py: one input per feature column, softmax inside) rather
+    than a bare model on the encoded matrix `x` (every version registered before that change)."""
+    metadata = session.get_modelmeta().custom_metadata_map
+    return all(metadata.get(key) == value for key, value in RAW_INPUTS.items())
 
+
+def predict_proba(session, schema, rows) -> np.ndarray:
+    """Raw rows (a DataFrame with the schema's feature columns) -> class probabilities (N, C), from either kind
+    of torchship model: a composed graph takes `raw_columns`, a bare one the encoded matrix."""
+    from tasks.contract import encode_features, raw_columns
+
+    if takes_raw_rows(session):
+        return session.run(["probabilities"], raw_columns(rows, schema))[0]
     return softmax(session.run(None, {"x": encode_features(rows, schema)})[0])

@@ -23,7 +23,7 @@ def configuration_markdown() -> str:
         lines += _section_table(section_field.alias or section_name, section)
         if section_name == "train":
             for model, arguments in MODEL_ARGS.items():
-                lines += _section_table("train.model_args", arguments, f"`train.model: {model}`")
+                lines += _section_table(f"train.model_args.{model}", arguments, f"`train.model_args.{model}`")
     return "\n".join(lines)
 
 

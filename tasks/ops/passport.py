@@ -4,25 +4,40 @@ the champion, the gates (parity, accuracy budget, bless), the serving benchmark 
 Markdown for the version's description, and the same as a self-contained HTML artifact."""
 from __future__ import annotations
 
-import os
-import platform
 from pathlib import Path
 
+from tasks.blessing.performance import describe_machine
 from tasks.config import Params
 from tasks.core import paths
 from tasks.core.artifacts import read_json
-from tasks.core.verdicts import Blessing
+from tasks.core.verdicts import BLESS_STAGES, Blessing
 
 
 def _read(path: Path) -> dict:
     return read_json(path) if path.exists() else {}
 
 
-def machine() -> str:
-    import torch
+def machine(described: dict | None = None) -> str:
+    m = described or describe_machine(threads=0)
+    threads = f", {m['threads']} thread(s)" if m.get("threads") else ""
+    return (f"{m['cpu']}, {m['cores']} cores{threads}, {m['gpu'] or 'no GPU'}, torch {m['torch']}, "
+            f"onnxruntime {m['onnxruntime']}, python {m['python']}")
 
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {gpu}, torch {torch.__version__}"
+
+def stage_table(blessing: Blessing) -> str:
+    """bless's stages in order: status, key figures and reasons; those after a failure did not run."""
+    rows = []
+    for name in BLESS_STAGES:
+        report = blessing.stage(name)
+        if report is None:
+            rows.append(f"| {name} | not run | — | stopped at the first failure |")
+            continue
+        reasons = "; ".join(report.gate.reasons).replace("|", "/")
+        rows.append(f"| {name} | **{report.gate.status}** | {report.headline.replace('|', '/') or '—'} | {reasons} |")
+    performance = blessing.stage("performance")
+    measured_on = (f"\n\nPerformance measured in this run on {machine(performance.details['machine'])}"
+                   if performance is not None and "machine" in performance.details else "")
+    return "| stage | status | key figures | reasons |\n|---|---|---|---|\n" + "\n".join(rows) + measured_on
 
 
 def quality_table(blessing: Blessing, baselines: dict) -> str:
@@ -68,20 +83,23 @@ def passport_markdown(params: Params, blessing: Blessing, tags: dict[str, str], 
         f"- data contract gate: {validate.get('headline', '?')} (Data Docs in the validate run)\n"
         f"- DVC: training split md5 `{tags.get('dvc_train_md5', '?')}`, source fingerprint md5 "
         f"`{tags.get('dvc_source_md5', '?')}`\n\n"
-        f"### Training\n- model `{params.train.model}` {params.train.model_args or '(defaults)'}, "
-        f"{train.get('parameters', '?'):,} parameters; {train.get('epochs_run', '?')} epochs (best {train.get('best_epoch', '?')}), "
-        f"batch {params.train.batch_size}, lr {params.train.lr}; {train.get('strategy', '?')} × {train.get('world_size', '?')} "
+        f"### Training\n- {training_line(params, train)}, "
+        f"{train.get('parameters', '?'):,} parameters; {train.get('epochs_run', '?')} epochs (best {train.get('best_epoch', '?')}); "
+        f"{train.get('strategy', '?')} × {train.get('world_size', '?')} "
         f"({train.get('backend', '?')}, {train.get('device', '?')}, {train.get('precision', '?')}); "
         f"{train.get('train_seconds', 0):.0f} s\n- machine: {machine()}\n\n"
         f"### Quality on the holdout\n{quality_table(blessing, baselines)}\n\n"
         f"### Gates\n- parity of the exports: {parity.get('headline', '?')}\n- accuracy budget of `{selected}`: "
         f"{budget_line}\n- bless: {blessing.gate.summary()}\n\n"
+        f"### Bless stages (quality → performance → service, stopping at the first failure)\n"
+        f"{stage_table(blessing)}\n\n"
         f"### Serving benchmark (this run, {profile.get('threads', '?')} thread(s); served: **{selected}**)\n"
         f"{benchmark_table(profile)}\n\n"
         f"### Lineage\n- git {tags.get('git_commit', '?')[:12]} (dirty: {tags.get('git_dirty')}); pipeline run "
         f"`{tags.get('pipeline_run', '?')}`" + (f"; parent v{tags['parent_version']}" if 'parent_version' in tags else "")
         + (f"; trigger `{tags['trigger']}` ({tags.get('retrain_batch', '')})" if 'trigger' in tags else "") + "\n"
-        f"- rebuild: `git checkout {tags.get('git_commit', '?')[:12]} && dvc pull && dvc repro`\n")
+        f"- exact `params.yaml`, `dvc.lock` under `lineage/` in this version's run; data {tags.get('dvc_push', '?')}; "
+        f"rebuild: `torchship rebuild {version}`\n")
 
 
 def passport_html(markdown: str) -> str:
@@ -92,3 +110,14 @@ def passport_html(markdown: str) -> str:
     style = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;line-height:1.45}"
              "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25rem .5rem;text-align:left}")
     return f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head><body>{body}</body></html>"
+
+
+def training_line(params: Params, train: dict) -> str:
+    """The model and schedule the train stage really used (`auto` and `adapt` resolved), and why."""
+    fitted = train.get("fitted")
+    if not fitted:
+        return f"model `{params.train.model}`, batch {params.train.batch_size}, lr {params.train.lr}"
+    args = params.train.model_args.get(fitted["model"]) or "(defaults)"
+    why = f" ({'; '.join(fitted['reasons'])})" if fitted["reasons"] else ""
+    return (f"model `{fitted['model']}` {args}, batch {fitted['batch_size']}, up to {fitted['epochs']} epochs, "
+            f"lr {fitted['lr']:g}{why}")

@@ -1,12 +1,33 @@
 """Writing the MLflow registry protocol: aliases `champion` / `challenger`, tags `previous` / `rejected`."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from pathlib import Path
+from typing import Iterator
 
 from tasks.core.registry import CHALLENGER, CHAMPION, alias_version
 
 log = logging.getLogger("torchship.registry")
+LOCK_WAIT_S = 60.0
+
+
+@contextlib.contextmanager
+def alias_lock(client) -> Iterator[None]:
+    """Hold while reading aliases and moving them, so a check-then-move is one step for every process sharing
+    the registry: MLflow has no compare-and-set. A SQLite registry (the embedded default) is locked with a file
+    beside the database; a tracking server cannot be locked from here, so its moves rest on the re-check the
+    callers make just before moving (a window of milliseconds instead of a whole pipeline run)."""
+    from filelock import FileLock
+
+    prefix = "sqlite:///"
+    uri = client.tracking_uri
+    if not uri.startswith(prefix):
+        yield
+        return
+    with FileLock(str(Path(uri[len(prefix):]).with_suffix(".aliases.lock")), timeout=LOCK_WAIT_S):
+        yield
 
 
 def promote(client, name: str, version: str, reason: str) -> str | None:

@@ -139,25 +139,27 @@ def last_good_outputs(cwd: Path = Path(".")) -> Iterator[None]:
         raise
 
 
-def headline(stage: str) -> str:
+def headline(stage: str, cwd: Path = Path(".")) -> str:
     path = paths.STAGE_METRICS.get(stage)
-    if path is None or not Path(path).exists():
+    if path is None or not (cwd / path).exists():
         return ""
-    return str(read_json(path).get("headline", ""))
+    return str(read_json(cwd / path).get("headline", ""))
 
 
-def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout) -> StageOutcome:
-    """Run `dvc repro -s <stage>` if DVC says it changed; the stage's own error becomes StageFailed."""
+def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout, cwd: Path = Path("."),
+              force: bool = False) -> StageOutcome:
+    """Run `dvc repro -s <stage>` if DVC says it changed (always, with `force`: a rebuild must not come from
+    DVC's run cache); the stage's own error becomes StageFailed."""
     started = time.perf_counter()
-    changes = stage_changes(stage).get(stage)
+    changes = ["forced (rebuild)"] if force else stage_changes(stage, cwd).get(stage)
     if not changes:
         return StageOutcome(stage=stage, status="skipped", reason="deps, params and outs unchanged",
-                            seconds=time.perf_counter() - started, headline=headline(stage))
+                            seconds=time.perf_counter() - started, headline=headline(stage, cwd))
     echo.write(f"── {stage} ── {'; '.join(changes)[:200]}\n")
     echo.flush()
-    process = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "--quiet", "--single-item", stage],
-                               env=stage_environment(env), stdout=None, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    command = [sys.executable, "-m", "dvc", "repro", "--quiet", "--single-item", *(["--force"] if force else []), stage]
+    process = subprocess.Popen(command, cwd=cwd, env=stage_environment(env), stdout=None, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
     child = Child(f"dvc repro {stage}", process, Path(os.devnull))
     tail: collections.deque[str] = collections.deque(maxlen=60)
     reader = threading.Thread(target=tee_lines, args=(process.stderr, tail, echo), daemon=True)
@@ -170,7 +172,7 @@ def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout) ->
     if code != 0:
         raise StageFailed(_stage_error(stage, list(tail), code))
     return StageOutcome(stage=stage, status="ran", reason="; ".join(changes)[:300],
-                        seconds=time.perf_counter() - started, headline=headline(stage))
+                        seconds=time.perf_counter() - started, headline=headline(stage, cwd))
 
 
 def _stage_error(stage: str, lines: list[str], code: int) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from tasks.core import paths
-from tasks.core.verdicts import Blessing, CanaryReport, Registration
+from tasks.core.verdicts import BLESS_STAGES, Blessing, CanaryReport, Registration
 from tasks.ops.reproduce import StageOutcome
 
 
@@ -40,13 +40,18 @@ REPORTS = {"Data Docs (GX)": str(paths.DATA_DOCS / "index.html"),
            "profile": str(paths.PROFILE_REPORT)}
 
 
+def bless_headline(blessing: Blessing) -> str:
+    """The bless gate's reasons, and which stages a failure left unrun."""
+    not_run = [stage for stage in BLESS_STAGES if blessing.stages and blessing.stage(stage) is None]
+    return "; ".join(blessing.gate.reasons) + (f" ({', '.join(not_run)}: not run)" if not_run else "")
+
+
 def summarize(outcomes: list[StageOutcome], blessing: Blessing, registration: Registration, canary: CanaryReport,
               pipeline_run: str) -> PipelineSummary:
     """One row per step and the verdict in words."""
     steps = [StepRow(step=o.stage, status=o.status, seconds=o.seconds, headline=o.headline) for o in outcomes]
     steps += [
-        StepRow(step="bless", status=blessing.gate.status, seconds=blessing.seconds,
-                headline="; ".join(blessing.gate.reasons)),
+        StepRow(step="bless", status=blessing.gate.status, seconds=blessing.seconds, headline=bless_headline(blessing)),
         StepRow(step="register", status="new version" if registration.created else "reused",
                 seconds=registration.seconds, headline=registration.action),
         StepRow(step="canary", status=canary.gate.status, seconds=canary.seconds,

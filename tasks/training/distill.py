@@ -10,26 +10,30 @@ from tasks.config import Params, TrainParams
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file
 from tasks.core.stage import stage_main
-from tasks.training.job import TrainingJob, launch, run_job
+from tasks.training.adapt import fit_training, fitted_settings
+from tasks.training.job import TrainingJob, launch, run_job, split_rows
 from tasks.training.weights import model_spec
 
 
 def student_settings(params: Params) -> TrainParams:
-    """The teacher's engine settings (processes, strategy, precision, seed) with the student's model."""
+    """The teacher's engine settings (processes, strategy, precision, seed, `adapt`) with the student's model."""
     student = params.distill
     return params.train.model_copy(update={
-        "model": "mlp", "model_args": {"hidden": list(student.hidden), "embedding_dim": student.embedding_dim,
-                                       "dropout": 0.0},
+        "model": "mlp", "model_args": {"mlp": {"hidden": list(student.hidden), "embedding_dim": student.embedding_dim,
+                                               "dropout": 0.0}},
         "epochs": student.epochs, "lr": student.lr,
         "nnodes": 1})  # tiny: one node, even when the teacher used several
 
 
 def student_job(params: Params) -> TrainingJob:
-    settings = student_settings(params)
+    """The student's job, its schedule fitted to the training split like the teacher's."""
+    fitted = fit_training(student_settings(params), split_rows(paths.TRAIN_SPLIT))
+    settings = fitted_settings(student_settings(params), fitted)
     return TrainingJob("distill", settings, model_spec(settings), paths.STUDENT_WEIGHTS, paths.STUDENT_CHECKPOINTS,
                        paths.STUDENT, paths.STUDENT_LOGS, module="tasks.training.distill",
                        identity=(sha256_file(paths.MODEL_WEIGHTS), params.distill.model_dump_json()),
-                       soft_targets=(params.distill.temperature, params.distill.alpha), teacher=paths.MODEL_WEIGHTS)
+                       soft_targets=(params.distill.temperature, params.distill.alpha), teacher=paths.MODEL_WEIGHTS,
+                       fitted=fitted)
 
 
 def train_student(params: Params) -> None:

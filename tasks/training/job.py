@@ -28,6 +28,7 @@ from tasks.core.artifacts import sha256_file
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import tee_lines
 from tasks.training import checkpoint
+from tasks.training.adapt import FittedTraining
 from tasks.training.distributed import Runtime, init_runtime, torchrun_command, wrap_model
 from tasks.training.loop import Split, Trainer, predict_logits
 from tasks.training.report import TrainingProgress, report_training
@@ -52,6 +53,14 @@ class TrainingJob:
     identity: tuple[str, ...] = ()  # extra run identity for resuming (teacher hash, distillation params)
     soft_targets: tuple[float, float] | None = None   # (temperature, alpha): train on the teacher's logits
     teacher: Path | None = None
+    fitted: FittedTraining | None = None   # how `train` was fitted to the table, for the report
+
+
+def split_rows(path: Path) -> int:
+    """Rows of a prepared split, from the Parquet footer (no data read)."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows
 
 
 def run_fingerprint(params: TrainParams, identity: tuple[str, ...] = ()) -> str:
@@ -215,7 +224,8 @@ def worker(params: Params, job: TrainingJob) -> None:
             best.load_state_dict(state.best_state)
             save_trained(job.weights, best, layout, spec, schema.classes)
             report_training(params, best.eval(), Split(val.features.cpu(), val.labels.cpu()), state.history, schema,
-                            runtime, peak_rss_mb=peak_rss_mb, folder=job.folder, stage=job.stage, train_params=settings)
+                            runtime, peak_rss_mb=peak_rss_mb, folder=job.folder, stage=job.stage, train_params=settings,
+                            fitted=job.fitted)
     finally:
         dist.destroy_process_group()
 

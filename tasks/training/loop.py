@@ -13,6 +13,7 @@ import torch.distributed as dist
 from torch import nn
 
 from tasks.config import TrainParams
+from tasks.training.adapt import fit_training, fitted_settings
 from tasks.core.metrics import classification_metrics
 from tasks.training.distributed import full_state, load_full_state
 
@@ -248,7 +249,9 @@ def train_model(model: nn.Module, train: Split, val: Split, params: TrainParams,
                 n_classes: int | None = None, soft_targets: tuple[float, float] | None = None
                 ) -> tuple[nn.Module, list[dict]]:
     """Single-process training without checkpoints (tests, benchmarks); returns the best model and the history.
+    `params` apply as given (no `adapt`: the caller built the model); a null lr takes the model's own.
     `n_classes` defaults to the largest training label + 1 (stratified splits hold every class)."""
+    params = fitted_settings(params, fit_training(params.model_copy(update={"adapt": False}), len(train.labels)))
     trainer = Trainer(params, n_classes or int(train.labels.max()) + 1, soft_targets=soft_targets)
     trainer.setup(model, train, val)
     state = trainer.train()

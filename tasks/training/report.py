@@ -14,6 +14,7 @@ from tasks.core import paths
 from tasks.core.artifacts import write_atomic, write_json_atomic
 from tasks.core.metrics import classification_metrics, confusion
 from tasks.core.plots import plot_confusion, plot_learning_curves, plot_roc_pr
+from tasks.training.adapt import FittedTraining
 from tasks.training.loop import predict_logits
 
 log = logging.getLogger("torchship.train")
@@ -21,7 +22,7 @@ log = logging.getLogger("torchship.train")
 
 def report_training(params: Params, model: nn.Module, val, history: list[dict], schema: Schema, runtime,
                     peak_rss_mb: float = 0.0, folder: Path = paths.TRAIN, stage: str = "train",
-                    train_params: TrainParams | None = None) -> dict:
+                    train_params: TrainParams | None = None, fitted: FittedTraining | None = None) -> dict:
     """Write metrics.json / history.csv / plots under `folder` and log them with the params to MLflow."""
     import mlflow
 
@@ -44,7 +45,10 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
                "precision_note": runtime.precision_note,
                "parameters": sum(p.numel() for p in model.parameters()),
                "headline": f"val f1 {scores['f1_macro']:.4f}, acc {scores['accuracy']:.4f} "
-                           f"({len(history)} epochs, {train_params.strategy} {world}x{backend}, {runtime.precision})"}
+                           f"({len(history)} epochs, {train_params.strategy} {world}x{backend}, {runtime.precision})"
+                           + (f"; {fitted.headline()}" if fitted else "")}
+    if fitted:
+        metrics["fitted"] = fitted.model_dump()
     write_json_atomic(metrics_path, metrics)
     frame = pd.DataFrame(history)
     write_atomic(history_path, lambda tmp: frame.to_csv(tmp, index=False))
@@ -64,6 +68,8 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
         mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
         mlflow.log_artifacts(str(plots), artifact_path="plots")
         mlflow.log_artifact(str(history_path))
+        if fitted:
+            mlflow.log_dict(fitted.model_dump(), "fitted_training.json")
     return metrics
 
 

@@ -146,6 +146,25 @@ def test_an_alias_moved_by_another_process_shows_in_status_and_a_blessed_version
     assert "by hand: v1 misbehaves on weekends" in client.get_model_version(MODEL, "2").tags["promoted"]
 
 
+
+def test_rebaseline_is_an_explicit_audited_decision_for_incomparable_versions_only(cli, registry):
+    folder, client = registry
+    client.create_model_version(MODEL, source=str(folder / "no-artifact"), tags={
+        "bless": "fail", "bless_reasons": "input signature differs from champion v2: not comparable; register "
+                                          "under a new data.model_name or re-baseline explicitly"})
+    client.create_model_version(MODEL, source=str(folder / "no-artifact"), tags={
+        "bless": "fail", "bless_reasons": "worse than a few lines of scikit-learn: f1_macro 0.5"})
+    worse = cli(folder, "rebaseline", "4", "--reason", "new columns")
+    assert worse.exit_code == 2 and "more than comparability" in " ".join(worse.stderr.split()), worse.output
+    blessed = cli(folder, "rebaseline", "2", "--reason", "why not")
+    assert blessed.exit_code == 2 and "torchship promote 2" in " ".join(blessed.stderr.split()), blessed.output
+    done = cli(folder, "rebaseline", "3", "--reason", "the table gained a region column")
+    assert done.exit_code == 0, done.output
+    assert client.get_registered_model(MODEL).aliases == {"champion": 3}
+    assert "the table gained a region column (replaces v2" in client.get_model_version(MODEL, "3").tags["rebaselined"]
+    assert client.get_registered_model(MODEL).tags["baseline"] == "v3: the table gained a region column"
+    assert "previous" in client.get_model_version(MODEL, "2").tags and "rebaselined" in cli(folder, "status").stdout
+
 def test_a_user_error_is_one_red_paragraph(cli, tmp_path):
     for name in ("params.yaml", "dvc.yaml"):
         shutil.copy(REPO / name, tmp_path / name)

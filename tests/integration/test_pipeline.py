@@ -103,6 +103,14 @@ def test_changed_params_make_a_new_version_that_is_promoted_or_rejected(tiny_pip
     assert tags["parent_version"] == before["aliases"]["champion"]
     assert project.registry(MODEL)["aliases"] == before["aliases"]
     assert "up to date" in project.dvc("status").stdout
+    # The restored tree no longer holds the --set values: only the version's own lineage can rebuild it.
+    assert "seed: 7" not in (project.root / "params.yaml").read_text()
+    assert tags["dvc_push"] == "pushed to the DVC remote" and "params.yaml" in tags["lineage_files"]
+    rebuilt = project.torchship("rebuild", new[0])
+    assert rebuilt.returncode == 0, rebuilt.stdout[-3000:] + rebuilt.stderr[-3000:]
+    assert f"v{new[0]} rebuilt: every metric within 0.01" in rebuilt.stdout
+    assert "│ f1_macro" in rebuilt.stdout.replace("┃", "│")
+    assert project.registry(MODEL)["versions"].keys() == after["versions"].keys()   # the registry is untouched
 
 
 def test_every_variant_carries_its_proof(tiny_pipeline):

@@ -38,5 +38,5 @@ def encoded(customers) -> Encoded:
 @pytest.fixture(scope="session")
 def tiny_train() -> TrainParams:
     """A few quick epochs of a small MLP."""
-    return TrainParams(model="mlp", model_args={"hidden": [32], "embedding_dim": 4, "dropout": 0.0}, epochs=6, batch_size=128, lr=0.01,
+    return TrainParams(model="mlp", model_args={"mlp": {"hidden": [32], "embedding_dim": 4, "dropout": 0.0}}, epochs=6, batch_size=128, lr=0.01,
                        warmup_fraction=0.1, patience=6, seed=0)

@@ -51,7 +51,7 @@ def test_distillation_loss_is_zero_when_the_student_copies_the_teacher_with_alph
 
 
 def test_a_student_trained_for_one_step_is_rejected(teacher, encoded, tiny_train):
-    one_step = tiny_train.model_copy(update={"model_args": {"hidden": [8]}, "epochs": 1, "batch_size": len(encoded.train.labels),
+    one_step = tiny_train.model_copy(update={"model_args": {"mlp": {"hidden": [8]}}, "epochs": 1, "batch_size": len(encoded.train.labels),
                                              "warmup_fraction": 0.0})
     student, history = student_from(teacher, encoded, one_step)
     assert len(history) == 1
@@ -62,7 +62,7 @@ def test_a_student_trained_for_one_step_is_rejected(teacher, encoded, tiny_train
 
 
 def test_a_distilled_student_stays_close_to_its_teacher(teacher, encoded, tiny_train):
-    student, _ = student_from(teacher, encoded, tiny_train.model_copy(update={"model_args": {"hidden": [16]}}))
+    student, _ = student_from(teacher, encoded, tiny_train.model_copy(update={"model_args": {"mlp": {"hidden": [16]}}}))
     _, drop = gate(teacher, student, encoded)
     assert drop["drop"] < 0.03, drop   # tiny data: a loose bound, the pipeline gate uses compress.max_drop
 

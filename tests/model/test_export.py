@@ -108,11 +108,12 @@ def test_parity_tolerance_scales_with_large_logits():
 
 @pytest.fixture(scope="module")
 def teacher(encoded):
-    """The default teacher (FT-Transformer at its params.yaml size), briefly trained."""
+    """The default data's teacher (`auto` picks the FT-Transformer there) at its params.yaml size, briefly trained."""
     from tasks.config import load_params
 
     torch.manual_seed(0)
-    settings = load_params(REPO / "params.yaml").train.model_copy(update={"epochs": 1, "batch_size": 256})
+    settings = load_params(REPO / "params.yaml").train.model_copy(update={"model": "ft_transformer", "epochs": 1,
+                                                                          "batch_size": 256})
     spec = model_spec(settings)
     trained, _ = fit(build_model(spec["name"], encoded.layout, **spec["kwargs"]), encoded.train, encoded.val, settings)
     return trained.eval()

@@ -92,7 +92,7 @@ def _trainer(encoded, params, init_seed: int, trainer=Trainer, **kwargs) -> Trai
 
 def test_a_run_resumed_mid_epoch_from_a_checkpoint_matches_an_uninterrupted_run(encoded, tiny_train):
     params = tiny_train.model_copy(update={"epochs": 3, "checkpoint_every": 5,
-                                           "model_args": {**tiny_train.model_args, "dropout": 0.2}})  # RNG matters
+                                           "model_args": {"mlp": {**tiny_train.model_args["mlp"], "dropout": 0.2}}})  # RNG matters
     uninterrupted = _trainer(encoded, params, init_seed=0).train()
     steps_per_epoch = -(-len(encoded.train.labels) // params.batch_size)
     stop_at = next(s for s in range(5, 3 * steps_per_epoch, 5) if s > steps_per_epoch and s % steps_per_epoch)

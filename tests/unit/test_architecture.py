@@ -13,7 +13,7 @@ from ruamel.yaml import YAML
 REPO = Path(__file__).resolve().parents[2]
 PROJECT_PACKAGES = {"tasks", "models", "serving", "flows"}
 SHARED_TOP_LEVEL = {"tasks.config", "tasks.contract"}   # the two top-level modules of tasks/ that are not steps
-SUBPACKAGES = {"core", "training", "variants", "ops", "monitoring"}
+SUBPACKAGES = {"core", "training", "variants", "ops", "monitoring", "blessing"}
 
 
 def module_name(path: Path) -> str:

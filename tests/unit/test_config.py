@@ -89,17 +89,20 @@ def test_configuration_docs_list_every_key():
             assert f"`{key}.{name}`" in text
 
 
-def test_model_args_are_checked_against_the_chosen_model():
-    """Airtight: a key the chosen model does not take is an error, never silently ignored."""
-    params = parse_params({"train": {"model": "mlp", "model_args": {"hidden": [16]}}})
+def test_model_args_are_checked_against_their_models():
+    """Airtight: arguments are keyed by model name and each entry is checked against its model, so a key
+    is never silently ignored, nor applied to a model `auto` picked instead."""
+    params = parse_params({"train": {"model": "mlp", "model_args": {"mlp": {"hidden": [16]}, "ft_transformer": {}}}})
     assert params.train.model_kwargs() == {"hidden": [16], "embedding_dim": 8, "dropout": 0.1}
-    assert parse_params({}).train.model_kwargs()["d_token"] == 32  # {} = the model's defaults
+    assert parse_params({"train": {"model": "ft_transformer"}}).train.model_kwargs()["d_token"] == 32  # defaults
     with pytest.raises(ConfigError) as caught:
-        parse_params({"train": {"model": "ft_transformer", "model_args": {"hidden": [16]}}})
+        parse_params({"train": {"model_args": {"ft_transformer": {"hidden": [16]}}}})
     assert "not arguments of ft_transformer" in str(caught.value) and "d_token" in str(caught.value)
     with pytest.raises(ConfigError, match="multiple of heads"):
-        parse_params({"train": {"model_args": {"d_token": 10, "heads": 4}}})
+        parse_params({"train": {"model_args": {"ft_transformer": {"d_token": 10, "heads": 4}}}})
+    with pytest.raises(ConfigError, match="keyed by model name"):
+        parse_params({"train": {"model_args": {"hidden": [16]}}})
     with pytest.raises(ConfigError, match="unknown model 'transformer'"):
         parse_params({"train": {"model": "transformer"}})
-    user = parse_params({"train": {"model": "mypackage.nets:MyNet", "model_args": {"width": 3}}})
+    user = parse_params({"train": {"model": "mypackage.nets:MyNet", "model_args": {"mypackage.nets:MyNet": {"width": 3}}}})
     assert user.train.model_kwargs() == {"width": 3}

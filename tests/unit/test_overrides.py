@@ -58,7 +58,7 @@ def test_merge_is_deep_and_leaves_inputs_alone():
 
 
 def test_resolve_applies_and_validates(params_file):
-    raw, params = resolve(["train.epochs=2", "train.model=mlp", "train.model_args={hidden: [16]}"],
+    raw, params = resolve(["train.epochs=2", "train.model=mlp", "train.model_args={mlp: {hidden: [16]}}"],
                           base_file=str(params_file))
     assert raw["train"]["epochs"] == 2 and params.train.epochs == 2
     assert params.train.model_kwargs()["hidden"] == [16]
@@ -200,9 +200,8 @@ def test_sigterm_restores_every_file_and_exits_143(applied):
 
 
 def test_a_replaced_mapping_loses_the_keys_it_no_longer_has(params_file):
-    """`--set train.model=mlp --set train.model_args={}` must write model_args empty, not keep the old
-    model's keys (they would make the next load fail)."""
-    raw, _ = resolve(["train.model_args={d_token: 8, heads: 2}"], base_file=str(params_file))
+    """`--set train.model_args={}` must write model_args empty, not keep the old mapping's keys."""
+    raw, _ = resolve(["train.model_args={ft_transformer: {d_token: 8, heads: 2}}"], base_file=str(params_file))
     write_params(raw, str(params_file))
     raw, params = resolve(["train.model=mlp", "train.model_args={}"], base_file=str(params_file))
     assert write_params(raw, str(params_file)) is True

@@ -1,0 +1,44 @@
+"""Training that fits the table: `auto` picks by rows, small tables get enough optimizer steps, and the
+default data keeps params.yaml's values (pure rules; what they buy on a real table is measured in
+bench/results/auto_model.json and bench/results/tables.json)."""
+from __future__ import annotations
+
+import pytest
+
+from tasks.config import TrainParams
+from tasks.training.adapt import MIN_BATCHES_PER_EPOCH, fit_training, fitted_settings
+
+pytestmark = pytest.mark.model
+
+
+def test_a_small_table_gets_a_smaller_batch_and_enough_steps():
+    fitted = fit_training(TrainParams(), 1257)   # digits' training split
+    assert fitted.model == "mlp" and fitted.lr == 3e-3
+    assert fitted.batch_size == 64 and fitted.steps_per_epoch >= MIN_BATCHES_PER_EPOCH
+    assert fitted.epochs * fitted.steps_per_epoch >= TrainParams().min_steps
+    assert fitted.patience > TrainParams().patience   # early stopping stretched with the epochs
+    assert any("auto picked mlp" in reason for reason in fitted.reasons)
+
+
+def test_the_default_data_keeps_the_params_values():
+    fitted = fit_training(TrainParams(), 70_000)
+    assert (fitted.model, fitted.batch_size, fitted.epochs, fitted.patience, fitted.lr) == (
+        "ft_transformer", 512, 8, 3, 1e-3)
+    assert fitted.reasons == ["auto picked ft_transformer: 70,000 training rows >= train.ft_min_rows 5,000"]
+
+
+def test_everything_stays_overridable():
+    exact = TrainParams(model="ft_transformer", adapt=False, batch_size=256, epochs=2, lr=0.01)
+    fitted = fit_training(exact, 300)
+    assert (fitted.model, fitted.batch_size, fitted.epochs, fitted.lr, fitted.reasons) == (
+        "ft_transformer", 256, 2, 0.01, [])
+    capped = fit_training(TrainParams(max_epochs=20), 300)
+    assert capped.epochs == 20 and capped.batch_size == 32
+    assert fit_training(TrainParams(ft_min_rows=0), 300).model == "ft_transformer"
+
+
+def test_fitted_settings_leave_nothing_to_resolve():
+    settings = fitted_settings(TrainParams(), fit_training(TrainParams(), 1257))
+    assert settings.model == "mlp" and settings.lr == 3e-3 and not settings.adapt
+    assert settings.model_kwargs()["hidden"] == [128, 64]
+    assert fit_training(settings, 1257) == fit_training(settings, 1257)   # idempotent: workers agree

@@ -1,0 +1,241 @@
+"""bless's stages: the pure cores' decisions (bootstrap claim rules, slices, max_regression, SLO breaches, stop at
+the first failure), and with real models trained here: a candidate trained on shuffled labels is never blessed (the
+baseline gate, and the champion comparison with that gate off) while one trained on the true labels is; and the
+candidate file in the real service (`python -m serving --model-file`)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from models import build_model
+from tasks.baseline import fit_baselines
+from tasks.blessing.performance import Timings, assess_performance, judge_performance
+from tasks.blessing.quality import HoldoutPredictions, assess_quality, decide, score_slices, slice_groups
+from tasks.blessing.service import judge_service, load_figures, request_rows, try_in_service
+from tasks.blessing.stages import combine, run_stages
+from tasks.config import BaselineParams, BlessParams, SloParams
+from tasks.core.gate import GateResult
+from tasks.core.metrics import paired_bootstrap
+from tasks.core.verdicts import StageReport
+from tasks.training.loop import Split, predict_logits, train_model
+from tasks.training.weights import model_spec
+from tests.model.conftest import encode_split
+
+RULES = BlessParams(bootstrap=300)   # the real thresholds; fewer resamples keep the tests quick
+CHAMPION = {"f1_macro": 0.80, "accuracy": 0.85}
+
+
+def gain(point: float, low: float, high: float) -> dict:
+    return {"difference": point, "low": low, "high": high, "confidence": 0.95, "resamples": 300}
+
+
+def candidate(point: float) -> dict:
+    return {"f1_macro": CHAMPION["f1_macro"] + point, "accuracy": 0.85}
+
+
+# --- quality: the claim rules on the paired interval ------------------------------------------------------------
+
+@pytest.mark.parametrize("point, low, high, status, words", [
+    (0.03, 0.01, 0.05, "pass", "better"),                       # interval above 0: a gain is claimed
+    (0.01, -0.01, 0.03, "pass", "no worse, not shown better"),  # straddles 0, point >= 0: no claim
+    (-0.005, -0.02, 0.01, "warn", "within noise"),              # straddles 0, negative point
+    (-0.008, -0.012, -0.004, "warn", "worse, within"),          # a real but tolerated loss
+    (-0.02, -0.04, 0.001, "fail", "regression beyond bless.max_regression 0.01"),
+])
+def test_a_gain_is_claimed_only_when_the_interval_says_so(point, low, high, status, words):
+    result = decide(candidate(point), CHAMPION, True, RULES, "4", gain=gain(point, low, high))
+    assert result.status == status and words in result.reasons[0] and "v4" in result.reasons[0], result
+
+
+def test_max_regression_is_the_tolerated_loss():
+    loose = RULES.model_copy(update={"max_regression": 0.05})
+    assert decide(candidate(-0.03), CHAMPION, True, RULES, "1").status == "fail"
+    assert decide(candidate(-0.03), CHAMPION, True, loose, "1").status == "warn"
+
+
+def test_paired_bootstrap_cancels_what_both_models_share():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 2000)
+    champion = np.where(rng.random(2000) < 0.75, labels, 1 - labels)
+    better = np.where(rng.random(2000) < 0.5, labels, champion)   # right wherever the champion was, and more
+    same = paired_bootstrap(labels, champion, champion, 2, "accuracy", 200)
+    assert same["difference"] == same["low"] == same["high"] == 0.0
+    gained = paired_bootstrap(labels, better, champion, 2, "accuracy", 200)
+    assert 0 < gained["low"] < gained["difference"] < gained["high"]
+
+
+# --- quality: slices -------------------------------------------------------------------------------------------
+
+def test_slices_are_categories_or_quantile_bins_with_missing_values_apart():
+    plan = slice_groups(pd.Series(["basic", "premium", None, "basic"]), 4)
+    assert {k: v.tolist() for k, v in plan.items()} == {
+        "(missing)": [False, False, True, False], "basic": [True, False, False, True],
+        "premium": [False, True, False, False]}
+    tenure = slice_groups(pd.Series(np.r_[np.arange(100.0), np.nan]), 4)
+    assert len(tenure) == 5 and tenure["(missing)"].sum() == 1
+    assert sorted(mask.sum() for name, mask in tenure.items() if name != "(missing)") == [25, 25, 25, 25]
+
+
+def sliced(candidate_wrong_in: str | None = None, rows_per_plan: int = 300) -> HoldoutPredictions:
+    """Two plans of `rows_per_plan` rows; the champion is always right, the candidate too except on 40% of the
+    rows of plan `candidate_wrong_in`."""
+    rng = np.random.default_rng(1)
+    plans = np.repeat(["basic", "premium"], rows_per_plan)
+    labels = rng.integers(0, 2, len(plans))
+    champion, cand = labels.copy(), labels.copy()
+    if candidate_wrong_in:
+        hit = (plans == candidate_wrong_in) & (rng.random(len(plans)) < 0.4)
+        cand[hit] = 1 - labels[hit]
+    return HoldoutPredictions(pd.DataFrame({"plan": plans, "age": rng.normal(40, 10, len(plans))}), labels, cand,
+                              champion, ["no", "yes"])
+
+
+def test_a_slice_below_min_slice_rows_is_reported_but_not_judged():
+    rules = RULES.model_copy(update={"slices": ["plan", "age", "region"], "min_slice_rows": 301})
+    report = score_slices(sliced("premium"), rules)
+    assert report["region"] == {"skipped": "not a column of this holdout"}
+    assert report["plan"]["kind"] == "categorical" and report["age"]["kind"] == "numeric"
+    premium = report["plan"]["slices"]["premium"]
+    assert premium["rows"] == 300 and not premium["judged"] and premium["candidate"] < premium["champion"]
+    assert len(report["age"]["slices"]) == rules.slice_bins
+    assert not any(r.startswith("slice") for r in assess_quality(sliced("premium"), rules, "2").gate.reasons)
+
+
+def test_a_judged_slice_that_regresses_fails_even_when_the_whole_holdout_does_not():
+    rules = RULES.model_copy(update={"max_regression": 0.5})   # overall loss tolerated: only the slice can fail
+    report = assess_quality(sliced("premium"), rules, "2")
+    assert report.gate.status == "fail"
+    assert any(r.startswith("slice plan=premium (300 rows)") for r in report.gate.reasons), report.gate.reasons
+    assert not any("plan=basic" in r for r in report.gate.reasons)
+    assert assess_quality(sliced(None), rules, "2").gate.status == "pass"
+
+
+def test_quality_reports_per_class_figures_for_both_models():
+    report = assess_quality(sliced("basic"), RULES, "2")
+    assert set(report.details["per_class"]) == {"no", "yes"}
+    assert set(report.details["per_class"]["yes"]) == {"candidate", "champion"}
+    assert set(report.details["per_class"]["yes"]["candidate"]) == {"precision", "recall", "f1", "support"}
+
+
+# --- performance and service: the SLO -------------------------------------------------------------------------
+
+def figures(p99: float, champion_p99: float | None = None) -> dict:
+    one = {"p50_ms": p99 / 2, "p99_ms": p99, "rows_per_s": 1e5, "bytes": 4096}
+    return {"candidate": one} | ({"champion": {**one, "p99_ms": champion_p99}} if champion_p99 else {})
+
+
+@pytest.mark.parametrize("p99, champion_p99, status", [
+    (0.5, None, "pass"), (0.5, 0.4, "pass"), (150.0, None, "fail"), (1.0, 0.4, "fail")])
+def test_performance_fails_on_the_slo_or_a_slower_candidate(p99, champion_p99, status):
+    assert judge_performance(figures(p99, champion_p99), p99_ms=100.0, max_ratio=2.0).status == status
+
+
+def test_performance_report_carries_both_models_and_the_machine():
+    timings = Timings({"candidate": np.full(100, 300.0), "champion": np.full(100, 200.0)},
+                      {"candidate": 5e4, "champion": 8e4})
+    report = assess_performance(timings, {"candidate": 10, "champion": 20}, {"cpu": "x"}, 256, 100.0, 2.0)
+    assert report.gate.status == "pass" and report.details["p50_ratio"] == pytest.approx(1.5)
+    assert report.details["machine"] == {"cpu": "x"} and report.details["models"]["champion"]["bytes"] == 20
+
+
+def answers(ms: list[float], ok: list[bool], labels: list[str] | None = None) -> pd.DataFrame:
+    return pd.DataFrame({"index": range(len(ms)), "ok": ok, "ms": ms,
+                         "label": labels or ["yes" if good else None for good in ok]})
+
+
+@pytest.mark.parametrize("ms, ok, status, words", [
+    ([5.0] * 100, [True] * 100, "pass", "p99 5.0 ms"),
+    ([5.0] * 98 + [300.0] * 2, [True] * 100, "fail", "exceeds slo.p99_ms 100"),
+    ([5.0] * 100, [True] * 97 + [False] * 3, "fail", "error rate 3.00% exceeds slo.max_error_rate 1.00%"),
+])
+def test_service_is_judged_against_the_slo(ms, ok, status, words):
+    result = judge_service(load_figures(answers(ms, ok), ["yes"] * 100, 100, 4, 1.0), SloParams(p99_ms=100))
+    assert result.status == status and words in result.reasons[0], result
+
+
+def test_service_warns_when_it_answers_differently_from_the_file():
+    found = load_figures(answers([5.0] * 4, [True] * 4, ["yes", "no", "yes", "yes"]), ["yes"] * 4, 4, 1, 1.0)
+    assert found["disagreements"] == 1 and judge_service(found, SloParams()).status == "warn"
+
+
+# --- the order -------------------------------------------------------------------------------------------------
+
+def stage(name: str, status: str, calls: list[str]):
+    def run() -> StageReport:
+        calls.append(name)
+        return StageReport(stage=name, gate=GateResult(gate=name, status=status, reasons=[f"{name} {status}"]))
+    return run
+
+
+def test_stages_stop_at_the_first_failure_and_combine_into_one_gate():
+    calls: list[str] = []
+    reports = run_stages([stage("quality", "warn", calls), stage("performance", "fail", calls),
+                          stage("service", "pass", calls)])
+    assert calls == ["quality", "performance"]
+    gate = combine(reports)
+    assert gate.status == "fail" and gate.reasons == ["performance: performance fail", "quality: quality warn"]
+    calls.clear()
+    passed = combine(run_stages([stage(s, "pass", calls) for s in ("quality", "performance", "service")]))
+    assert passed.status == "pass" and len(passed.reasons) == 3 and calls == ["quality", "performance", "service"]
+
+
+# --- real models: shuffled labels never blessed, a better model is --------------------------------------------
+
+def holdout_predictions(encoded, labels: torch.Tensor, params) -> tuple[torch.nn.Module, np.ndarray]:
+    """A tiny model trained in-process on `labels`, and its predicted classes on the holdout."""
+    torch.manual_seed(0)
+    spec = model_spec(params)
+    model = build_model(spec["name"], encoded.layout, **spec["kwargs"])
+    model, _ = train_model(model, Split(encoded.train.features, labels), encoded.val, params)
+    holdout = encode_split(encoded.prepared.holdout, encoded.prepared.schema)
+    return model, predict_logits(model, holdout.features).argmax(1).numpy()
+
+
+@pytest.fixture(scope="module")
+def trained(encoded, tiny_train) -> dict:
+    prepared = encoded.prepared
+    shuffled = encoded.train.labels[torch.randperm(len(encoded.train.labels),
+                                                   generator=torch.Generator().manual_seed(0))]
+    good_model, good = holdout_predictions(encoded, encoded.train.labels, tiny_train.model_copy(update={"epochs": 12}))
+    _, noise = holdout_predictions(encoded, shuffled, tiny_train)
+    labels = encode_split(prepared.holdout, prepared.schema).labels.numpy()
+    baselines = fit_baselines(prepared.train, prepared.holdout, prepared.schema, BaselineParams(), balanced=True)
+    return {"labels": labels, "good": good, "noise": noise, "baselines": baselines, "model": good_model}
+
+
+def predictions(encoded, trained, candidate: str, champion: str | None) -> HoldoutPredictions:
+    return HoldoutPredictions(encoded.prepared.holdout, trained["labels"], trained[candidate],
+                              trained[champion] if champion else None, encoded.prepared.schema.classes)
+
+
+def test_a_candidate_trained_on_shuffled_labels_is_never_blessed(encoded, trained):
+    first = assess_quality(predictions(encoded, trained, "noise", None), RULES, baselines=trained["baselines"])
+    assert first.gate.status == "fail" and first.gate.reasons[0].startswith("worse than a few lines of scikit-learn")
+    # With the baseline gate off, the champion comparison alone refuses it.
+    against = assess_quality(predictions(encoded, trained, "noise", "good"), RULES, "1")
+    assert against.gate.status == "fail" and against.gate.reasons[0].startswith("regression beyond"), against.gate
+    assert against.details["gain"]["high"] < 0
+
+
+def test_a_better_candidate_is_blessed_and_claimed_better(encoded, trained):
+    report = assess_quality(predictions(encoded, trained, "good", "noise"), RULES, "1", baselines=trained["baselines"])
+    assert report.gate.status == "pass" and report.gate.reasons[0].startswith("better: f1_macro"), report.gate
+    assert report.details["gain"]["low"] > 0
+    assert report.details["slices"]["plan"]["slices"]   # the default slice column of the synthetic table
+
+
+def test_the_candidate_file_is_served_and_judged_in_the_real_service(encoded, trained, tmp_path):
+    from tasks.variants.exporters import export_onnx
+
+    schema = encoded.prepared.schema
+    path = tmp_path / "candidate.onnx"
+    export_onnx(trained["model"], schema, "legacy", path)
+    payloads, positions = request_rows(encoded.prepared.holdout, schema.feature_names, 40)
+    expected = [schema.classes[i] for i in trained["good"][positions]]
+    report = try_in_service(path, "bless-test", payloads, expected, SloParams(p99_ms=1000, bless_requests=40), 60)
+    assert report.gate.status == "pass", report.gate
+    assert report.details["answered"] == 40 and report.details["disagreements"] == 0
+    strict = judge_service(report.details, SloParams(p99_ms=report.details["p99_ms"] / 2))
+    assert strict.status == "fail" and "exceeds slo.p99_ms" in strict.reasons[0]
