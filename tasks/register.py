@@ -51,7 +51,8 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     tags.update(trigger or {})
     info = mlflow.onnx.log_model(onnx.load(blessing.candidate_path), name="model", registered_model_name=name,
                                  signature=raw_signature(schema), input_example=example,
-                                 onnx_execution_providers=["CPUExecutionProvider"])
+                                 onnx_execution_providers=["CPUExecutionProvider"],
+                                 save_as_external_data=False)   # one file, byte-identical to the candidate (its sha tag)
     version = str(info.registered_model_version)
     # The commit alone does not pin a model (`--set`, a retrain): the exact params and lock, and the data pushed.
     tags["lineage_files"] = ", ".join(log_lineage(Path(".")))

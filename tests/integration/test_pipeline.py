@@ -26,6 +26,12 @@ def test_first_run_registers_a_champion_with_lineage(tiny_pipeline):
     lock = (project.root / "dvc.lock").read_text()
     assert tags["dvc_train_md5"] and tags["dvc_train_md5"] in lock
     assert len(tags["artifact_sha256"]) == 64
+    served = project.python(  # the registered file is byte-identical to the blessed one: its tag can verify it
+        "import hashlib, tempfile\nfrom pathlib import Path\nfrom tasks.config import load_params\n"
+        "from tasks.core.registry import download_onnx, registry_client\n"
+        f"path = download_onnx(registry_client(load_params().tracking), '{MODEL}', '{registry['aliases']['champion']}', "
+        "Path(tempfile.mkdtemp()))\nprint(hashlib.sha256(path.read_bytes()).hexdigest())")
+    assert served.strip() == tags["artifact_sha256"]
     passport = project.python(
         "import mlflow\nfrom mlflow import MlflowClient\nmlflow.set_tracking_uri('sqlite:///mlflow/mlflow.db')\n"
         f"c = MlflowClient()\nv = c.get_model_version('{MODEL}', '{registry['aliases']['champion']}')\n"
