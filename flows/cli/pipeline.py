@@ -30,15 +30,22 @@ def run(params: Path = typer.Option(None, "--params", help=PARAMS_HELP),
     from tasks.ops.overrides import applied_overrides, resolve
     from tasks.ops.shutdown import Terminated
 
+    from tasks.ops.status import registry_changes, registry_snapshot
+
     started = time.perf_counter()
+    before = None
     try:
         raw, parsed = resolve(set_, params_file)
+        before = registry_snapshot(parsed)
         check_source(parsed.data, resolve_target(parsed.data, parsed.contract))
         with applied_overrides(raw):
             quiet_expected_tracebacks()
             summary = pipeline(params_file="params.yaml")
     except TorchshipError as exc:
-        fail(f"{exc}\nNothing was registered or promoted; params.yaml is as it was before this run.")
+        # Say what really happened to the registry: a failure after register leaves a version behind.
+        registry = (registry_changes(before, registry_snapshot(parsed)) if before is not None
+                    else "nothing ran, so nothing was registered or moved")
+        fail(f"{exc}\nRegistry: {registry}. params.yaml is as it was before this run.")
     except (KeyboardInterrupt, Terminated):
         err.print("stopped: params.yaml is as it was before this run.", highlight=False)
         raise

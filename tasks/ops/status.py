@@ -122,3 +122,37 @@ def rebaseline_version(params: Params, version: str, reason: str) -> Promotion:
     return Promotion(model_name=name, promoted=str(version), replaced=replaced, forced=False,
                      poll_seconds=params.serve.poll_seconds)
 
+
+
+class RegistrySnapshot(BaseModel):
+    """The versions and aliases of one registered model at a moment: a run's closing line compares two."""
+
+    model_name: str
+    versions: list[str] = []
+    aliases: dict[str, str] = {}
+
+
+def registry_snapshot(params: Params) -> RegistrySnapshot:
+    """What the registry holds now for the project's model (empty when it cannot be read: the line then says so)."""
+    name = params.data.registered_model_name()
+    try:
+        client = registry_client(params.tracking)
+        versions = [str(v.version) for v in client.search_model_versions(f"name='{name}'")]
+        return RegistrySnapshot(model_name=name, versions=versions, aliases=aliases(client, name))
+    except Exception:   # a store that cannot be opened: nothing to compare, never a second error
+        return RegistrySnapshot(model_name=name)
+
+
+def registry_changes(before: RegistrySnapshot, after: RegistrySnapshot) -> str:
+    """In words, what happened to the registry between two snapshots: versions created and aliases moved."""
+    created = sorted(set(after.versions) - set(before.versions), key=int)
+    moved = [f"{alias} {_held(before, alias)} → {_held(after, alias)}"
+             for alias in sorted(set(before.aliases) | set(after.aliases))
+             if before.aliases.get(alias) != after.aliases.get(alias)]
+    made = (f"registered {', '.join('v' + v for v in created)} of {after.model_name}" if created
+            else f"no version of {after.model_name} was registered")
+    return f"{made}; " + (f"aliases moved: {', '.join(moved)}" if moved else "aliases unchanged")
+
+
+def _held(snapshot: RegistrySnapshot, alias: str) -> str:
+    return f"v{snapshot.aliases[alias]}" if alias in snapshot.aliases else "none"

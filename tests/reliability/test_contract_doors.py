@@ -189,6 +189,7 @@ def test_bad_data_is_refused_through_the_cli_and_quarantined(contracted, case):
         assert (folder / "batch.csv").read_bytes() == path.read_bytes() and (folder / "reason.txt").exists()
         assert folder.name in said, "the message must say where the file was put"
         assert snapshot(project, MODEL) == before
+        assert "Registry: no version of batch was registered; aliases unchanged" in said   # the run's own model name
     finally:
         path.unlink()
 
