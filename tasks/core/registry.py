@@ -2,11 +2,13 @@
 service may use it; alias moves and tags live in `tasks.ops.registry`."""
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from pathlib import Path
 
 from tasks.config import TrackingParams
 from tasks.contract import Schema, schema_from_metadata
+from tasks.core.errors import TorchshipError
 from tasks.core.runtime import open_onnx
 
 CHAMPION, CHALLENGER = "champion", "challenger"
@@ -42,8 +44,6 @@ def aliases(client, name: str) -> dict[str, str]:
 def model_version(client, name: str, version: str | int):
     """One registered version, or an error saying how to see which exist."""
     from mlflow.exceptions import MlflowException
-
-    from tasks.core.errors import TorchshipError
 
     try:
         return client.get_model_version(name, str(version))
@@ -84,8 +84,28 @@ def download_onnx(client, name: str, version: str | int, destination: Path) -> P
                                    tracking_uri=client.tracking_uri)) / "model.onnx"
 
 
-def open_version(client, name: str, version: str | int, threads: int) -> tuple["object", Schema]:
-    """A registered version as an ONNX Runtime session and the schema it carries. Never unpickles: ONNX only."""
+class ArtifactRefused(TorchshipError):
+    """A version's ONNX bytes do not hash to its `artifact_sha256` tag (tampered or corrupted), or it has none."""
+
+
+def verified_onnx(client, name: str, version: str | int) -> bytes:
+    """A version's ONNX bytes, only if their sha256 is the one its `artifact_sha256` tag recorded at register
+    time: a file changed in the artifact store afterwards (or a version registered without the tag) is refused."""
+    expected = model_version(client, name, version).tags.get(SHA_TAG)
     with tempfile.TemporaryDirectory() as folder:
-        session = open_onnx(download_onnx(client, name, version, Path(folder)), threads)
+        payload = download_onnx(client, name, version, Path(folder)).read_bytes()
+    actual = hashlib.sha256(payload).hexdigest()
+    if expected is None:
+        raise ArtifactRefused(f"{name} v{version} has no {SHA_TAG} tag, so its artifact cannot be checked (torchship's "
+                              f"register step sets it; tag a hand-registered version with its model.onnx's sha256)")
+    if actual != expected:
+        raise ArtifactRefused(f"{name} v{version}: model.onnx has sha256 {actual[:12]}..., its {SHA_TAG} tag says "
+                              f"{expected[:12]}...: the artifact was changed after it was registered")
+    return payload
+
+
+def open_version(client, name: str, version: str | int, threads: int) -> tuple["object", Schema]:
+    """A registered version as an ONNX Runtime session and the schema it carries, from the verified bytes (what
+    was hashed is what is loaded). Never unpickles: ONNX only."""
+    session = open_onnx(verified_onnx(client, name, version), threads)
     return session, schema_from_metadata(session.get_modelmeta().custom_metadata_map)
