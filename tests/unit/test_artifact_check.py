@@ -67,3 +67,11 @@ def test_a_changed_artifact_is_refused(tmp_path):
 def test_a_version_without_the_tag_is_refused(tmp_path):
     with pytest.raises(ArtifactRefused, match=f"no {SHA_TAG} tag"):
         verified_onnx(Registry(stored(tmp_path, model_bytes()), {}), "m", 1)
+
+
+def test_an_artifact_that_is_no_onnx_file_is_refused(tmp_path):
+    payload = model_bytes()
+    folder = stored(tmp_path, payload)
+    (folder / "model.onnx").write_bytes(b"not a model")
+    with pytest.raises(ArtifactRefused, match="changed after it was registered"):
+        verified_onnx(Registry(folder, {SHA_TAG: hashlib.sha256(payload).hexdigest()}), "m", 1)
