@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -12,7 +14,8 @@ from pydantic import ValidationError
 from tasks.config import Params, ServeParams, load_params
 
 # The serve params a flag may override for one run (`--request-log ""` turns the log off, as the canary does).
-SERVE_FLAGS = ("host", "port", "challenger_share", "poll_seconds", "request_log")
+SERVE_FLAGS = ("host", "port", "challenger_share", "poll_seconds", "request_log", "workers")
+SETTINGS_ENV = "TORCHSHIP_SERVE_SETTINGS"   # serve.workers > 1: the settings each worker process builds its app from
 
 
 def parse_args(params: Params, argv: list[str] | None) -> argparse.Namespace:
@@ -42,6 +45,21 @@ def serve_params(serve: ServeParams, args: argparse.Namespace) -> ServeParams:
         raise SystemExit(f"python -m serving: invalid option: {exc}") from None
 
 
+def configure_logging() -> None:
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s")
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+
+
+def worker_app():
+    """The app of one worker process (uvicorn's factory when serve.workers > 1), from the parent's settings."""
+    from serving.app import create_app
+    from serving.service import ServiceSettings
+
+    configure_logging()
+    return create_app(ServiceSettings.from_json(os.environ[SETTINGS_ENV]))
+
+
 def main(argv: list[str] | None = None) -> None:
     params = load_params(os.environ.get("TORCHSHIP_PARAMS", "params.yaml"))
     args = parse_args(params, argv)
@@ -51,13 +69,24 @@ def main(argv: list[str] | None = None) -> None:
 
     from serving.app import create_app
     from serving.service import ServiceSettings
+    from serving.variants import SharedShare
 
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    configure_logging()
     settings = ServiceSettings(serve=serve, model_name=args.model_name, tracking=params.tracking, seed=args.seed,
                                shadow=args.shadow, model_file=args.model_file)
-    uvicorn.run(create_app(settings), host=serve.host, port=serve.port, log_level="warning")
+    # uvloop and httptools: the C event loop and HTTP parser (bench/results/serving.json); no access log (a line
+    # per request on the loop; the request log and metrics already account for every request).
+    server = {"host": serve.host, "port": serve.port, "log_level": "warning", "access_log": False, "loop": "uvloop",
+              "http": "httptools"}
+    if serve.workers == 1:
+        uvicorn.run(create_app(settings), **server)
+        return
+    # Each worker loads the models, polls the aliases and appends to the request log itself (the log's writes are
+    # locked across processes); the challenger share lives in a file they all map, so /admin/share moves them all.
+    with tempfile.TemporaryDirectory(prefix="torchship-serve-") as folder:
+        share = SharedShare.create(Path(folder) / "share", serve.challenger_share)
+        os.environ[SETTINGS_ENV] = replace(settings, share_file=share).to_json()
+        uvicorn.run("serving.__main__:worker_app", factory=True, workers=serve.workers, **server)
 
 
 if __name__ == "__main__":

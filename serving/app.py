@@ -1,7 +1,8 @@
 """The HTTP face of the service: /predict routes each request to the champion or (for a share) the
-challenger and names each served row by an id, /feedback takes true labels for those ids, /health and
-/metrics report, and token-guarded /admin endpoints reload or re-split traffic. The alias poller and the
-buffered logs run for the app's lifespan."""
+challenger and names each served row by an id (answered by serving/front.py, in front of this FastAPI app),
+/feedback takes true labels for those ids, /health (the process is up), /ready (a champion is loaded and
+warmed) and /metrics report, and token-guarded /admin endpoints reload or re-split traffic. The alias poller
+and the buffered logs run for the app's lifespan."""
 from __future__ import annotations
 
 import os
@@ -13,11 +14,14 @@ from fastapi import APIRouter, Body, Depends, FastAPI, Header, HTTPException, Qu
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from serving.service import FeedbackOff, RowsRefused, Service, ServiceSettings
+from serving.batching import MicroBatcher
+from serving.front import Front, new_request_id
+from serving.openapi import contract_openapi
+from serving.service import FeedbackOff, Service, ServiceSettings
+from serving.validation import BodyRefused, RowsRefused
 from serving.variants import NoChampion
 
 TOKEN_ENV = "TORCHSHIP_ADMIN_TOKEN"
-ROWS_SHAPE = "body must be {\"rows\": [{feature: value, ...}, ...]} with at least one row"
 LABELS_SHAPE = ("body must be {\"labels\": [{\"id\": <prediction id from /predict>, \"label\": <class>}, ...]} "
                 "with at least one label")
 
@@ -42,17 +46,21 @@ admin = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
 
 
 @routes.get("/health")
-def health(service: ServiceDep) -> dict:
+async def health(service: ServiceDep) -> dict:
+    """The process is up (200 even before a model is loaded; `status` says whether one is)."""
     return service.health()
 
 
-@routes.post("/predict")
-def predict(service: ServiceDep, body: Annotated[Any, Body()]) -> JSONResponse:
-    # A plain `def`: FastAPI runs it in its thread pool, so inference never blocks /health or /metrics.
-    rows = body.get("rows") if isinstance(body, dict) else None
-    if not isinstance(rows, list) or not rows:
-        raise HTTPException(422, ROWS_SHAPE)
-    return JSONResponse(service.predict(rows))
+@routes.get("/ready")
+async def ready(service: ServiceDep) -> JSONResponse:
+    """200 once a champion is loaded and warmed, 503 until then: what a balancer should route on."""
+    return JSONResponse(service.health(), status_code=200 if service.ready() else 503)
+
+
+@routes.post("/predict", include_in_schema=False)
+async def predict(service: ServiceDep, request: Request) -> Response:
+    """Reached only when this app is served without its Front (which answers /predict itself)."""
+    return Response(service.predict(await request.body(), new_request_id()), media_type="application/json")
 
 
 @routes.post("/feedback")
@@ -71,8 +79,8 @@ def metrics(service: ServiceDep) -> Response:
 
 @admin.post("/reload")
 def reload(service: ServiceDep) -> dict:
-    """Follow the aliases now instead of at the next poll."""
-    service.refresh()
+    """Follow the aliases now instead of at the next poll (and retry a version that failed to load)."""
+    service.refresh(retry_refused=True)
     return service.health()
 
 
@@ -87,6 +95,10 @@ async def rows_refused(request: Request, exc: RowsRefused) -> JSONResponse:
     return JSONResponse(status_code=422, content={"detail": exc.problems})
 
 
+async def body_refused(request: Request, exc: BodyRefused) -> JSONResponse:
+    return JSONResponse(status_code=exc.status, content={"detail": exc.detail})
+
+
 async def feedback_off(request: Request, exc: FeedbackOff) -> JSONResponse:
     return JSONResponse(status_code=409, content={"detail": str(exc)})
 
@@ -95,8 +107,9 @@ async def no_champion(request: Request, exc: NoChampion) -> JSONResponse:
     return JSONResponse(status_code=503, content={"detail": str(exc)})
 
 
-def create_app(settings: ServiceSettings, client=None) -> FastAPI:
-    """The app over one Service; nothing is opened until the app starts (its lifespan)."""
+def create_app(settings: ServiceSettings, client=None) -> Front:
+    """The app over one Service (/predict in front, the rest in FastAPI); nothing is opened until the app starts
+    (its lifespan)."""
     service = Service(settings, client)
 
     @asynccontextmanager
@@ -113,6 +126,10 @@ def create_app(settings: ServiceSettings, client=None) -> FastAPI:
     app.include_router(routes)
     app.include_router(admin)
     app.add_exception_handler(RowsRefused, rows_refused)
+    app.add_exception_handler(BodyRefused, body_refused)
     app.add_exception_handler(FeedbackOff, feedback_off)
     app.add_exception_handler(NoChampion, no_champion)
-    return app
+    app.openapi = contract_openapi(app, lambda: service.router.champion)
+    serve = settings.serve
+    batcher = MicroBatcher(serve.batch_max_rows, serve.batch_wait_ms / 1e3) if serve.batch else None
+    return Front(app, service, max_body_bytes=int(serve.max_body_mb * (1 << 20)), batcher=batcher)

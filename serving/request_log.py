@@ -2,6 +2,8 @@
 and the feedback file beside it. The line format lives in tasks/core/servelog.py."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import threading
@@ -25,6 +27,10 @@ class RequestLog:
     the active file when the file is larger than `rotate_bytes` or was opened more than `rotate_seconds`
     ago: the file is renamed to `<stem>-<UTC time>.jsonl` beside it and a fresh one is opened.
 
+    Several processes (serve.workers) may log to the same path: each write, and each rotation, happens under an
+    exclusive lock on `.<name>.lock` beside the file, and a process whose file was rotated by another one reopens
+    the fresh file before it writes (so lines never interleave and never go to a rotated file late).
+
     Guarantee: `close()` (a clean shutdown) writes every line appended before it. A crash of the process
     loses at most the lines appended in the last `flush_seconds`; written lines are handed to the OS but
     not fsynced, so a crash of the machine may lose what the OS had not yet put on disk. A write that
@@ -41,6 +47,7 @@ class RequestLog:
         self._buffer_lock = threading.Lock()   # held only to append or swap the buffer: never around I/O
         self._write_lock = threading.Lock()    # one writer at a time, so lines reach the file in append order
         self._handle: BinaryIO | None = None
+        self._lock_file: int | None = None   # the fd flock'ed around each write, across processes
         self._opened_at = 0.0
         self._accepting = False
         self._stopping = threading.Event()
@@ -52,7 +59,8 @@ class RequestLog:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._write_lock:
+        self._lock_file = os.open(self.path.with_name(f".{self.path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        with self._write_lock, self._across_processes():
             self._open_active()
         with self._buffer_lock:
             self._accepting = True
@@ -93,12 +101,40 @@ class RequestLog:
             if self._handle is not None:
                 self._handle.close()
                 self._handle = None
+            if self._lock_file is not None:
+                os.close(self._lock_file)
+                self._lock_file = None
 
     def _flush_periodically(self) -> None:
         while not self._stopping.wait(self.flush_seconds):
             self.flush()
 
+    @contextlib.contextmanager
+    def _across_processes(self):
+        if self._lock_file is None:
+            yield
+            return
+        fcntl.flock(self._lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+
     def _write(self, data: bytes) -> None:
+        with self._across_processes():
+            if self._handle is not None and self._rotated_by_another():
+                self._handle.close()
+                self._open_active()
+            self._write_locked(data)
+
+    def _rotated_by_another(self) -> bool:
+        """The path no longer names the file this process has open (another process renamed it away)."""
+        try:
+            return os.stat(self.path).st_ino != os.fstat(self._handle.fileno()).st_ino
+        except FileNotFoundError:
+            return True
+
+    def _write_locked(self, data: bytes) -> None:
         if self._handle is not None and self._rotation_due():
             try:
                 self._rotate()

@@ -6,23 +6,21 @@ import logging
 import random
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-import pandas as pd
+import numpy as np
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from serving.metrics import Metrics
 from serving.request_log import RequestLog
-from serving.validation import row_model, validate_rows
-from serving.variants import NoChampion, Router, Variant, load_variant
+from serving.validation import BodyRefused, Rows, RowsRefused, validate_rows
+from serving.variants import NoChampion, Router, SharedShare, Variant, file_variant, load_variant
 from tasks.config import ServeParams, TrackingParams
-from tasks.contract import schema_from_metadata
 from tasks.core.registry import CHALLENGER, CHAMPION, alias_version, registry_client
-from tasks.core.runtime import open_onnx
 from tasks.core.servelog import feedback_line, feedback_path, row_id, served_line
 
 log = logging.getLogger("torchship.serving")
@@ -41,11 +39,26 @@ class ServiceSettings:
     seed: int | None = None   # of the traffic split: a canary replays reproducibly
     shadow: bool = False      # also score each request with the other variant (canary analysis on paired rows)
     model_file: Path | None = None   # serve this ONNX file as the champion: no registry, poller or logs (bless)
+    share_file: Path | None = None   # serve.workers > 1: the challenger share every worker maps (SharedShare)
 
     @property
     def request_log(self) -> Path | None:
         """Where served rows go; an empty `serve.request_log` (or a model file) turns the log off."""
         return Path(self.serve.request_log) if self.serve.request_log and self.model_file is None else None
+
+    def to_json(self) -> str:
+        """These settings as JSON (handed to worker processes)."""
+        return orjson.dumps({"serve": self.serve.model_dump(), "model_name": self.model_name,
+                             "tracking": self.tracking.model_dump(), "seed": self.seed, "shadow": self.shadow,
+                             "model_file": str(self.model_file) if self.model_file else None,
+                             "share_file": str(self.share_file) if self.share_file else None}).decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> "ServiceSettings":
+        raw = orjson.loads(text)
+        paths = {k: Path(raw[k]) if raw[k] else None for k in ("model_file", "share_file")}
+        return cls(**{**raw, **paths, "serve": ServeParams.model_validate(raw["serve"]),
+                      "tracking": TrackingParams.model_validate(raw["tracking"])})
 
     def open_log(self, path: Path | None) -> RequestLog:
         """A buffered, rotated log on `path` with the `serve.log_*` settings."""
@@ -54,20 +67,14 @@ class ServiceSettings:
                           rotate_seconds=self.serve.log_rotate_hours * 3600.0)
 
 
-def file_variant(path: Path, threads: int) -> Variant:
-    """A local ONNX file (exported by torchship: it carries its schema) as the champion, version `file`."""
-    session = open_onnx(path, threads)
-    schema = schema_from_metadata(session.get_modelmeta().custom_metadata_map)
-    log.info("serving %s", path)
-    return Variant(alias=CHAMPION, version="file", schema=schema, session=session, row_type=row_model(schema))
+@dataclass(frozen=True)
+class Accepted:
+    """A request whose rows passed the answering variant's schema, not yet scored."""
 
-
-class RowsRefused(ValueError):
-    """Request rows that break the model's schema; `problems` name row, field and rule."""
-
-    def __init__(self, problems: list[dict]):
-        super().__init__(f"{len(problems)} problem(s) in the request rows")
-        self.problems = problems
+    variant: Variant
+    rows: Rows
+    body: bytes      # kept for the shadow variant, which parses it by its own schema
+    started: float   # perf_counter at arrival: served_ms and the latency metric
 
 
 class FeedbackRefused(RowsRefused):
@@ -95,16 +102,18 @@ class Service:
     def __init__(self, settings: ServiceSettings, client=None):
         self.settings = settings
         self.client = client   # made in start() unless given: opening an MLflow store is I/O
-        self.router = Router(share=settings.serve.challenger_share, rng=random.Random(settings.seed))
+        shared = SharedShare(settings.share_file) if settings.share_file else None
+        self.router = Router(settings.serve.challenger_share, random.Random(settings.seed), shared)
         self.metrics = Metrics()
         self.request_log = settings.open_log(settings.request_log)
         self.feedback_log = settings.open_log(feedback_path(settings.request_log) if settings.request_log else None)
+        self._refused: dict[str, str] = {}   # alias -> the version that failed to load: not retried each poll
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
 
     def start(self) -> None:
         if self.settings.model_file is not None:   # a file, not the registry: nothing to poll, nothing to log
-            self.router.champion = file_variant(self.settings.model_file, self.settings.serve.threads)
+            self.router.champion = file_variant(CHAMPION, self.settings.model_file, self.settings.serve.threads)
             return
         if self.client is None:
             self.client = registry_client(self.settings.tracking)
@@ -123,11 +132,14 @@ class Service:
         self.request_log.close()
         self.feedback_log.close()
 
-    def refresh(self) -> None:
-        """Load whatever the aliases point at now; a new version that fails to load is logged and the
-        current one keeps serving. A service on a model file has no aliases to follow."""
+    def refresh(self, retry_refused: bool = False) -> None:
+        """Load whatever the aliases point at now; a new version that fails to load (or whose artifact fails
+        its sha256 check) is logged and the current one keeps serving; polls do not retry it until its alias
+        moves, `retry_refused` (/admin/reload) does. A service on a model file has no aliases to follow."""
         if self.settings.model_file is not None:
             return
+        if retry_refused:
+            self._refused.clear()
         for alias in (CHAMPION, CHALLENGER):
             self._follow(alias)
 
@@ -138,14 +150,17 @@ class Service:
             if alias == CHALLENGER:  # the canary ended (promoted or rolled back): all traffic to the champion
                 self.router.challenger = None
             return
-        if current is not None and current.version == str(moved.version):
+        version = str(moved.version)
+        if (current is not None and current.version == version) or self._refused.get(alias) == version:
             return
         try:
-            variant = load_variant(self.client, self.settings.model_name, alias, str(moved.version),
-                                   self.settings.serve.threads)
-        except Exception as exc:  # a broken new version must not take the service down
-            log.error("could not load %s v%s, keeping the current one: %s", alias, moved.version, exc)
+            variant = load_variant(self.client, self.settings.model_name, alias, version, self.settings.serve.threads)
+        except Exception as exc:  # a broken or tampered new version must not take the service down
+            self._refused[alias] = version
+            kept = f"v{current.version} keeps serving" if current else f"no {alias} is served"
+            log.error("could not load %s v%s (%s): %s", alias, version, kept, exc)
             return
+        self._refused.pop(alias, None)
         setattr(self.router, alias, variant)
         self.metrics.version.labels(alias).set(int(variant.version))
         self.metrics.reloads.labels(alias).inc()
@@ -163,53 +178,72 @@ class Service:
     def set_share(self, share: float) -> None:
         self.router.share = share
 
+    def ready(self) -> bool:
+        """A champion is loaded (and so warmed: variants run once before they are swapped in)."""
+        return self.router.champion is not None
+
     def health(self) -> dict:
         champion, challenger = self.router.champion, self.router.challenger
         return {"status": "ok" if champion else "no-model", "model": self.settings.model_name,
                 "champion": champion.version if champion else None,
                 "challenger": challenger.version if challenger else None, "challenger_share": self.router.share}
 
-    def predict(self, rows: list[dict]) -> dict:
-        """Score rows with the variant the router picks (and, with `shadow`, the other one too); each row
-        gets an id (`<request_id>-<index>`) that feedback names. Raises RowsRefused naming row, field and
-        rule, or NoChampion."""
+    def accept(self, body: bytes) -> Accepted:
+        """Pick the variant, then parse and check the body against its schema. Raises BodyRefused, RowsRefused
+        (naming row, field and rule) or NoChampion."""
         started = time.perf_counter()
         variant = self.router.pick()
-        problems = validate_rows(variant.row_type, rows)
-        if problems:
-            self.metrics.requests.labels(variant.alias, variant.version, "invalid").inc()
-            raise RowsRefused(problems)
-        frame = pd.DataFrame(rows)
-        labels, probabilities = variant.predict(frame)
-        self.metrics.latency.labels(variant.alias).observe(time.perf_counter() - started)
-        self.metrics.requests.labels(variant.alias, variant.version, "ok").inc()
-        request_id, classes = uuid.uuid4().hex, variant.schema.classes
-        answer = {"request_id": request_id, "variant": variant.alias, "version": variant.version,
-                  "served_ms": (time.perf_counter() - started) * 1e3, "predictions": [
-                      {"id": row_id(request_id, i), "label": label, "probabilities": dict(zip(classes, map(float, p)))}
-                      for i, (label, p) in enumerate(zip(labels, probabilities))]}
-        self._log_served(request_id, variant, rows, labels, probabilities)
-        if self.settings.shadow:  # after served_ms and the latency metric: they measure the answering variant
-            self._score_shadow(answer, variant, frame)
-        return answer
+        try:
+            rows = variant.decoder.decode(body)
+        except (BodyRefused, RowsRefused):
+            self.metrics.counter(variant.alias, variant.version, "invalid").inc()
+            raise
+        return Accepted(variant, rows, body, started)
 
-    def _log_served(self, request_id: str, variant: Variant, rows: list[dict], labels: list[str],
-                    probabilities) -> None:
-        """One line per row, buffered: the request does not wait on the disk."""
+    def answer(self, accepted: Accepted, probabilities: np.ndarray, request_id: str) -> bytes:
+        """The /predict answer for scored rows (each row gets an id, `<request_id>-<index>`, that feedback names):
+        metered, logged, and (with `shadow`) the other variant's labels beside it. JSON bytes."""
+        variant = accepted.variant
         classes = variant.schema.classes
-        self.request_log.append("".join(
-            served_line(request_id, i, variant.alias, variant.version, row, label,
-                        {name: round(float(value), PROBABILITY_DIGITS) for name, value in zip(classes, p)})
-            for i, (row, label, p) in enumerate(zip(rows, labels, probabilities))))
+        labels = [classes[i] for i in probabilities.argmax(1)]
+        served_ms = (time.perf_counter() - accepted.started) * 1e3
+        self.metrics.latency_of(variant.alias).observe(served_ms / 1e3)
+        self.metrics.counter(variant.alias, variant.version, "ok").inc()
+        answer = {"request_id": request_id, "variant": variant.alias, "version": variant.version,
+                  "served_ms": served_ms, "predictions": [
+                      {"id": row_id(request_id, i), "label": label, "probabilities": dict(zip(classes, p))}
+                      for i, (label, p) in enumerate(zip(labels, probabilities.tolist()))]}
+        if self.request_log.path is not None:
+            self._log_served(request_id, accepted, labels, probabilities)
+        if self.settings.shadow:  # after served_ms and the latency metric: they measure the answering variant
+            self._score_shadow(answer, accepted)
+        return orjson.dumps(answer)
 
-    def _score_shadow(self, answer: dict, variant: Variant, frame: pd.DataFrame) -> None:
-        shadow = self.router.other(variant)
+    def predict(self, body: bytes, request_id: str) -> bytes:
+        """accept, score and answer one request in the calling thread."""
+        accepted = self.accept(body)
+        return self.answer(accepted, accepted.variant.score(accepted.rows), request_id)
+
+    def _log_served(self, request_id: str, accepted: Accepted, labels: list[str], probabilities: np.ndarray) -> None:
+        """One line per row, buffered: the request does not wait on the disk."""
+        variant, ts = accepted.variant, time.time()
+        rounded = np.round(probabilities.astype(np.float64), PROBABILITY_DIGITS).tolist()
+        classes, features = variant.schema.classes, variant.decoder.features
+        self.request_log.append("".join(
+            served_line(request_id, i, variant.alias, variant.version, features(accepted.rows, i), label,
+                        dict(zip(classes, p)), ts=ts)
+            for i, (label, p) in enumerate(zip(labels, rounded))))
+
+    def _score_shadow(self, answer: dict, accepted: Accepted) -> None:
+        shadow = self.router.other(accepted.variant)
         if shadow is None:
             return
-        try:
-            answer["shadow"] = {"variant": shadow.alias, "version": shadow.version, "labels": shadow.predict(frame)[0]}
+        try:   # the body again, by the shadow's own schema
+            probabilities = shadow.score(shadow.decoder.decode(accepted.body))
+            answer["shadow"] = {"variant": shadow.alias, "version": shadow.version,
+                                "labels": [shadow.schema.classes[i] for i in probabilities.argmax(1)]}
         except Exception as exc:  # a failing shadow must never fail the answer
-            self.metrics.requests.labels(shadow.alias, shadow.version, "shadow-error").inc()
+            self.metrics.counter(shadow.alias, shadow.version, "shadow-error").inc()
             log.error("shadow %s v%s failed: %s", shadow.alias, shadow.version, exc)
 
     def feedback(self, items: list) -> dict:

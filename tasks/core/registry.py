@@ -2,11 +2,14 @@
 service may use it; alias moves and tags live in `tasks.ops.registry`."""
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import tempfile
 from pathlib import Path
 
 from tasks.config import TrackingParams
 from tasks.contract import Schema, schema_from_metadata
+from tasks.core.errors import TorchshipError
 from tasks.core.runtime import open_onnx
 
 CHAMPION, CHALLENGER = "champion", "challenger"
@@ -42,8 +45,6 @@ def aliases(client, name: str) -> dict[str, str]:
 def model_version(client, name: str, version: str | int):
     """One registered version, or an error saying how to see which exist."""
     from mlflow.exceptions import MlflowException
-
-    from tasks.core.errors import TorchshipError
 
     try:
         return client.get_model_version(name, str(version))
@@ -84,8 +85,53 @@ def download_onnx(client, name: str, version: str | int, destination: Path) -> P
                                    tracking_uri=client.tracking_uri)) / "model.onnx"
 
 
-def open_version(client, name: str, version: str | int, threads: int) -> tuple["object", Schema]:
-    """A registered version as an ONNX Runtime session and the schema it carries. Never unpickles: ONNX only."""
+class ArtifactRefused(TorchshipError):
+    """A version's ONNX bytes do not hash to its `artifact_sha256` tag (tampered or corrupted), or it has none."""
+
+
+def inline_external_data(path: Path) -> bytes:
+    """A model saved with its tensors in side files, as the one file it was before (the bytes register hashed):
+    the tensors loaded back inline and their data_location mark cleared (onnx sets it when it loads them)."""
+    import onnx
+
+    model = onnx.load(str(path))
+
+    def tensors(graph):
+        yield from graph.initializer
+        for node in graph.node:
+            for attribute in node.attribute:
+                if attribute.HasField("t"):
+                    yield attribute.t
+                for sub in [attribute.g] * attribute.HasField("g") + list(attribute.graphs):
+                    yield from tensors(sub)
+
+    for tensor in tensors(model.graph):
+        tensor.ClearField("data_location")
+    return model.SerializeToString()
+
+
+def verified_onnx(client, name: str, version: str | int) -> bytes:
+    """A version's ONNX bytes, only if their sha256 is the one its `artifact_sha256` tag recorded at register
+    time: a file changed in the artifact store afterwards (or a version registered without the tag) is refused."""
+    expected = model_version(client, name, version).tags.get(SHA_TAG)
     with tempfile.TemporaryDirectory() as folder:
-        session = open_onnx(download_onnx(client, name, version, Path(folder)), threads)
+        path = download_onnx(client, name, version, Path(folder))
+        payload = path.read_bytes()
+        if hashlib.sha256(payload).hexdigest() != expected:   # logged with MLflow's default: weights in a side file?
+            with contextlib.suppress(Exception):   # not even an ONNX file: refused below as it is
+                payload = inline_external_data(path)
+    actual = hashlib.sha256(payload).hexdigest()
+    if expected is None:
+        raise ArtifactRefused(f"{name} v{version} has no {SHA_TAG} tag, so its artifact cannot be checked (torchship's "
+                              f"register step sets it; tag a hand-registered version with its model.onnx's sha256)")
+    if actual != expected:
+        raise ArtifactRefused(f"{name} v{version}: model.onnx has sha256 {actual[:12]}..., its {SHA_TAG} tag says "
+                              f"{expected[:12]}...: the artifact was changed after it was registered")
+    return payload
+
+
+def open_version(client, name: str, version: str | int, threads: int) -> tuple["object", Schema]:
+    """A registered version as an ONNX Runtime session and the schema it carries, from the verified bytes (what
+    was hashed is what is loaded). Never unpickles: ONNX only."""
+    session = open_onnx(verified_onnx(client, name, version), threads)
     return session, schema_from_metadata(session.get_modelmeta().custom_metadata_map)

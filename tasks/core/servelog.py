@@ -6,15 +6,18 @@ the retrain read it (tasks/monitoring/window.py). Two kinds of JSON lines, in fi
    "version": "3", "prediction": "yes", "probabilities": {"no": 0.8, "yes": 0.2}, "features": {...}}
 - feedback labels, in `feedback.jsonl` beside them: {"ts": ..., "id": "<row id>", "label": "yes"}
 
-A row id names one served row; `POST /feedback` and the monitor join on it."""
+A row id names one served row; `POST /feedback` and the monitor join on it. Lines are compact JSON (orjson:
+written on the service's request path, so a few microseconds a row matter); any JSON reader reads them."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
+import orjson
+
 FEEDBACK_FILE = "feedback.jsonl"
 ROTATED_GLOB = "-*.jsonl"
+LINE = orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY   # numpy scalars as numbers, NaN as null
 
 
 def row_id(request_id: str, index: int) -> str:
@@ -23,13 +26,15 @@ def row_id(request_id: str, index: int) -> str:
 
 def served_line(request_id: str, index: int, variant: str, version: str, features: dict, prediction: str,
                 probabilities: dict[str, float], ts: float | None = None) -> str:
-    return json.dumps({"ts": time.time() if ts is None else ts, "id": row_id(request_id, index),
-                       "request_id": request_id, "variant": variant, "version": version, "prediction": prediction,
-                       "probabilities": probabilities, "features": features}) + "\n"
+    return orjson.dumps({"ts": time.time() if ts is None else ts, "id": row_id(request_id, index),
+                         "request_id": request_id, "variant": variant, "version": version, "prediction": prediction,
+                         "probabilities": probabilities, "features": features},
+                        option=LINE).decode()
 
 
 def feedback_line(row: str, label: str, ts: float | None = None) -> str:
-    return json.dumps({"ts": time.time() if ts is None else ts, "id": row, "label": label}) + "\n"
+    return orjson.dumps({"ts": time.time() if ts is None else ts, "id": row, "label": label},
+                        option=LINE).decode()
 
 
 def feedback_path(request_log: Path) -> Path:

@@ -79,16 +79,26 @@ def champion_bytes(model: str) -> str:
     return f"onnx.load(mlflow.artifacts.download_artifacts('models:/{model}@champion') + '/model.onnx')"
 
 
-def promote_by_hand(project, model: str, model_code: str) -> str:
-    """In another process, as a reviewer in the MLflow UI would: register an ONNX model as a new version and
-    move `champion` to it. `model_code` is a Python expression giving an onnx.ModelProto. Returns the version."""
+def register_by_hand(project, model: str, model_code: str, alias: str | None = "champion") -> str:
+    """In another process, as a reviewer in the MLflow UI would: register an ONNX model as a new version (one file,
+    tagged with its sha256, as torchship's register step does: the service checks the artifact against the tag
+    before it loads it) and move `alias` to it (None: no alias). `model_code` is a Python expression giving an
+    onnx.ModelProto. Returns the version."""
+    move = f"c.set_registered_model_alias('{model}', '{alias}', v)\n" if alias else ""
     return project.python(
-        "import mlflow, onnx\nfrom mlflow import MlflowClient\n"
-        "mlflow.set_tracking_uri('sqlite:///mlflow/mlflow.db')\nmlflow.set_experiment('torchship')\n"
-        f"info = mlflow.onnx.log_model({model_code}, name='model', registered_model_name='{model}')\n"
-        f"MlflowClient().set_registered_model_alias('{model}', 'champion', info.registered_model_version)\n"
-        "print(info.registered_model_version)\n").strip().splitlines()[-1]
+        "import hashlib, mlflow, onnx\nfrom mlflow import MlflowClient\n"
+        "mlflow.set_tracking_uri('sqlite:///mlflow/mlflow.db')\nmlflow.set_experiment('torchship')\nc = MlflowClient()\n"
+        f"model = {model_code}\nsha = hashlib.sha256(model.SerializeToString()).hexdigest()\n"
+        f"info = mlflow.onnx.log_model(model, name='model', registered_model_name='{model}', save_as_external_data=False)\n"
+        "v = info.registered_model_version\n"
+        f"c.set_model_version_tag('{model}', v, 'artifact_sha256', sha)\n"
+        + move + "print(v)\n").strip().splitlines()[-1]
 
 
-__all__ = ["GUARDED_FILES", "champion_bytes", "free_port", "holdout_rows", "promote_by_hand", "snapshot",
+def promote_by_hand(project, model: str, model_code: str) -> str:
+    """register_by_hand and move `champion` to the new version."""
+    return register_by_hand(project, model, model_code, alias="champion")
+
+
+__all__ = ["GUARDED_FILES", "champion_bytes", "free_port", "holdout_rows", "promote_by_hand", "register_by_hand", "snapshot",
            "workspace_restored"]

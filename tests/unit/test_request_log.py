@@ -178,3 +178,20 @@ def test_lines_appended_before_open_or_after_close_are_dropped(tmp_path):
     request_log.append(line(1))
     request_log.flush()
     assert request_log.path.read_text() == ""
+
+
+def test_workers_logging_to_one_path_lose_no_line_and_follow_each_others_rotations(opened):
+    """Two logs on one path (as two serve.workers processes have: separate file descriptions, so separate locks):
+    every line lands once and whole, in the file that was active when it was written."""
+    size = len(line(0))
+    workers = [opened(rotate_bytes=3 * size - 1), opened(rotate_bytes=3 * size - 1)]
+    for index in range(12):
+        workers[index % 2].append(line(index, request_id=f"w{index % 2}"))
+        workers[index % 2].flush()
+    for request_log in workers:
+        request_log.close()
+    files = served_files(workers[0].path)
+    ids = [[entry["id"] for entry in logged(path)] for path in files]
+    assert sorted(i for names in ids for i in names) == sorted(f"w{i % 2}-{i}" for i in range(12))
+    assert all(len(names) <= 3 for names in ids) and len(files) == 4   # rotated after every 3 lines, by either
+    assert [i for names in ids for i in names] == [f"w{i % 2}-{i}" for i in range(12)]   # in write order

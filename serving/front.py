@@ -1,0 +1,125 @@
+"""The service's outermost ASGI layer: `POST /predict` is answered here, on the event loop, without FastAPI's
+routing, dependency solving and JSON round trips (the model runs in microseconds: the rest of the request has
+to as well); every other request goes on to the FastAPI app. Every answer carries an `x-request-id` header
+(on /predict it is also the answer's `request_id`, the stem of its row ids).
+
+Bodies are bounded: a `content-length` over `max_body_bytes` is refused before it is read, a body that grows
+past it while read is cut off; both get 413. Large bodies (over INLINE_BODY_BYTES) are parsed and scored in the
+thread pool, so one big batch does not hold up every other request on the loop."""
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Awaitable, Callable
+
+import orjson
+from starlette.concurrency import run_in_threadpool
+
+from serving.batching import MicroBatcher
+from serving.service import Service
+from serving.validation import BodyRefused, RowsRefused
+from serving.variants import NoChampion
+
+log = logging.getLogger("torchship.serving")
+INLINE_BODY_BYTES = 64 << 10   # ~40 rows of 64 numeric columns: bigger bodies leave the loop
+JSON_HEADERS = [(b"content-type", b"application/json")]
+Send = Callable[[dict], Awaitable[None]]
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class ClientGone(Exception):
+    """The client disconnected before its body was read: nobody is left to answer."""
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+async def respond(send: Send, status: int, body: bytes, request_id: str) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*JSON_HEADERS, (b"content-length", str(len(body)).encode()),
+                            (b"x-request-id", request_id.encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def read_body(scope: dict, receive, limit: int) -> bytes:
+    """The whole request body, or BodyTooLarge as soon as it is known to exceed `limit` bytes."""
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise BodyTooLarge
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class Front:
+    """ASGI: /predict here, the rest to `app` (lifespan included); an `x-request-id` on every answer."""
+
+    def __init__(self, app, service: Service, max_body_bytes: int, batcher: MicroBatcher | None = None):
+        self.app = app
+        self.state = app.state   # what tests and tools reach through the outermost app
+        self.service = service
+        self.max_body_bytes = max_body_bytes
+        self.batcher = batcher
+
+    async def __call__(self, scope: dict, receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+        elif scope["path"] == "/predict" and scope["method"] == "POST":
+            await self.predict(scope, receive, send)
+        else:
+            await self.app(scope, receive, self._with_request_id(send, new_request_id().encode()))
+
+    @staticmethod
+    def _with_request_id(send: Send, request_id: bytes) -> Send:
+        async def send_with_id(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), (b"x-request-id", request_id)]
+            await send(message)
+
+        return send_with_id
+
+    async def predict(self, scope: dict, receive, send: Send) -> None:
+        request_id = new_request_id()
+        try:
+            body = await read_body(scope, receive, self.max_body_bytes)
+            if len(body) > INLINE_BODY_BYTES:
+                answer = await run_in_threadpool(self.service.predict, body, request_id)
+            elif self.batcher is not None:
+                accepted = self.service.accept(body)
+                probabilities = await self.batcher.score(accepted.variant, accepted.rows)
+                answer = self.service.answer(accepted, probabilities, request_id)
+            else:
+                answer = self.service.predict(body, request_id)
+        except RowsRefused as exc:
+            return await self.refuse(send, 422, exc.problems, request_id)
+        except BodyRefused as exc:
+            return await self.refuse(send, exc.status, exc.detail, request_id)
+        except BodyTooLarge:
+            self.service.metrics.counter("-", "-", "too-large").inc()
+            return await self.refuse(send, 413, f"body over serve.max_body_mb ({self.max_body_bytes} bytes)",
+                                     request_id)
+        except NoChampion as exc:
+            return await self.refuse(send, 503, str(exc), request_id)
+        except ClientGone:
+            return
+        except Exception:   # a bug, not the client's fault: say so, with the id to find it in the log
+            log.exception("request %s failed", request_id)
+            return await self.refuse(send, 500, "internal error", request_id)
+        await respond(send, 200, answer, request_id)
+
+    @staticmethod
+    async def refuse(send: Send, status: int, detail, request_id: str) -> None:
+        await respond(send, status, orjson.dumps({"detail": detail, "request_id": request_id}), request_id)

@@ -1,0 +1,145 @@
+"""serving/front.py and the app in memory (FastAPI's TestClient, lifespan included) on a small composed graph
+served as a model file: bad bodies get a 4xx that says what is wrong (never a 5xx), every answer carries a
+request id, /ready is not /health, /predict's OpenAPI comes from the model's contract, and micro-batching
+answers as scoring alone does."""
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from serving.app import create_app
+from serving.service import ServiceSettings
+from tasks.config import ServeParams, TrackingParams
+from tasks.contract import Feature, Schema
+from tasks.variants.preprocess import compose_raw_model
+
+with warnings.catch_warnings():  # starlette 1.x asks for httpx2 behind its TestClient; httpx still works
+    warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+    from fastapi.testclient import TestClient
+
+SCHEMA = Schema(source="t", target="y", classes=["no", "yes"], features=[
+    Feature(name="customer age", kind="numeric", min=18, max=90),
+    Feature(name="tenure", kind="numeric", nullable=False),
+    Feature(name="plan", kind="categorical", categories=["basic", "premium"], closed_categories=True),
+    Feature(name="region", kind="categorical", categories=["north", "south"]),
+])
+ROW = {"customer age": 40, "tenure": 3.5, "plan": "basic", "region": "north"}
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    """A composed raw-input graph over a linear model of the 4 encoded columns."""
+    weights = numpy_helper.from_array(np.array([[0.05, -0.05], [0.1, -0.1], [0.3, 0.0], [0.0, 0.2]], np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["logits"])], "linear",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 2])],
+                              initializer=[weights])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+    helper.set_model_props(model, {"torchship.schema": SCHEMA.model_dump_json()})
+    path = tmp_path_factory.mktemp("model") / "model.onnx"
+    onnx.save(compose_raw_model(model, SCHEMA), path)
+    return path
+
+
+def client_for(model_file, **serve) -> TestClient:
+    settings = ServiceSettings(serve=ServeParams(request_log="", **serve), model_name="m", tracking=TrackingParams(),
+                               model_file=model_file)
+    return TestClient(create_app(settings))
+
+
+@pytest.fixture(scope="module")
+def client(model_file):
+    with client_for(model_file, max_body_mb=0.01) as client:
+        yield client
+
+
+def test_an_answer_carries_its_request_id_in_body_header_and_row_ids(client):
+    response = client.post("/predict", json={"rows": [ROW, ROW]})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert response.headers["x-request-id"] == body["request_id"] and len(body["request_id"]) == 32
+    assert [p["id"] for p in body["predictions"]] == [f"{body['request_id']}-{i}" for i in range(2)]
+    for path in ("/health", "/ready", "/metrics", "/openapi.json"):
+        assert len(client.get(path).headers["x-request-id"]) == 32, path
+    refused = client.post("/predict", content=b"{")
+    assert refused.headers["x-request-id"] == refused.json()["request_id"]
+
+
+@pytest.mark.parametrize("body,status,said", [
+    (b'{"rows": [{"customer age": 40', 400, "not valid JSON"),
+    (b"\xff", 400, "not valid JSON"),
+    (b'{"rows": []}', 422, '{"rows": ['),
+    (b'[{"tenure": 1}]', 422, '{"rows": ['),
+    (json.dumps({"rows": [{**ROW, "tenure": "3"}]}).encode(), 422, "tenure float_type"),
+    (json.dumps({"rows": [{k: v for k, v in ROW.items() if k != "tenure"}]}).encode(), 422, "tenure missing"),
+    (json.dumps({"rows": [{**ROW, "tenure": float("nan")}]}).encode(), 422, "tenure finite_number"),
+    (json.dumps({"rows": [{**ROW, "customer age": float("inf")}]}).encode(), 422, "customer age finite_number"),
+    (json.dumps({"rows": [ROW, {**ROW, "customer age": 1e999}]}).encode(), 422, "customer age finite_number"),
+    (json.dumps({"rows": [{**ROW, "plan": "gold"}]}).encode(), 422, "plan literal_error"),
+    (json.dumps({"rows": [{**ROW, "customer age": 91}]}).encode(), 422, "customer age less_than_equal"),
+])
+def test_a_bad_body_gets_a_4xx_that_says_what_is_wrong(client, body, status, said):
+    response = client.post("/predict", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == status, response.text
+    detail = response.json()["detail"]
+    text = detail if isinstance(detail, str) else " ".join(f"{p['field']} {p['rule']}" for p in detail)
+    assert said in text, detail
+
+
+def test_a_body_over_the_limit_gets_413_whether_its_length_is_declared_or_not(client):
+    big = json.dumps({"rows": [ROW] * 400}).encode()   # ~30 KB over the 10 KB limit
+    assert client.post("/predict", content=big).status_code == 413
+    chunked = client.post("/predict", content=(big[i:i + 4096] for i in range(0, len(big), 4096)))
+    assert chunked.status_code == 413 and "max_body_mb" in chunked.json()["detail"]
+    assert client.post("/predict", json={"rows": [ROW] * 20}).status_code == 200   # under it: served
+
+
+def test_health_is_the_process_and_ready_is_a_warmed_champion(client):
+    assert client.get("/health").status_code == 200 and client.get("/ready").status_code == 200
+    service = client.app.state.service
+    champion, service.router.champion = service.router.champion, None
+    try:
+        assert client.get("/health").status_code == 200 and client.get("/ready").status_code == 503
+        assert client.post("/predict", json={"rows": [ROW]}).status_code == 503
+    finally:
+        service.router.champion = champion
+
+
+def test_predict_openapi_is_generated_from_the_contract_and_follows_the_champion(client, model_file):
+    operation = client.get("/openapi.json").json()["paths"]["/predict"]["post"]
+    row = operation["requestBody"]["content"]["application/json"]["schema"]["properties"]["rows"]["items"]
+    assert set(row["properties"]) == set(ROW) and set(row["required"]) == set(ROW)
+    age = row["properties"]["customer age"]["anyOf"][0]
+    assert (age["minimum"], age["maximum"]) == (18, 90)
+    assert row["properties"]["plan"]["anyOf"][0]["enum"] == ["basic", "premium"]
+    answer = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer["properties"]["predictions"]["items"]["properties"]["label"]["enum"] == ["no", "yes"]
+    assert {"400", "413", "422", "503"} <= set(operation["responses"])
+    service = client.app.state.service
+    champion, service.router.champion = service.router.champion, None
+    try:   # another champion (here: none) -> another document
+        assert "no champion" in client.get("/openapi.json").json()["paths"]["/predict"]["post"]["description"]
+    finally:
+        service.router.champion = champion
+
+
+def test_micro_batching_answers_as_scoring_alone(client, model_file):
+    rows = [ROW, {**ROW, "customer age": 61, "region": 7}, {**ROW, "plan": " premium "}]
+    alone = [p["probabilities"]["yes"] for p in client.post("/predict", json={"rows": rows}).json()["predictions"]]
+    with client_for(model_file, batch=True, batch_max_rows=2) as batched:
+        answers = [batched.post("/predict", json={"rows": [row]}).json() for row in rows]
+    assert [a["predictions"][0]["probabilities"]["yes"] for a in answers] == pytest.approx(alone, abs=1e-7)
+
+
+def test_the_challenger_share_set_on_one_worker_moves_every_worker(tmp_path):
+    from serving.variants import Router, SharedShare
+
+    path = SharedShare.create(tmp_path / "share", 0.1)
+    first, second = Router(0.1, shared=SharedShare(path)), Router(0.1, shared=SharedShare(path))
+    first.share = 0.75
+    assert second.share == 0.75 and Router(0.1).share == 0.1
