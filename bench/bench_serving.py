@@ -78,10 +78,18 @@ def prepare(table: str, folder: Path, tiny: bool) -> Path:
 
 
 def refreshed(root: Path) -> Path:
-    """A project prepared before, with this working tree's code (the service runs the project's own copy)."""
+    """A project prepared before, with this working tree's code and `serve` params (the service runs the project's
+    own copy; nothing the pipeline made depends on them)."""
+    from ruamel.yaml import YAML
+
     for package in ("serving", "tasks", "models"):
         shutil.copytree(ROOT / package, root / package, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
+    yaml = YAML()
+    params = yaml.load((root / "params.yaml").read_text())
+    params["serve"] = yaml.load((ROOT / "params.yaml").read_text())["serve"]
+    with (root / "params.yaml").open("w") as handle:
+        yaml.dump(params, handle)
     return root
 
 
@@ -130,6 +138,14 @@ def worker_rss(pid: int, port: int) -> float:
     return max(sizes) / 2**20
 
 
+def tree_rss(pid: int) -> float:
+    """MiB resident of every process in `pid`'s tree (MLflow's CLI parent, torchship's registry watcher)."""
+    import psutil
+
+    parent = psutil.Process(pid)
+    return sum(proc.memory_info().rss for proc in [parent, *parent.children(recursive=True)]) / 2**20
+
+
 def wrk(url: str, body: str, seconds: float, folder: Path) -> dict:
     script = folder / "post.lua"
     script.write_text(WRK_SCRIPT % body)
@@ -160,12 +176,13 @@ def measure(server: str, root: Path, champ: tuple, seconds: float, folder: Path)
         wrk(url + path, body, WARM_S, folder)
         figures = wrk(url + path, body, seconds, folder)
         figures["rss_mib"] = worker_rss(child.process.pid, port)
+        figures["tree_rss_mib"] = tree_rss(child.process.pid)
     return figures
 
 
 def summarize(rounds: list[dict]) -> dict:
     """Median over rounds of each figure; errors summed."""
-    keys = ("requests_per_s", "p50_us", "p99_us", "rss_mib")
+    keys = ("requests_per_s", "p50_us", "p99_us", "rss_mib", "tree_rss_mib")
     out = {k: round(statistics.median(r[k] for r in rounds), 1) for k in keys}
     out["errors"] = sum(r["non2xx"] + r["socket_errors"] for r in rounds)
     out["requests"] = sum(r["requests"] for r in rounds)
@@ -183,7 +200,8 @@ def run_table(table: str, root: Path, rounds: int, seconds: float) -> dict:
                 results[server].append(figures)
                 print(f"{table} round {i + 1}/{rounds} {server:9s}: {figures['requests_per_s']:8.0f} req/s  p50 "
                       f"{figures['p50_us'] / 1e3:6.2f} ms  p99 {figures['p99_us'] / 1e3:6.2f} ms  rss "
-                      f"{figures['rss_mib']:.0f} MiB  errors {figures['non2xx'] + figures['socket_errors']}", flush=True)
+                      f"{figures['rss_mib']:.0f} MiB (all {figures['tree_rss_mib']:.0f})  errors "
+                      f"{figures['non2xx'] + figures['socket_errors']}", flush=True)
     return {"model": f"{champ[0]} v{champ[1]}", "columns": len(champ[3]),
             "payload_bytes": len(payload("torchship", champ[3])),
             **{server: summarize(results[server]) for server in SERVERS}, "rounds": results}

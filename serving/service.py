@@ -22,7 +22,7 @@ from serving.variants import NoChampion, Router, SharedShare, Variant, bytes_var
 from serving.watcher import RegistryWatcher
 from tasks.config import ServeParams, TrackingParams
 from tasks.core.registry import CHALLENGER, CHAMPION
-from tasks.core.servelog import feedback_line, feedback_path, row_id, served_line
+from tasks.core.servelog import feedback_line, feedback_path, row_id, served_bytes
 
 log = logging.getLogger("torchship.serving")
 STOP_TIMEOUT_S = 10.0   # how long shutdown waits for the watcher (it may be downloading a version)
@@ -227,9 +227,9 @@ class Service:
         variant, ts = accepted.variant, time.time()
         rounded = np.round(probabilities.astype(np.float64), PROBABILITY_DIGITS).tolist()
         classes, features = variant.schema.classes, variant.decoder.features
-        self.request_log.append("".join(
-            served_line(request_id, i, variant.alias, variant.version, features(accepted.rows, i), label,
-                        dict(zip(classes, p)), ts=ts)
+        self.request_log.append(b"".join(
+            served_bytes(request_id, i, variant.alias, variant.version, features(accepted.rows, i), label,
+                         dict(zip(classes, p)), ts=ts)
             for i, (label, p) in enumerate(zip(labels, rounded))))
 
     def _score_shadow(self, answer: dict, accepted: Accepted) -> None:
