@@ -29,6 +29,7 @@ test-fast: install
 
 # Every bench but the per-table accuracy one (below: 15 pipeline runs).
 bench: install
+	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null 2>&1 || echo "wrk could not be installed: bench/bench_serving.py needs it"
 	for script in bench/bench_*.py; do [ $$script = bench/bench_tables.py ] || $(PY) $$script || exit 1; done
 	$(PY) bench/render_table.py
 

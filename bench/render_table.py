@@ -65,6 +65,20 @@ def render_per_table(result: dict) -> list[str]:
     return lines
 
 
+def render_serving(result: dict) -> list[str]:
+    """A result with figures.serving_tables (bench/bench_serving.py): the three servers side by side per table."""
+    lines = ["", f"**{result['title']}** ({result['measured_at'][:10]}, {result['machine']['cores']} cores; "
+                 f"goal: {result['goal']}). Medians over rounds.", "",
+             "| table | server | requests/s | p50 ms | p99 ms | RSS MiB: worker (all processes) | errors |",
+             "|---|---|---|---|---|---|---|"]
+    for table, servers in result["figures"]["serving_tables"].items():
+        for server, f in servers.items():
+            lines.append(f"| {table} | {server} | {f['requests_per_s']:,.0f} | {f['p50_us'] / 1e3:.2f} | "
+                         f"{f['p99_us'] / 1e3:.2f} | {f['rss_mib']:.0f} ({f.get('tree_rss_mib', f['rss_mib']):.0f}) | "
+                         f"{f['errors']} |")
+    return lines
+
+
 def render(results: list[dict]) -> str:
     lines = [START, "", "| benchmark | torchship | baseline (same run) | ratio | goal | met | measured |",
              "|---|---|---|---|---|---|---|"]
@@ -75,6 +89,8 @@ def render(results: list[dict]) -> str:
     for r in sorted(results, key=lambda r: r["name"]):
         if "per_table" in r["figures"]:
             lines += render_per_table(r)
+        if "serving_tables" in r["figures"]:
+            lines += render_serving(r)
     notes = [f"- *{r['title']}*: {r['notes']}" for r in sorted(results, key=lambda r: r["name"]) if r.get("notes")]
     lines += ["", "Rendered by `python bench/render_table.py` from `bench/results/*.json`; rerun all with `make bench`.",
               *notes, "", END]

@@ -107,14 +107,14 @@ async def no_champion(request: Request, exc: NoChampion) -> JSONResponse:
     return JSONResponse(status_code=503, content={"detail": str(exc)})
 
 
-def create_app(settings: ServiceSettings, client=None) -> Front:
+def create_app(settings: ServiceSettings) -> Front:
     """The app over one Service (/predict in front, the rest in FastAPI); nothing is opened until the app starts
     (its lifespan)."""
-    service = Service(settings, client)
+    service = Service(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await run_in_threadpool(service.start)  # blocking registry I/O: off the event loop
+        await run_in_threadpool(service.start)  # waits for the registry: off the event loop
         try:
             yield
         finally:

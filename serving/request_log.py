@@ -43,7 +43,9 @@ class RequestLog:
         self.rotate_bytes = rotate_bytes
         self.rotate_seconds = rotate_seconds
         self.clock = clock   # wall-clock seconds: the age of the active file and the rotated file's name
-        self._pending: list[str] = []   # appended, not yet written
+        # Appended, not yet written: one growing buffer (a flush hands it over whole and starts a new one, so a
+        # second's worth of lines is held once, not as many small strings plus their joined copy).
+        self._pending = bytearray()
         self._buffer_lock = threading.Lock()   # held only to append or swap the buffer: never around I/O
         self._write_lock = threading.Lock()    # one writer at a time, so lines reach the file in append order
         self._handle: BinaryIO | None = None
@@ -69,20 +71,20 @@ class RequestLog:
                                          daemon=True)
         self._flusher.start()
 
-    def append(self, lines: str) -> None:
-        """Buffer complete lines (each ending in a newline); dropped unless the log is open."""
+    def append(self, lines: str | bytes) -> None:
+        """Buffer complete lines (each ending in a newline; text or UTF-8); dropped unless the log is open."""
+        data = lines.encode("utf-8") if isinstance(lines, str) else lines
         with self._buffer_lock:
             if self._accepting:
-                self._pending.append(lines)
+                self._pending += data
 
     def flush(self) -> None:
         """Write what is buffered now (the flusher calls this every `flush_seconds`)."""
         with self._write_lock:  # the swap under it too: a later swap can never be written before an earlier one
             with self._buffer_lock:
-                pending, self._pending = self._pending, []
-            if not pending:
+                data, self._pending = self._pending, bytearray()
+            if not data:
                 return
-            data = "".join(pending).encode("utf-8")
             try:
                 self._write(data)
             except OSError as exc:

@@ -2,9 +2,9 @@
 metrics, the request log, and the alias poller that hot-swaps a variant when its alias moves."""
 from __future__ import annotations
 
+import gc
 import logging
 import random
-import threading
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -18,14 +18,22 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from serving.metrics import Metrics
 from serving.request_log import RequestLog
 from serving.validation import BodyRefused, Rows, RowsRefused, validate_rows
-from serving.variants import NoChampion, Router, SharedShare, Variant, file_variant, load_variant
+from serving.variants import NoChampion, Router, SharedShare, Variant, bytes_variant, file_variant
+from serving.watcher import RegistryWatcher
 from tasks.config import ServeParams, TrackingParams
-from tasks.core.registry import CHALLENGER, CHAMPION, alias_version, registry_client
-from tasks.core.servelog import feedback_line, feedback_path, row_id, served_line
+from tasks.core.registry import CHALLENGER, CHAMPION
+from tasks.core.servelog import feedback_line, feedback_path, row_id, served_bytes
 
 log = logging.getLogger("torchship.serving")
-STOP_TIMEOUT_S = 10.0   # how long shutdown waits for a poll that is downloading a version
+STOP_TIMEOUT_S = 10.0   # how long shutdown waits for the watcher (it may be downloading a version)
 PROBABILITY_DIGITS = 6  # in the request log: the monitor needs no more, and full float reprs lengthen every line
+
+
+def settle_heap() -> None:
+    """Collect, then freeze what is left (the libraries, the loaded models) out of the garbage collector's sight:
+    a full collection over it stalls the event loop ~0.2 s, often enough to set the p99 (bench/results/serving.json)."""
+    gc.collect()
+    gc.freeze()
 
 
 @dataclass(frozen=True)
@@ -94,86 +102,76 @@ def label_model(classes: tuple[str, ...]) -> type[BaseModel]:
 
 
 class Service:
-    """Champion and challenger behind one router, kept in step with the registry's aliases.
+    """Champion and challenger behind one router, kept in step with the registry's aliases by a watcher process
+    (serving/watcher.py: MLflow never runs in this process).
 
-    Building one touches nothing; `start()` opens the request and feedback logs, loads the aliased versions
-    and starts the poller; `stop()` undoes that (and writes what the logs still buffer)."""
+    Building one touches nothing; `start()` opens the request and feedback logs, starts the watcher and waits for
+    its first poll (the aliased versions loaded and warmed); `stop()` undoes that (and writes what the logs still
+    buffer)."""
 
-    def __init__(self, settings: ServiceSettings, client=None):
+    def __init__(self, settings: ServiceSettings):
         self.settings = settings
-        self.client = client   # made in start() unless given: opening an MLflow store is I/O
         shared = SharedShare(settings.share_file) if settings.share_file else None
         self.router = Router(settings.serve.challenger_share, random.Random(settings.seed), shared)
         self.metrics = Metrics()
         self.request_log = settings.open_log(settings.request_log)
         self.feedback_log = settings.open_log(feedback_path(settings.request_log) if settings.request_log else None)
-        self._refused: dict[str, str] = {}   # alias -> the version that failed to load: not retried each poll
-        self._stop = threading.Event()
-        self._poller: threading.Thread | None = None
+        self.watcher = RegistryWatcher(settings.tracking, settings.model_name, settings.serve.poll_seconds,
+                                       self._on_registry)
 
     def start(self) -> None:
         if self.settings.model_file is not None:   # a file, not the registry: nothing to poll, nothing to log
             self.router.champion = file_variant(CHAMPION, self.settings.model_file, self.settings.serve.threads)
-            return
-        if self.client is None:
-            self.client = registry_client(self.settings.tracking)
-        self.request_log.open()
-        self.feedback_log.open()
-        self._refresh_or_log()
-        self._stop.clear()
-        self._poller = threading.Thread(target=self._poll, name="alias-poller", daemon=True)
-        self._poller.start()
+        else:
+            self.request_log.open()
+            self.feedback_log.open()
+            self.watcher.start()
+            if not self.watcher.poll():
+                log.error("the registry watcher did not answer its first poll: serving nothing until it does")
+        settle_heap()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._poller is not None:
-            self._poller.join(STOP_TIMEOUT_S)
-            self._poller = None
+        self.watcher.stop(STOP_TIMEOUT_S)
         self.request_log.close()
         self.feedback_log.close()
 
     def refresh(self, retry_refused: bool = False) -> None:
-        """Load whatever the aliases point at now; a new version that fails to load (or whose artifact fails
-        its sha256 check) is logged and the current one keeps serving; polls do not retry it until its alias
-        moves, `retry_refused` (/admin/reload) does. A service on a model file has no aliases to follow."""
-        if self.settings.model_file is not None:
-            return
-        if retry_refused:
-            self._refused.clear()
-        for alias in (CHAMPION, CHALLENGER):
-            self._follow(alias)
+        """Follow the aliases now (and, with `retry_refused`, try again a version that was refused); returns once
+        what the poll found is served. A service on a model file has no aliases to follow."""
+        if self.settings.model_file is None:
+            self.watcher.poll(retry=retry_refused)
 
-    def _follow(self, alias: str) -> None:
-        current: Variant | None = getattr(self.router, alias)
-        moved = alias_version(self.client, self.settings.model_name, alias)
-        if moved is None:
-            if alias == CHALLENGER:  # the canary ended (promoted or rolled back): all traffic to the champion
+    def _on_registry(self, message: tuple) -> None:
+        """One message of the watcher: a version to serve, one it refused, an alias gone, or a failed poll."""
+        kind, *rest = message
+        if kind == "failed":
+            log.error("alias poll failed, retrying in %ss: %s", self.settings.serve.poll_seconds, rest[0])
+        elif kind == "gone":
+            if rest[0] == CHALLENGER:   # the canary ended (promoted or rolled back): all traffic to the champion
                 self.router.challenger = None
-            return
-        version = str(moved.version)
-        if (current is not None and current.version == version) or self._refused.get(alias) == version:
+        elif kind == "refused":
+            self._not_loaded(*rest)
+        elif kind == "version":
+            self._load(*rest)
+
+    def _load(self, alias: str, version: str, payload: bytes) -> None:
+        current: Variant | None = getattr(self.router, alias)
+        if current is not None and current.version == version:
             return
         try:
-            variant = load_variant(self.client, self.settings.model_name, alias, version, self.settings.serve.threads)
-        except Exception as exc:  # a broken or tampered new version must not take the service down
-            self._refused[alias] = version
-            kept = f"v{current.version} keeps serving" if current else f"no {alias} is served"
-            log.error("could not load %s v%s (%s): %s", alias, version, kept, exc)
+            variant = bytes_variant(alias, version, payload, self.settings.serve.threads)
+        except Exception as exc:  # a broken new version must not take the service down
+            self._not_loaded(alias, version, str(exc))
             return
-        self._refused.pop(alias, None)
         setattr(self.router, alias, variant)
         self.metrics.version.labels(alias).set(int(variant.version))
         self.metrics.reloads.labels(alias).inc()
+        settle_heap()
 
-    def _refresh_or_log(self) -> None:
-        try:
-            self.refresh()
-        except Exception as exc:  # the registry may be briefly unreachable: the next poll retries
-            log.error("alias poll failed, retrying in %ss: %s", self.settings.serve.poll_seconds, exc)
-
-    def _poll(self) -> None:
-        while not self._stop.wait(self.settings.serve.poll_seconds):
-            self._refresh_or_log()
+    def _not_loaded(self, alias: str, version: str, reason: str) -> None:
+        current: Variant | None = getattr(self.router, alias)
+        kept = f"v{current.version} keeps serving" if current else f"no {alias} is served"
+        log.error("could not load %s v%s (%s): %s", alias, version, kept, reason)
 
     def set_share(self, share: float) -> None:
         self.router.share = share
@@ -229,9 +227,9 @@ class Service:
         variant, ts = accepted.variant, time.time()
         rounded = np.round(probabilities.astype(np.float64), PROBABILITY_DIGITS).tolist()
         classes, features = variant.schema.classes, variant.decoder.features
-        self.request_log.append("".join(
-            served_line(request_id, i, variant.alias, variant.version, features(accepted.rows, i), label,
-                        dict(zip(classes, p)), ts=ts)
+        self.request_log.append(b"".join(
+            served_bytes(request_id, i, variant.alias, variant.version, features(accepted.rows, i), label,
+                         dict(zip(classes, p)), ts=ts)
             for i, (label, p) in enumerate(zip(labels, rounded))))
 
     def _score_shadow(self, answer: dict, accepted: Accepted) -> None:

@@ -15,7 +15,6 @@ import numpy as np
 
 from serving.validation import RowDecoder, Rows
 from tasks.contract import Schema, schema_from_metadata
-from tasks.core.registry import open_version
 from tasks.core.runtime import open_onnx, predict_proba, takes_raw_rows
 
 log = logging.getLogger("torchship.serving")
@@ -77,10 +76,10 @@ def make_variant(alias: str, version: str, session, schema: Schema) -> Variant:
     return variant
 
 
-def load_variant(client, model_name: str, alias: str, version: str, threads: int) -> Variant:
-    """Download, verify (sha256 against the version's tag), open and warm one registered version."""
-    session, schema = open_version(client, model_name, version, threads)
-    variant = make_variant(alias, version, session, schema)
+def bytes_variant(alias: str, version: str, payload: bytes, threads: int) -> Variant:
+    """A registered version from its (verified) ONNX bytes, opened and warmed."""
+    session = open_onnx(payload, threads)
+    variant = make_variant(alias, version, session, schema_from_metadata(session.get_modelmeta().custom_metadata_map))
     log.info("loaded %s v%s", alias, version)
     return variant
 

@@ -266,7 +266,7 @@ class ServeParams(Section):
     challenger_share: float = Field(0.0, ge=0.0, le=1.0, description="Share of live traffic routed to the `challenger` alias.")
     poll_seconds: float = Field(5.0, gt=0.0, description="How often the service checks the registry for moved aliases.")
     request_log: str = Field("data/serve/requests.jsonl", description="Where served rows are appended (JSON lines, one per row) for the monitor; feedback labels go to feedback.jsonl beside it; empty = no log.")
-    log_flush_seconds: float = Field(1.0, gt=0.0, le=60.0, description="The request log is buffered and written this often (and at shutdown): the most a crash of the service loses.")
+    log_flush_seconds: float = Field(0.25, gt=0.0, le=60.0, description="The request log is buffered and written this often (and at shutdown): the most a crash of the service loses, and what it holds in memory (bench/results/serving.json).")
     log_rotate_mb: float = Field(64.0, gt=0.0, description="Rotate the request log to requests-<time>.jsonl beside it when it grows past this size...")
     log_rotate_hours: float = Field(24.0, gt=0.0, description="...or when it is older than this.")
     threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per loaded variant (requests are small: more threads only add overhead).")

@@ -24,12 +24,17 @@ def row_id(request_id: str, index: int) -> str:
     return f"{request_id}-{index}"
 
 
-def served_line(request_id: str, index: int, variant: str, version: str, features: dict, prediction: str,
-                probabilities: dict[str, float], ts: float | None = None) -> str:
+def served_bytes(request_id: str, index: int, variant: str, version: str, features: dict, prediction: str,
+                 probabilities: dict[str, float], ts: float | None = None) -> bytes:
+    """One served row's line, UTF-8 (what the service appends)."""
     return orjson.dumps({"ts": time.time() if ts is None else ts, "id": row_id(request_id, index),
                          "request_id": request_id, "variant": variant, "version": version, "prediction": prediction,
-                         "probabilities": probabilities, "features": features},
-                        option=LINE).decode()
+                         "probabilities": probabilities, "features": features}, option=LINE)
+
+
+def served_line(request_id: str, index: int, variant: str, version: str, features: dict, prediction: str,
+                probabilities: dict[str, float], ts: float | None = None) -> str:
+    return served_bytes(request_id, index, variant, version, features, prediction, probabilities, ts).decode()
 
 
 def feedback_line(row: str, label: str, ts: float | None = None) -> str:

@@ -143,3 +143,13 @@ def test_the_challenger_share_set_on_one_worker_moves_every_worker(tmp_path):
     first, second = Router(0.1, shared=SharedShare(path)), Router(0.1, shared=SharedShare(path))
     first.share = 0.75
     assert second.share == 0.75 and Router(0.1).share == 0.1
+
+
+def test_a_big_body_is_scored_off_the_loop_and_answered_whole(model_file):
+    rows = [{**ROW, "customer age": 18 + i % 70} for i in range(1200)]   # ~90 KB: over INLINE_BODY_BYTES
+    with client_for(model_file) as client:
+        response = client.post("/predict", json={"rows": rows})
+        single = client.post("/predict", json={"rows": rows[5:6]}).json()["predictions"][0]["probabilities"]
+    assert response.status_code == 200, response.text
+    predictions = response.json()["predictions"]
+    assert len(predictions) == 1200 and predictions[5]["probabilities"] == pytest.approx(single)
