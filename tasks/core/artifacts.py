@@ -1,12 +1,23 @@
 """Writing artifacts so a crash never leaves a half-written file where a good one was."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import resource
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
+
+from tasks.core.errors import TorchshipError
+
+NO_SPACE = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+class ArtifactWriteError(TorchshipError):
+    """An artifact could not be written (disk full, a file-size limit, a failing writer); the old one is kept."""
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
@@ -22,8 +33,26 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
         with tmp.open("rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except Exception as exc:  # torch and pyarrow report a full disk as RuntimeError/ArrowIOError, not OSError
+        raise ArtifactWriteError(write_failure(path, exc)) from exc
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_failure(path: Path, exc: BaseException) -> str:
+    """What failed, why, and that the previous file is untouched; the disk's free space when that may be why."""
+    kept = f"the previous {path.name} is kept as it was" if path.exists() else f"no {path.name} was left behind"
+    cause = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+        cause = f"{os.strerror(exc.errno)} (the disk is full, or a quota or file-size limit was reached)"
+    try:
+        free = f"; {shutil.disk_usage(path.parent).free / 2**20:.0f} MiB free on its disk"
+    except OSError:
+        free = ""
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:   # torch and pyarrow hide EFBIG behind their own messages
+        free += f"; this process may not grow a file past {limit} bytes (ulimit -f)"
+    return f"could not write {path}: {cause}{free}. Nothing was replaced: {kept}. Free space and re-run."
 
 
 def write_bytes_atomic(path: Path, payload: bytes) -> None:
