@@ -24,10 +24,13 @@ log = logging.getLogger("torchship.register")
 # Waits between attempts when the store is busy (each attempt itself waits up to MLflow's 20 s SQLite busy
 # timeout): about 2 minutes in all before the step fails with StoreBusy.
 RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0)
+# On a version from its creation until its tags, passport and aliases are written: a retry or re-run that finds
+# its bytes finishes it (a version registered by hand, or finished, carries no such tag and is left as it is).
+UNFINISHED_TAG = "register_unfinished"
 
 
 class StoreBusy(TorchshipError):
-    """The MLflow store stayed locked or unreachable through every retry of the register step."""
+    """The MLflow store stayed locked through every retry of the register step."""
 
 
 def register_candidate(params: Params, blessing: Blessing, run_id: str | None = None,
@@ -42,7 +45,7 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     client = registry_client(params.tracking)
     name = blessing.model_name
     existing = find_version_by_sha(client, name, blessing.candidate_sha256)
-    if existing is not None and existing.description:   # the passport is written last: that version is complete
+    if existing is not None and UNFINISHED_TAG not in existing.tags:
         return Registration(model_name=name, version=str(existing.version), created=False,
                             action=f"same bytes as v{existing.version}: no new version, aliases unchanged",
                             aliases=aliases(client, name), seconds=time.perf_counter() - started)
@@ -67,7 +70,8 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
                                      signature=raw_signature(schema), input_example=example,
                                      onnx_execution_providers=["CPUExecutionProvider"],
                                      save_as_external_data=False)   # one file, byte-identical to the candidate
-        version = str(mlflow.register_model(info.model_uri, name, tags=tags).version)
+        pending = {**tags, UNFINISHED_TAG: "artifacts logged; tags, passport and aliases not yet written"}
+        version = str(mlflow.register_model(info.model_uri, name, tags=pending).version)
     # The commit alone does not pin a model (`--set`, a retrain): the exact params and lock, and the data pushed.
     tags["lineage_files"] = ", ".join(log_lineage(Path(".")))
     tags["dvc_push"] = push_data(Path("."))
@@ -79,7 +83,8 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     mlflow.log_text(description, "passport.md")
     mlflow.log_text(passport_html(description), "passport.html")
     action = apply_aliases(client, name, version, blessing)
-    client.update_model_version(name, version, description=description)   # last: marks the version complete
+    client.update_model_version(name, version, description=description)
+    client.delete_model_version_tag(name, version, UNFINISHED_TAG)   # last: the version is complete
     return Registration(model_name=name, version=version, created=True, action=action, aliases=aliases(client, name),
                         seconds=time.perf_counter() - started)
 

@@ -4,8 +4,9 @@ a store of its own, so the session's registry is untouched).
 
 1. Locked mid-step (the version and its artifacts written, its tags not yet) for longer than every retry: the step
    fails with StoreBusy, naming the store and what to do; the version it left has its artifacts and its sha tag.
-2. Re-run with the lock taken again before it starts and released only once the step has said it is retrying: the
-   step waits with backoff and completes, finishing that same version (no second version of the same bytes).
+2. Run again (in the same process: one interpreter start less) with the lock taken before it starts and released
+   only once the step has said it is retrying: the step waits with backoff and completes, finishing that same
+   version (no second version of the same bytes; tests/reliability/test_kill_ladder.py re-runs in a new process).
 
 The child shortens MLflow's 20 s SQLite busy timeout and the step's backoff, so the test waits seconds, not minutes;
 the code paths are the ones a real lock takes."""
@@ -40,25 +41,31 @@ REGISTER = textwrap.dedent("""
     from tasks.config import load_params
     from tasks.core.gate import GateResult
     from tasks.core.verdicts import Blessing
-    store, sha, pause_at_tags = sys.argv[1], sys.argv[2], sys.argv[3] == "pause"
+    store, sha = sys.argv[1], sys.argv[2]
     register.RETRY_DELAYS_S = (0.2, 0.4, 0.8)
-    if pause_at_tags:   # the version exists, its tags do not: tell the test, wait until it has locked the store
-        original = MlflowClient.set_model_version_tag
-        def paused(self, *args, **kwargs):
-            Path(store, "at-tags").touch()
-            while not Path(store, "locked").exists():
-                time.sleep(0.02)
-            return original(self, *args, **kwargs)
-        MlflowClient.set_model_version_tag = paused
+    original = MlflowClient.set_model_version_tag
+    def paused(self, *args, **kwargs):   # the version exists, its tags do not: tell the test, wait for its lock
+        Path(store, "at-tags").touch()
+        while not Path(store, "locked").exists():
+            time.sleep(0.02)
+        MlflowClient.set_model_version_tag = original
+        return original(self, *args, **kwargs)
+    MlflowClient.set_model_version_tag = paused
     params = load_params("params.yaml")
     params = params.model_copy(update={"tracking": params.tracking.model_copy(update={
         "uri": f"sqlite:///{store}/mlflow.db", "artifacts": f"{store}/artifacts"})})
-    blessing = Blessing(gate=GateResult.decide("bless", []), model_name=sys.argv[4], candidate_path="data/profile/model.onnx",
+    blessing = Blessing(gate=GateResult.decide("bless", []), model_name=sys.argv[3], candidate_path="data/profile/model.onnx",
                         candidate_sha256=sha, candidate_metrics={"f1_macro": 0.5})
-    try:
-        print("RESULT " + json.dumps({"registered": register.run(params, blessing).model_dump()}), flush=True)
-    except register.StoreBusy as exc:
-        print("RESULT " + json.dumps({"busy": str(exc)}), flush=True)
+    for round in (1, 2):
+        if round == 2:
+            while not Path(store, "round-2").exists():
+                time.sleep(0.02)
+            print("ROUND 2", flush=True)
+        try:
+            outcome = {"registered": register.run(params, blessing).model_dump()}
+        except register.StoreBusy as exc:
+            outcome = {"busy": str(exc)}
+        print(f"RESULT {round} " + json.dumps(outcome), flush=True)
 """)
 
 LOCKER = textwrap.dedent("""
@@ -83,17 +90,20 @@ def lock(db: Path, folder: Path, release: Path) -> subprocess.Popen:
     return locker
 
 
-def start_register(project, store: Path, sha: str, pause: bool, log: Path) -> subprocess.Popen:
-    handle = log.open("w")
-    return subprocess.Popen([str(BIN / "python"), "-c", REGISTER, str(store), sha, "pause" if pause else "go", NAME],
-                            cwd=project.root, env=project.env(), stdout=handle, stderr=subprocess.STDOUT, text=True)
+def wait_for(text: str, log: Path, process: subprocess.Popen, after: str = "") -> str:
+    """The log once `text` appears in it (after the line `after`); the child's output if it exits first."""
+    deadline = time.monotonic() + 300
+    while True:
+        output = log.read_text()
+        if text in (output.partition(after)[2] if after else output):
+            return output
+        assert process.poll() is None and time.monotonic() < deadline, output[-3000:]
+        time.sleep(0.05)
 
 
-def result(process: subprocess.Popen, log: Path) -> dict:
-    process.wait(timeout=300)
-    line = next((x for x in log.read_text().splitlines() if x.startswith("RESULT ")), None)
-    assert line, log.read_text()[-3000:]
-    return json.loads(line[len("RESULT "):])
+def result(round: int, output: str) -> dict:
+    line = next(x for x in output.splitlines() if x.startswith(f"RESULT {round} "))
+    return json.loads(line[len(f"RESULT {round} "):])
 
 
 @pytest.mark.timeout(600)
@@ -106,45 +116,51 @@ def test_register_under_a_locked_store_fails_clearly_then_retries_and_finishes_t
     client.search_registered_models()   # creates the database, so the locker has something to lock
     sha = hashlib.sha256((project.root / "data/profile/model.onnx").read_bytes()).hexdigest()
 
-    # 1. locked mid-step, for longer than every retry
-    first = start_register(project, store, sha, pause=True, log=tmp_path / "first.log")
-    deadline = time.monotonic() + 300
-    while not (store / "at-tags").exists():
-        assert first.poll() is None and time.monotonic() < deadline, (tmp_path / "first.log").read_text()[-3000:]
-        time.sleep(0.05)
-    release = tmp_path / "release-1"
-    locker = lock(store / "mlflow.db", store, release)
+    log = tmp_path / "register.log"
+    with log.open("w") as handle:
+        child = subprocess.Popen([str(BIN / "python"), "-c", REGISTER, str(store), sha, NAME], cwd=project.root,
+                                 env=project.env(), stdout=handle, stderr=subprocess.STDOUT, text=True)
     try:
-        outcome = result(first, tmp_path / "first.log")
-    finally:
-        release.touch()
-        locker.wait(timeout=60)
-    assert "busy" in outcome, outcome
-    message = outcome["busy"]
-    assert str(store / "mlflow.db") in message and "stayed busy through 4 attempts" in message, message
-    assert "re-run `torchship run`" in message and "not registered twice" in message, message
-    [left] = client.search_model_versions(f"name='{NAME}'")
-    assert left.tags.get(SHA_TAG) == sha, left.tags   # never a version without its tag...
-    artifacts = Path(client.get_model_version_download_uri(NAME, left.version).removeprefix("file://"))
-    assert (artifacts / "model.onnx").read_bytes() == (project.root / "data/profile/model.onnx").read_bytes()
-    assert not left.description and aliases(client, NAME) == {}   # ...and, unfinished, it holds no alias
-
-    # 2. locked again before the re-run starts; released once the step says it is retrying
-    (store / "locked").unlink()
-    release = tmp_path / "release-2"
-    locker = lock(store / "mlflow.db", store, release)
-    second = start_register(project, store, sha, pause=False, log=tmp_path / "second.log")
-    try:
+        # 1. locked mid-step, for longer than every retry
         deadline = time.monotonic() + 300
-        while "the MLflow store is busy" not in (tmp_path / "second.log").read_text():
-            assert second.poll() is None and time.monotonic() < deadline, (tmp_path / "second.log").read_text()[-3000:]
+        while not (store / "at-tags").exists():
+            assert child.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.05)
+        release = tmp_path / "release-1"
+        locker = lock(store / "mlflow.db", store, release)
+        try:
+            outcome = result(1, wait_for("RESULT 1 ", log, child))
+        finally:
+            release.touch()
+            locker.wait(timeout=60)
+        assert "busy" in outcome, outcome
+        message = outcome["busy"]
+        assert str(store / "mlflow.db") in message and "stayed busy through 4 attempts" in message, message
+        assert "re-run `torchship run`" in message and "not registered twice" in message, message
+        [left] = client.search_model_versions(f"name='{NAME}'")
+        assert left.tags.get(SHA_TAG) == sha, left.tags   # never a version without its tag...
+        artifacts = Path(client.get_model_version_download_uri(NAME, left.version).removeprefix("file://"))
+        assert (artifacts / "model.onnx").read_bytes() == (project.root / "data/profile/model.onnx").read_bytes()
+        assert "register_unfinished" in left.tags and aliases(client, NAME) == {}   # ...and, unfinished, no alias
+
+        # 2. locked again before the step starts; released once the step says it is retrying
+        release = tmp_path / "release-2"
+        (store / "locked").unlink()
+        locker = lock(store / "mlflow.db", store, release)
+        (store / "round-2").touch()
+        try:
+            wait_for("the MLflow store is busy", log, child, after="ROUND 2")
+        finally:
+            release.touch()
+            locker.wait(timeout=60)
+        outcome = result(2, wait_for("RESULT 2 ", log, child))
+        child.wait(timeout=120)
     finally:
-        release.touch()
-        locker.wait(timeout=60)
-    outcome = result(second, tmp_path / "second.log")
+        if child.poll() is None:
+            child.kill()
     assert "registered" in outcome, outcome
     [version] = client.search_model_versions(f"name='{NAME}'")
     assert version.version == left.version and outcome["registered"]["version"] == str(left.version)
     assert version.description and version.tags.get(SHA_TAG) == sha and "lineage_files" in version.tags
+    assert "register_unfinished" not in version.tags
     assert aliases(client, NAME) == {"champion": str(left.version)}
