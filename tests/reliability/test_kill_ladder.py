@@ -63,7 +63,16 @@ def kill_tree(process: subprocess.Popen) -> None:
         except psutil.NoSuchProcess:
             pass
     process.wait(timeout=60)
-    psutil.wait_procs(tree, timeout=30)
+    deadline = time.monotonic() + 30   # gone, or a zombie nobody reaps yet (killed: it runs no more code either)
+    while any(alive(proc) for proc in tree) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def alive(proc) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def run_until(project: Project, done: callable, log: Path) -> tuple[str, int | None]:
