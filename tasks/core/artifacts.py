@@ -5,6 +5,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
 import tempfile
@@ -14,6 +15,7 @@ from typing import Any, Callable
 from tasks.core.errors import TorchshipError
 
 NO_SPACE = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+TEMP_PID = re.compile(r"\.tmp-(\d+)-")   # .<stem>.tmp-<writer's pid>-<random><suffix>
 
 
 class ArtifactWriteError(TorchshipError):
@@ -24,7 +26,8 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """Call `write(tmp)` then fsync and rename onto `path`: readers see the old or the new file, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.tmp-", suffix=path.suffix, dir=path.parent)
+    remove_dead_temps(path.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.tmp-{os.getpid()}-", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -37,6 +40,25 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
         raise ArtifactWriteError(write_failure(path, exc)) from exc
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def remove_dead_temps(folder: Path) -> None:
+    """The temp files in `folder` whose writer is gone (killed mid-write: SIGKILL, OOM; its `finally` never ran).
+    A temp file's name carries its writer's PID, so a live writer's (another process writing now) is left alone."""
+    for stale in folder.glob(".*.tmp-*"):
+        match = TEMP_PID.search(stale.name)
+        if match and not process_exists(int(match.group(1))):
+            stale.unlink(missing_ok=True)
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # someone else's: it exists
+        return True
+    return True
 
 
 def write_failure(path: Path, exc: BaseException) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -141,3 +142,18 @@ def test_a_full_disk_drops_request_log_lines_whole_and_the_log_goes_on(tmp_path)
     assert sizes["after_failure"] == sizes["before"], "the failed write left part of its lines in the file"
     ids = [json.loads(line)["id"] for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert ids == [*range(lines_before), "after"]   # every line whole: the ones before, none of the refused, the next
+
+
+def test_a_killed_writers_temp_file_goes_with_the_next_write_in_its_folder(tmp_path):
+    """SIGKILL mid-write leaves the temp file (its `finally` never runs); the next write in the folder removes it,
+    and leaves alone the temp file of a writer that is still alive."""
+    from tasks.core.artifacts import write_bytes_atomic
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = tmp_path / f".model.tmp-{gone.pid}-abc123.pt"
+    live = tmp_path / f".report.tmp-{os.getpid()}-def456.json"
+    for temp in (dead, live):
+        temp.write_bytes(b"half")
+    write_bytes_atomic(tmp_path / "other.json", b"{}")
+    assert not dead.exists() and live.exists()

@@ -174,5 +174,7 @@ def test_a_run_killed_in_each_step_resumes_where_it_stopped(tmp_path, prefect_se
     registry = project.registry(MODEL)   # the version the killed register step created, finished: not a second one
     assert list(registry["versions"]) == ["1"] and registry["aliases"] == {"champion": "1"}, registry
     assert "artifact_sha256" in registry["versions"]["1"]
+    # the temp files of killed writes went with the next write in their folder
+    assert not [str(p) for p in (project.root / "data").rglob("*.tmp-*")], "temp files of killed writes are left"
     status = project.dvc("status")
     assert "up to date" in status.stdout.lower(), status.stdout
