@@ -133,6 +133,26 @@ def run(params: Params, blessing: Blessing, parent_run: str | None = None,
     """The step: register under a nested MLflow run (the model is logged from it); `trigger` tags a new
     version with why its pipeline ran (a retrain names its window's batch). A busy store (its SQLite database locked by
     another process) is retried with backoff; every attempt resumes what the previous one left."""
+    with quiet_busy_store():
+        return _run_with_retries(params, blessing, parent_run, trigger)
+
+
+@contextlib.contextmanager
+def quiet_busy_store():
+    """MLflow logs each locked-database error with a full traceback before it raises; the retry's own warning says
+    it in one line, so those records are dropped while the step runs (any other error is logged as before)."""
+    store_log = logging.getLogger("mlflow.store.db.utils")
+    busy = logging.Filter()
+    busy.filter = lambda record: "database is locked" not in record.getMessage()
+    store_log.addFilter(busy)
+    try:
+        yield
+    finally:
+        store_log.removeFilter(busy)
+
+
+def _run_with_retries(params: Params, blessing: Blessing, parent_run: str | None,
+                      trigger: dict[str, str] | None) -> Registration:
     import mlflow
 
     from tasks.core.tracking import stage_run
