@@ -38,8 +38,21 @@ def written(folder, files: dict[str, str]):
     return folder
 
 
-def test_the_committed_dashboard_and_rules_are_what_params_yaml_generates():
-    generated = observability_files(*_params())
+def test_the_committed_dashboard_and_rules_are_what_the_command_generates_from_params_yaml(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    saved = dict(os.environ)
+    monkeypatch.chdir(REPO)
+    try:
+        result = CliRunner().invoke(app, ["observability", "--out", str(tmp_path)])
+    finally:   # the command sets the project's environment (Prefect home, telemetry)
+        os.environ.clear()
+        os.environ.update(saved)
+    assert result.exit_code == 0, result.output
+    generated = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert generated == observability_files(*_params())
     assert {p.name for p in COMMITTED.iterdir() if p.suffix in (".json", ".yml")} == set(generated)
     for name, content in generated.items():
         assert (COMMITTED / name).read_text() == content, f"docs/observability/{name} is stale: run `torchship " \
