@@ -46,9 +46,15 @@ def quantile(q: float, window: str = RATE) -> str:
     return f"histogram_quantile({q}, sum by (variant, le) (rate({BUCKETS}[{window}])))"
 
 
-def error_rate(window: str, by: str = "") -> str:
+def share(part: str, window: str, by: str = "") -> str:
+    """`part`'s share of all answers; 0 (not an empty result) while `part` has no series yet."""
     group = f" by ({by})" if by else ""
-    return f"sum{group} (rate({FAILED}[{window}])) / sum{group} (rate({ANSWERED}[{window}]))"
+    answered = f"sum{group} (rate({ANSWERED}[{window}]))"
+    return f"(sum{group} (rate({part}[{window}])) or {answered} * 0) / {answered}"
+
+
+def error_rate(window: str) -> str:
+    return share(FAILED, window)
 
 
 def panels(slo: SloParams, monitor: MonitorParams) -> list[Panel]:
@@ -65,8 +71,7 @@ def panels(slo: SloParams, monitor: MonitorParams) -> list[Panel]:
               f"{slo.max_error_rate:g}); and per variant every non-2xx share, refused rows included (a challenger "
               f"whose schema refuses live rows shows here).", "percentunit",
               [(error_rate(RATE), "5xx, all"),
-               (f"sum by (variant) (rate({NOT_OK}[{RATE}])) / sum by (variant) (rate({ANSWERED}[{RATE}]))",
-                "non-2xx {{variant}}")], threshold=slo.max_error_rate),
+               (share(NOT_OK, RATE, "variant"), "non-2xx {{variant}}")], threshold=slo.max_error_rate),
         Panel("Traffic split", "Share of served requests per variant (champion / challenger during a canary).",
               "percentunit", [(f'sum by (variant) (rate({REQUESTS}{{status="ok"}}[{RATE}])) / scalar(sum '
                                f'(rate({REQUESTS}{{status="ok"}}[{RATE}])))', "{{variant}}")], stacked=True),
