@@ -196,7 +196,7 @@ class TableWriter:
             self._writer.close()
 
 
-def scoring_progress(total: int, unit: str):
+def scoring_progress(unit: str):
     from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     amount = DownloadColumn() if unit == "line" else MofNCompleteColumn()   # CSV: bytes read; Parquet: rows
@@ -230,7 +230,7 @@ def predict_file(source: Path, output: Path, variant, chunk_rows: int = CHUNK_RO
 
     def write(tmp: Path) -> None:
         writer = TableWriter(tmp, out_suffix)
-        with scoring_progress(total, unit) if show_progress else _Silent() as bar:
+        with scoring_progress(unit) if show_progress else _Silent() as bar:
             task = bar.add_task("predict", total=total, note="")
             for chunk in chunks(source, variant.decoder, chunk_rows,
                                 lambda done: bar.update(task, completed=done,
