@@ -97,7 +97,7 @@ def main() -> None:
     from mlflow import MlflowClient
 
     from tasks.core.registry import download_onnx
-    from tasks.ops.predict import CHUNK_ROWS
+    from serving.batch_scoring import CHUNK_ROWS
 
     work = Path(tempfile.mkdtemp(prefix="bench-predict-"))
     root = refreshed(args.project.resolve()) if args.project else prepare("default", work / "project", tiny=True)

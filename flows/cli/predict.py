@@ -27,7 +27,7 @@ def predict(source: Path = typer.Argument(..., help="The rows to score: a .csv (
     source, output = source.resolve(), output.resolve()   # the user's folder, before entering the project's
     enter_project()
     from tasks.config import load_params
-    from tasks.ops.predict import run
+    from serving.batch_scoring import run
 
     summary = run(load_params(), source, output, version, alias, chunk_rows)
     shares = ", ".join(f"{label} {n / max(summary.rows, 1):.1%}" for label, n in summary.labels.items())

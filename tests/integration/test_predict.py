@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from flows.cli import app
 from tasks.config import load_params
 from tasks.core.errors import DataError
-from tasks.ops.predict import FileRefused, load_version, predict_file
+from serving.batch_scoring import FileRefused, load_version, predict_file
 
 pytestmark = pytest.mark.integration
 TARGET = "churned"
