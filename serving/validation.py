@@ -2,7 +2,7 @@
 
 Two checkers come from one schema (and so from the data contract the model was trained under):
 - `row_model`: a pydantic model that reports every problem with its rule (`missing`, `less_than_equal`,
-  `literal_error`, `finite_number`, ...), the 422's wording and the OpenAPI schema of a row;
+  `literal_error`, `finite_number`, `float32_range`, ...), the 422's wording and the OpenAPI schema of a row;
 - `RowDecoder`: a msgspec type that parses and checks a whole request body in one pass in C. It accepts no row
   that `row_model` refuses (tests/unit/test_row_decoder.py holds them to that); what it refuses (and what it
   cannot parse: NaN, whitespace around a closed category) goes to `row_model`, whose verdict stands.
@@ -16,12 +16,17 @@ from typing import Annotated, Any, Callable, Literal
 
 import msgspec
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError,
+                      create_model)
+from pydantic_core import PydanticCustomError
 
 from tasks.contract import Schema, normalise_category
 
 ROWS_SHAPE = "body must be {\"rows\": [{feature: value, ...}, ...]} with at least one row"
-FINITE = 1.7976931348623157e308   # the largest float: bounds that let every finite number through, but not inf
+# The model computes in float32 (a graph's Cast, tasks.contract.encode_features): a finite double beyond its range
+# (1e40) would become inf there, and the answer NaN. Requests are held to float32's range, like a contract's bounds.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_RULE = "float32_range"
 
 
 class BodyRefused(ValueError):
@@ -47,7 +52,9 @@ def row_model(schema: Schema) -> type[BaseModel]:
     fields: dict[str, Any] = {}
     for i, feature in enumerate(schema.features):
         if feature.kind == "numeric":
-            kind: Any = Annotated[float, Field(ge=feature.min, le=feature.max, allow_inf_nan=False)]
+            kind: Any = Annotated[float, Field(ge=feature.min, le=feature.max, allow_inf_nan=False,
+                                               json_schema_extra=_float32_bounds(feature)),
+                                  AfterValidator(_within_float32)]
         elif feature.closed_categories:   # matched as the model matches it: " basic " is "basic"
             kind = Annotated[Literal[tuple(normalise_category(c) for c in feature.categories)],
                              BeforeValidator(lambda v: normalise_category(v) if isinstance(v, str) else v)]
@@ -56,6 +63,23 @@ def row_model(schema: Schema) -> type[BaseModel]:
         # Field names f0, f1, ... because column names need not be identifiers; the alias is the column.
         fields[f"f{i}"] = (kind | None if feature.nullable else kind, Field(..., alias=feature.name))
     return create_model("Row", __config__=ConfigDict(extra="forbid", strict=True), **fields)
+
+
+def _within_float32(value: float) -> float:
+    if abs(value) > FLOAT32_MAX:
+        raise PydanticCustomError(FLOAT32_RULE, "Input should be within +-{limit:.7g}: the model computes in float32, "
+                                  "where {value} would be infinite", {"limit": FLOAT32_MAX, "value": value})
+    return value
+
+
+def _float32_bounds(feature) -> dict:
+    """The float32 range in the OpenAPI schema, where the contract sets no tighter bound."""
+    bounds = {}
+    if feature.min is None:
+        bounds["minimum"] = -FLOAT32_MAX
+    if feature.max is None:
+        bounds["maximum"] = FLOAT32_MAX
+    return bounds
 
 
 def validate_rows(row_type: type[BaseModel], rows: list) -> list[dict]:
@@ -77,10 +101,11 @@ def validate_rows(row_type: type[BaseModel], rows: list) -> list[dict]:
 
 def _fast_type(feature) -> Any:
     """The msgspec type of one feature: no looser than `row_model`'s (closed categories only in their
-    normalised spelling, numbers finite)."""
+    normalised spelling, numbers within float32's range)."""
     if feature.kind == "numeric":
-        low = -FINITE if feature.min is None else feature.min
-        kind: Any = Annotated[float, msgspec.Meta(ge=low, le=FINITE if feature.max is None else feature.max)]
+        low = -FLOAT32_MAX if feature.min is None else max(feature.min, -FLOAT32_MAX)
+        high = FLOAT32_MAX if feature.max is None else min(feature.max, FLOAT32_MAX)
+        kind: Any = Annotated[float, msgspec.Meta(ge=low, le=high)]
     elif feature.closed_categories:
         kind = Literal[tuple(normalise_category(c) for c in feature.categories)]
     else:
