@@ -27,6 +27,9 @@ ROWS_SHAPE = "body must be {\"rows\": [{feature: value, ...}, ...]} with at leas
 # (1e40) would become inf there, and the answer NaN. Requests are held to float32's range, like a contract's bounds.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 FLOAT32_RULE = "float32_range"
+# An integer given for a category is logged as a JSON number (orjson, msgspec: 64-bit integers): 2**64 is refused,
+# not a 500 when its row is logged.
+INT64 = (-(2**63), 2**63 - 1)
 
 
 class BodyRefused(ValueError):
@@ -59,7 +62,7 @@ def row_model(schema: Schema) -> type[BaseModel]:
             kind = Annotated[Literal[tuple(normalise_category(c) for c in feature.categories)],
                              BeforeValidator(lambda v: normalise_category(v) if isinstance(v, str) else v)]
         else:
-            kind = str | int
+            kind = str | Annotated[int, Field(ge=INT64[0], le=INT64[1])]
         # Field names f0, f1, ... because column names need not be identifiers; the alias is the column.
         fields[f"f{i}"] = (kind | None if feature.nullable else kind, Field(..., alias=feature.name))
     return create_model("Row", __config__=ConfigDict(extra="forbid", strict=True), **fields)
@@ -87,14 +90,16 @@ def validate_rows(row_type: type[BaseModel], rows: list) -> list[dict]:
     try:
         TypeAdapter(list[row_type]).validate_python(rows)
     except ValidationError as exc:
-        problems, seen = [], set()
+        # A union type reports once per member: one line per column is enough, and the member whose type matched
+        # (a too-large integer for a text-or-integer category) says more than the one that did not.
+        chosen: dict[tuple, dict] = {}
         for error in exc.errors():
             index, *rest = error["loc"]
-            column = str(rest[0]) if rest else "(row)"
-            if (index, column) in seen:  # a union type reports once per member: one line per column is enough
-                continue
-            seen.add((index, column))
-            problems.append({"row": index, "field": column, "rule": error["type"], "message": error["msg"]})
+            key = (index, str(rest[0]) if rest else "(row)")
+            if key not in chosen or (chosen[key]["type"].endswith("_type") and not error["type"].endswith("_type")):
+                chosen[key] = error
+        problems = [{"row": index, "field": column, "rule": error["type"], "message": error["msg"]}
+                    for (index, column), error in chosen.items()]
         return problems
     return []
 
@@ -109,7 +114,7 @@ def _fast_type(feature) -> Any:
     elif feature.closed_categories:
         kind = Literal[tuple(normalise_category(c) for c in feature.categories)]
     else:
-        kind = str | int
+        kind = str | Annotated[int, msgspec.Meta(ge=INT64[0], le=INT64[1])]
     return kind | None if feature.nullable else kind
 
 

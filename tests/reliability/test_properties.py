@@ -21,6 +21,7 @@ from serving.validation import FLOAT32_MAX, FLOAT32_RULE, BodyRefused, RowDecode
 from tasks.config import parse_params, read_params_file
 from tasks.contract import Feature, Schema, encode_features
 from tasks.core.errors import ConfigError
+from tasks.core.servelog import served_bytes
 from tasks.variants.preprocess import WHITESPACE
 
 pytestmark = pytest.mark.reliability
@@ -157,6 +158,17 @@ def test_any_body_is_served_or_refused_with_a_reason(body, coding_graph):
         return
     probabilities = coding_graph.run(["probabilities"], DECODER.feed(accepted))[0]
     assert probabilities.shape == (len(accepted), len(SCHEMA.classes))
+    for index in range(len(accepted)):   # and each served row can be written to the request log
+        served_bytes("r", index, "champion", "1", DECODER.features(accepted, index), "a", {"a": 1.0}, ts=0)
+
+
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 2**64, 10**30])
+def test_an_integer_category_beyond_64_bits_is_refused_not_a_failed_log_line(value):
+    body = f'{{"rows": [{{"age": 1, "pay method": {value}, "plan": "basic", "amount": 1}}]}}'.encode()
+    with pytest.raises(RowsRefused) as refused:
+        DECODER.decode(body)
+    [problem] = refused.value.problems
+    assert (problem["field"], problem["rule"]) == ("pay method", "less_than_equal" if value > 0 else "greater_than_equal")
 
 
 @pytest.mark.parametrize("value", ["1e40", "-1e39", "3.5e38", "1.7976931348623157e308"])
