@@ -12,8 +12,10 @@ import gzip
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -154,18 +156,26 @@ def test_a_path_in_a_request_field_is_just_data(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    """(client, artifact root, a valid ONNX model's bytes): an MLflow SQLite registry of its own (made once:
-    creating its tables costs seconds)."""
-    from mlflow import MlflowClient
-
+def registry(tiny_pipeline):
+    """(client, artifact store, a valid ONNX model's bytes) on the session project's registry, under a model and
+    an experiment of their own that are deleted afterwards with the files planted beside the store."""
+    from tasks.config import TrackingParams
+    from tasks.core.registry import registry_client
     from tests.model.test_raw_onnx import SCHEMA, identity_graph
 
-    tmp_path = tmp_path_factory.mktemp("registry")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    project, _ = tiny_pipeline
+    client = registry_client(TrackingParams(uri=f"sqlite:///{project.root / 'mlflow' / 'mlflow.db'}"))
     client.create_registered_model("m")
-    return client, tmp_path / "mlartifacts", identity_graph(SCHEMA).SerializeToString()
+    store = project.root / "mlflow" / "artifacts"
+    try:
+        yield client, store, identity_graph(SCHEMA).SerializeToString()
+    finally:
+        client.delete_registered_model("m")
+        for experiment in client.search_experiments(filter_string="name LIKE 'climbing-%'"):
+            client.delete_experiment(experiment.experiment_id)
+        for planted in ("outside", "elsewhere"):
+            shutil.rmtree(store.parent / planted, ignore_errors=True)
+        shutil.rmtree(store / "m1", ignore_errors=True)
 
 
 def planted_version(client, source: str, payload: bytes) -> str:
@@ -182,7 +192,6 @@ def test_a_model_version_whose_source_climbs_out_of_the_store_is_refused(registr
     outside = store.parent / "outside"
     outside.mkdir()
     (outside / "model.onnx").write_bytes(payload)
-    store.mkdir()
     for source in (f"{store}/../outside", f"file://{store}/../outside"):
         version = planted_version(client, source, payload)
         with pytest.raises(ArtifactRefused, match=r"climbs out of its folder \('\.\.'\)"):
@@ -198,7 +207,7 @@ def test_a_run_whose_artifact_folder_climbs_out_is_not_restored_by_a_rebuild(reg
     from tasks.ops.rebuild import _restore_lineage
 
     client, store, _ = registry
-    experiment = client.create_experiment("x", artifact_location=f"{store}/../elsewhere")
+    experiment = client.create_experiment(f"climbing-{uuid.uuid4().hex}", artifact_location=f"{store}/../elsewhere")
     run = client.create_run(experiment).info
     planted = Path(run.artifact_uri) / "lineage"   # what the run would restore, planted outside the store
     planted.mkdir(parents=True)
