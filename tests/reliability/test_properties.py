@@ -25,7 +25,7 @@ from tasks.core.servelog import served_bytes
 from tasks.variants.preprocess import WHITESPACE
 
 pytestmark = pytest.mark.reliability
-BOUNDED = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+BOUNDED = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 # ---- the contract parser -------------------------------------------------------------------------------------
 
