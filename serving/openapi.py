@@ -16,7 +16,7 @@ PROBLEM = {"type": "object", "properties": {
     "row": {"type": "integer", "description": "index of the row in `rows`"},
     "field": {"type": "string", "description": "the column (or `(row)` when the row itself is no object)"},
     "rule": {"type": "string", "description": "the rule broken, e.g. missing, less_than_equal, literal_error, "
-                                             "finite_number, extra_forbidden"},
+                                             "finite_number, float32_range, extra_forbidden"},
     "message": {"type": "string"}}}
 
 

@@ -2,7 +2,7 @@
 
 Two checkers come from one schema (and so from the data contract the model was trained under):
 - `row_model`: a pydantic model that reports every problem with its rule (`missing`, `less_than_equal`,
-  `literal_error`, `finite_number`, ...), the 422's wording and the OpenAPI schema of a row;
+  `literal_error`, `finite_number`, `float32_range`, ...), the 422's wording and the OpenAPI schema of a row;
 - `RowDecoder`: a msgspec type that parses and checks a whole request body in one pass in C. It accepts no row
   that `row_model` refuses (tests/unit/test_row_decoder.py holds them to that); what it refuses (and what it
   cannot parse: NaN, whitespace around a closed category) goes to `row_model`, whose verdict stands.
@@ -16,12 +16,20 @@ from typing import Annotated, Any, Callable, Literal
 
 import msgspec
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError,
+                      create_model)
+from pydantic_core import PydanticCustomError
 
 from tasks.contract import Schema, normalise_category
 
 ROWS_SHAPE = "body must be {\"rows\": [{feature: value, ...}, ...]} with at least one row"
-FINITE = 1.7976931348623157e308   # the largest float: bounds that let every finite number through, but not inf
+# The model computes in float32 (a graph's Cast, tasks.contract.encode_features): a finite double beyond its range
+# (1e40) would become inf there, and the answer NaN. Requests are held to float32's range, like a contract's bounds.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_RULE = "float32_range"
+# An integer given for a category is logged as a JSON number (orjson, msgspec: 64-bit integers): 2**64 is refused,
+# not a 500 when its row is logged.
+INT64 = (-(2**63), 2**63 - 1)
 
 
 class BodyRefused(ValueError):
@@ -47,15 +55,34 @@ def row_model(schema: Schema) -> type[BaseModel]:
     fields: dict[str, Any] = {}
     for i, feature in enumerate(schema.features):
         if feature.kind == "numeric":
-            kind: Any = Annotated[float, Field(ge=feature.min, le=feature.max, allow_inf_nan=False)]
+            kind: Any = Annotated[float, Field(ge=feature.min, le=feature.max, allow_inf_nan=False,
+                                               json_schema_extra=_float32_bounds(feature)),
+                                  AfterValidator(_within_float32)]
         elif feature.closed_categories:   # matched as the model matches it: " basic " is "basic"
             kind = Annotated[Literal[tuple(normalise_category(c) for c in feature.categories)],
                              BeforeValidator(lambda v: normalise_category(v) if isinstance(v, str) else v)]
         else:
-            kind = str | int
+            kind = str | Annotated[int, Field(ge=INT64[0], le=INT64[1])]
         # Field names f0, f1, ... because column names need not be identifiers; the alias is the column.
         fields[f"f{i}"] = (kind | None if feature.nullable else kind, Field(..., alias=feature.name))
     return create_model("Row", __config__=ConfigDict(extra="forbid", strict=True), **fields)
+
+
+def _within_float32(value: float) -> float:
+    if abs(value) > FLOAT32_MAX:
+        raise PydanticCustomError(FLOAT32_RULE, "Input should be within +-{limit:.7g}: the model computes in float32, "
+                                  "where {value} would be infinite", {"limit": FLOAT32_MAX, "value": value})
+    return value
+
+
+def _float32_bounds(feature) -> dict:
+    """The float32 range in the OpenAPI schema, where the contract sets no tighter bound."""
+    bounds = {}
+    if feature.min is None:
+        bounds["minimum"] = -FLOAT32_MAX
+    if feature.max is None:
+        bounds["maximum"] = FLOAT32_MAX
+    return bounds
 
 
 def validate_rows(row_type: type[BaseModel], rows: list) -> list[dict]:
@@ -63,28 +90,31 @@ def validate_rows(row_type: type[BaseModel], rows: list) -> list[dict]:
     try:
         TypeAdapter(list[row_type]).validate_python(rows)
     except ValidationError as exc:
-        problems, seen = [], set()
+        # A union type reports once per member: one line per column is enough, and the member whose type matched
+        # (a too-large integer for a text-or-integer category) says more than the one that did not.
+        chosen: dict[tuple, dict] = {}
         for error in exc.errors():
             index, *rest = error["loc"]
-            column = str(rest[0]) if rest else "(row)"
-            if (index, column) in seen:  # a union type reports once per member: one line per column is enough
-                continue
-            seen.add((index, column))
-            problems.append({"row": index, "field": column, "rule": error["type"], "message": error["msg"]})
+            key = (index, str(rest[0]) if rest else "(row)")
+            if key not in chosen or (chosen[key]["type"].endswith("_type") and not error["type"].endswith("_type")):
+                chosen[key] = error
+        problems = [{"row": index, "field": column, "rule": error["type"], "message": error["msg"]}
+                    for (index, column), error in chosen.items()]
         return problems
     return []
 
 
 def _fast_type(feature) -> Any:
     """The msgspec type of one feature: no looser than `row_model`'s (closed categories only in their
-    normalised spelling, numbers finite)."""
+    normalised spelling, numbers within float32's range)."""
     if feature.kind == "numeric":
-        low = -FINITE if feature.min is None else feature.min
-        kind: Any = Annotated[float, msgspec.Meta(ge=low, le=FINITE if feature.max is None else feature.max)]
+        low = -FLOAT32_MAX if feature.min is None else max(feature.min, -FLOAT32_MAX)
+        high = FLOAT32_MAX if feature.max is None else min(feature.max, FLOAT32_MAX)
+        kind: Any = Annotated[float, msgspec.Meta(ge=low, le=high)]
     elif feature.closed_categories:
         kind = Literal[tuple(normalise_category(c) for c in feature.categories)]
     else:
-        kind = str | int
+        kind = str | Annotated[int, msgspec.Meta(ge=INT64[0], le=INT64[1])]
     return kind | None if feature.nullable else kind
 
 

@@ -27,6 +27,7 @@ class DataParams(Section):
     seed: int = Field(42, description="Seed of the synthetic generator.")
     drift: float = Field(0.0, ge=0.0, le=1.0, description="Synthetic only: strength of covariate and concept shift (0 = reference distribution).")
     model_name: str | None = Field(None, description="Registered model name. Default: derived from the data source, so each data set gets its own model.")
+    max_source_mb: float = Field(2048, gt=0, description="Largest data file read, in MiB: on disk for a CSV, uncompressed (as its metadata declares) for a Parquet file, so a small file that expands to more is refused before it is read.")
 
     def registered_model_name(self) -> str:
         """The registry name: explicit, or derived from the source."""

@@ -21,8 +21,8 @@ class ColumnRule(BaseModel):
     type: Literal["numeric", "categorical"]
     nullable: bool = True
     max_null_share: float = Field(1.0, ge=0.0, le=1.0)
-    min: float | None = None
-    max: float | None = None
+    min: float | None = Field(None, allow_inf_nan=False)   # a NaN bound would refuse every value, silently
+    max: float | None = Field(None, allow_inf_nan=False)
     categories: list[str] | None = None
     on_violation: Severity = "fail"
 
@@ -32,6 +32,8 @@ class ColumnRule(BaseModel):
             raise ValueError("a numeric column has no categories")
         if self.type == "categorical" and (self.min is not None or self.max is not None):
             raise ValueError("a categorical column has no min/max")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}: no value could pass")
         return self
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import tempfile
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from tasks.config import TrackingParams
 from tasks.contract import Schema, schema_from_metadata
@@ -86,19 +88,37 @@ def versions_tagged(client, name: str, key: str, value: str) -> set[str]:
     return {str(v.version) for v in versions if v.tags.get(key) == value}
 
 
+class ArtifactRefused(TorchshipError):
+    """A version's ONNX bytes do not hash to its `artifact_sha256` tag (tampered or corrupted), or it has none; or
+    its artifact location read from the registry climbs out of its folder."""
+
+
+def refuse_climbing(uri: str, what: str) -> str:
+    """`uri`, unless it has a `..` segment: a location read from the registry (anyone who can write a version or an
+    experiment sets it) must not reach outside the artifact store it names. MLflow itself accepts such sources."""
+    if ".." in re.split(r"[/\\]", unquote(urlparse(uri).path)):
+        raise ArtifactRefused(f"{what}: its artifact location {uri} climbs out of its folder ('..'), so it is refused. "
+                              "Register the model again (torchship run) rather than pointing a version at files.")
+    return uri
+
+
+def inside(folder: Path, path: Path, what: str) -> Path:
+    """`path`, once it is known to resolve inside `folder` (a link or a crafted name must not lead out)."""
+    if not Path(path).resolve().is_relative_to(Path(folder).resolve()):
+        raise ArtifactRefused(f"{what}: the downloaded file {path} lies outside the download folder {folder}; refused.")
+    return Path(path)
+
+
 def download_onnx(client, name: str, version: str | int, destination: Path) -> Path:
     """Fetch a version's ONNX file (the MLflow ONNX flavor folder holds model.onnx) into `destination`,
     through `client` alone: a `models:/` URI would be resolved against MLflow's process-wide registry URI,
-    which a service built from params never sets."""
+    which a service built from params never sets. A location with `..` is refused (ArtifactRefused)."""
     from mlflow.artifacts import download_artifacts
 
-    source = client.get_model_version_download_uri(name, str(version))
-    return Path(download_artifacts(artifact_uri=source, dst_path=str(destination),
-                                   tracking_uri=client.tracking_uri)) / "model.onnx"
-
-
-class ArtifactRefused(TorchshipError):
-    """A version's ONNX bytes do not hash to its `artifact_sha256` tag (tampered or corrupted), or it has none."""
+    what = f"{name} v{version}"
+    source = refuse_climbing(client.get_model_version_download_uri(name, str(version)), what)
+    folder = Path(download_artifacts(artifact_uri=source, dst_path=str(destination), tracking_uri=client.tracking_uri))
+    return inside(destination, folder / "model.onnx", what)
 
 
 def inline_external_data(path: Path) -> bytes:

@@ -11,7 +11,7 @@ import pandas as pd
 from tasks.config import DataParams
 from tasks.contract import read_raw_table, require_target, table_columns
 from tasks.core import paths
-from tasks.core.errors import ConfigError
+from tasks.core.errors import ConfigError, DataError
 
 SKLEARN_SETS = ("breast_cancer", "digits", "iris", "wine")
 SYNTHETIC_TARGET = "churned"
@@ -91,11 +91,40 @@ def source_path(data: DataParams) -> Path | None:
     return Path(data.source)
 
 
+def source_megabytes(path: Path) -> tuple[float, str]:
+    """What reading a data file takes, in MiB, and how that was measured: its size on disk, or for Parquet what
+    its rows declare (8 bytes a cell: what prepare holds at least; a few KiB of encoded runs can hold gigabytes)."""
+    on_disk = path.stat().st_size / 2**20
+    if path.suffix.lower() not in {".parquet", ".pq"}:
+        return on_disk, "on disk"
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_metadata(path)
+    except Exception:   # not Parquet after all: read_raw_table says so precisely
+        return on_disk, "on disk"
+    declared = meta.num_rows * meta.num_columns * 8 / 2**20
+    return max(declared, on_disk), f"in memory: {meta.num_rows:,} rows x {meta.num_columns} columns"
+
+
+def check_source_size(path: Path, max_mb: float) -> None:
+    """Refuse, unread, a data file over data.max_source_mb (bounded memory, whatever the file claims)."""
+    if not path.exists():
+        return   # read_raw_table names the missing file
+    size, measured = source_megabytes(path)
+    if size > max_mb:
+        raise DataError(f"{path} is {size:,.0f} MiB ({measured}), over data.max_source_mb ({max_mb:g} MiB): it was not "
+                        "read. Use a smaller extract, or raise the limit if this machine has the memory "
+                        "(torchship run --set data.max_source_mb=...).")
+
+
 def check_source(data: DataParams, target: str) -> None:
     """Refuse in a second, before Prefect or any stage starts, what the prepare stage would refuse after a
-    while: a data file that is not there, a target column the table does not have (from its header)."""
+    while: a data file that is not there or over data.max_source_mb, a target column the table does not have
+    (from its header)."""
     path = source_path(data)
     if path is not None:
+        check_source_size(path, data.max_source_mb)
         columns, origin = table_columns(path), str(path)
     elif data.source == "synthetic":
         columns, origin = list(generate_customers(20, seed=0).columns), "synthetic"
@@ -110,6 +139,7 @@ def load_source(data: DataParams, with_batches: bool = True) -> tuple[pd.DataFra
     their line numbers as index."""
     path = source_path(data)
     if path is not None:
+        check_source_size(path, data.max_source_mb)
         raw, origin = read_raw_table(path), str(path)
     elif data.source == "synthetic":
         raw, origin = generate_customers(data.rows, data.seed, data.drift), "synthetic"

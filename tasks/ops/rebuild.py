@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from tasks.config import Params
 from tasks.core.artifacts import read_json
 from tasks.core.errors import TorchshipError
-from tasks.core.registry import model_version, registry_client
+from tasks.core.registry import inside, model_version, refuse_climbing, registry_client
 from tasks.ops.reproduce import StageOutcome, reproduce, stage_environment
 
 LINEAGE = "lineage"   # artifact folder of the version's run
@@ -111,8 +111,9 @@ def _checkout(root: Path, commit: str, workspace: Path) -> None:
 
 def _restore_lineage(client, run_id: str, workspace: Path) -> list[str]:
     """The version's params.yaml, dvc.lock, source fingerprint and batch snapshot over the checkout."""
+    refuse_climbing(client.get_run(run_id).info.artifact_uri, f"run {run_id}")
     with tempfile.TemporaryDirectory() as folder:
-        downloaded = Path(client.download_artifacts(run_id, LINEAGE, folder))
+        downloaded = inside(Path(folder), Path(client.download_artifacts(run_id, LINEAGE, folder)), f"run {run_id}")
         restored = []
         for name in LINEAGE_FILES:
             if (downloaded / name).exists():

@@ -14,9 +14,10 @@ from tasks.config import TrainParams
 
 
 def torchrun_command(params: TrainParams, module: str = "tasks.train", log_dir: str | None = None) -> list[str]:
-    """`torchrun` for one node (standalone) or many (c10d rendezvous at train.rdzv_endpoint); with
+    """`torchrun` (its stores on 127.0.0.1 for a job on this machine: tasks/training/launch.py) for one node
+    (standalone) or many (c10d rendezvous at train.rdzv_endpoint); with
     `log_dir`, each worker's output is also kept there (tee), so a failure can quote its last lines."""
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={params.nproc}",
+    command = [sys.executable, "-m", "tasks.training.launch", f"--nproc_per_node={params.nproc}",
                f"--max_restarts={params.max_restarts}"]
     if log_dir:
         command += [f"--log_dir={log_dir}", "--tee=3"]

@@ -2,6 +2,7 @@
 the training split, the model's name and arguments and the classes, so it can be rebuilt without pickle."""
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from models import FeatureLayout, build_model
 from tasks.config import TrainParams
 from tasks.contract import Schema
 from tasks.core.artifacts import write_atomic
+from tasks.core.errors import TorchshipError
 
 
 def fit_layout(features: np.ndarray, schema: Schema) -> FeatureLayout:
@@ -41,7 +43,13 @@ def save_trained(path: Path, model: nn.Module, layout: FeatureLayout, spec: dict
 
 def load_trained(path: Path) -> tuple[nn.Module, dict]:
     """Rebuild the eager model from its weights-only checkpoint (never unpickles code)."""
-    checkpoint = torch.load(path, weights_only=True)
+    try:
+        checkpoint = torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as exc:   # torch's own advice (weights_only=False) would run the payload
+        reason = next((line for line in str(exc).splitlines() if "GLOBAL" in line or "Unsupported" in line), "")
+        raise TorchshipError(f"{path} is not a torchship weights file: it asks to run code when loaded ({reason.strip()}). "
+                             "It was refused and nothing in it ran; re-create it with the train stage (torchship run), "
+                             "and never load it with weights_only=False.") from None
     spec = checkpoint["model"]
     model = build_model(spec["name"], FeatureLayout(**checkpoint["layout"]), **spec["kwargs"])
     model.load_state_dict(checkpoint["state_dict"])
