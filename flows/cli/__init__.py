@@ -7,7 +7,7 @@ from importlib.metadata import version as package_version
 import typer
 from typer.core import TyperGroup
 
-from flows.cli import data, loop, pipeline, registry, servers, workspace
+from flows.cli import canary, data, loop, pipeline, registry, servers, workspace
 from flows.cli.output import console, fail
 from tasks.core.errors import TorchshipError
 
@@ -44,6 +44,7 @@ for command in (pipeline.run, pipeline.plan, servers.ui, servers.serve, registry
                 registry.rebaseline, registry.rebuild,
                 workspace.clean, data.ingest, loop.monitor, loop.deploy):
     app.command()(command)
+app.command()(canary.canary)
 app.add_typer(data.contract_app, name="contract")
 app.add_typer(loop.demo_app, name="demo")
 app.command("config-docs", hidden=True)(workspace.config_docs)
