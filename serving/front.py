@@ -103,7 +103,7 @@ class Front:
             body = await read_body(scope, receive, self.max_body_bytes)
             if len(body) > INLINE_BODY_BYTES:
                 answer = await run_in_threadpool(self.service.predict, body, request_id, key)
-                accepted = None
+                accepted = None   # a big batch is not shadowed: a canary's figures come from everyday requests
             else:
                 accepted = self.service.accept(body, key)
                 try:

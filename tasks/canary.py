@@ -24,11 +24,11 @@ log = logging.getLogger("torchship.canary")
 SMOKE_ONLY = "smoke test only (no challenger)"
 
 
-def canary_service(model_name: str, share: float, rules: CanaryParams, seed: int = 0):
-    """The service for a canary: a split of traffic, shadow scoring, no request log (replayed rows are not
-    production traffic)."""
-    return running_service(model_name, ["--challenger-share", str(share), "--request-log", "", "--seed", str(seed),
-                                        "--shadow"], rules.startup_timeout_s, "torchship-canary-")
+def smoke_service(model_name: str, rules: CanaryParams):
+    """The service for the champion's smoke test: all traffic to the champion, no request log (replayed rows are
+    not production traffic)."""
+    return running_service(model_name, ["--challenger-share", "0", "--request-log", "", "--seed", "0"],
+                           rules.startup_timeout_s, "torchship-smoke-")
 
 
 def replay(url: str, rows: pd.DataFrame, target: str) -> pd.DataFrame:
@@ -96,7 +96,7 @@ def analyse(traffic: pd.DataFrame, rules: CanaryParams) -> tuple[GateResult, dic
 
 def smoke_test(params: Params, rows: pd.DataFrame, target: str, client, name: str, started: float) -> CanaryReport:
     """No challenger: the champion alone answers the replayed rows through a service started for it."""
-    with canary_service(name, 0.0, params.canary) as url:
+    with smoke_service(name, params.canary) as url:
         traffic = replay(url, rows, target)
     champion = traffic[traffic["variant"] == "champion"]
     errors = int((~traffic["ok"]).sum())

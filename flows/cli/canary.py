@@ -29,7 +29,9 @@ def canary(url: str = typer.Option(None, "--url", help="A running service (e.g. 
     if token:
         os.environ["TORCHSHIP_ADMIN_TOKEN"] = token
     quiet_expected_tracebacks()
-    report = canary_flow(params_file="params.yaml", url=url, request_log=request_log)
+    where = f"the service at {url} (live traffic)" if url else "a service started for it (replayed holdout rows)"
+    with console.status(f"canary on {where}: shadow, then canary.steps; each step waits for canary.min_samples"):
+        report = canary_flow(params_file="params.yaml", url=url, request_log=request_log)
     render(report)
 
 
@@ -47,6 +49,7 @@ def render(report) -> None:
             table.add_row(step.phase, f"[{colour}]{step.status}[/]", f"v{ours.version}", str(ours.requests),
                           str(ours.errors), p95, f"{step.psi:.3f}" if step.psi is not None else "-", accuracy)
         console.print(table)
-    console.print(f"[bold]canary gate[/] {report.gate.summary()}")
+    last = report.steps[-1].reasons if report.steps else report.gate.reasons
+    console.print(f"[bold]canary gate[/] {report.gate.status}: {'; '.join(last)}")
     console.print(f"[bold]decision[/] {report.action} ({report.seconds:.1f} s)")
     console.print("aliases now: " + (", ".join(f"{a} → v{v}" for a, v in report.aliases.items()) or "none"))

@@ -6,6 +6,7 @@ champion tagged previous. Small min-sample counts and steps through the params, 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import sys
@@ -181,10 +182,13 @@ def register_challenger(client, model: onnx.ModelProto, folder: Path) -> str:
     return str(version)
 
 
-def run_canary(project, link, params):
+def run_canary(project, link, params, traffic: bool = True):
+    """The canary on the service at `link`, while LiveTraffic runs (`traffic`)."""
     features, truth = holdout(project)
     schema = load_schema(project.root / "data/prepare/schema.json")
     rows = pd.concat([features, truth.rename(schema.target)], axis=1)
+    if not traffic:
+        return canary.run_canary(params, rows, schema, link)
     with LiveTraffic(link.url, features, truth):
         return canary.run_canary(params, rows, schema, link)
 
@@ -231,3 +235,36 @@ def test_a_good_challenger_is_promoted_step_by_step(live, tmp_path, monkeypatch)
     assert str(client.get_model_version_by_alias(MODEL, CHAMPION).version) == version
     assert "previous" in client.get_model_version(MODEL, old).tags
     assert {f"canary.{p}" for p in ("shadow", "50pct", "100pct")} <= set(client.get_model_version(MODEL, version).tags)
+
+
+def test_a_candidate_with_another_input_signature_is_not_canaried(live, tmp_path, monkeypatch):
+    project, link, params, client = live
+    monkeypatch.chdir(project.root)
+    champion = client.get_model_version_by_alias(MODEL, CHAMPION).version
+    model = champion_model(client)
+    entry = next(e for e in model.metadata_props if e.key == "torchship.schema")
+    schema = json.loads(entry.value)
+    schema["features"][0]["name"] += " (renamed)"   # what a new table's candidate would carry
+    entry.value = json.dumps(schema)
+    version = register_challenger(client, model, tmp_path)
+    report = run_canary(project, link, params, traffic=False)
+    assert report.action.startswith(f"not run: v{version}'s input signature differs from champion v{champion}'s")
+    assert report.gate.status == "fail" and report.steps == []
+    aliases = {alias: str(v) for alias, v in client.get_registered_model(MODEL).aliases.items()}
+    assert aliases == {CHAMPION: str(champion), CHALLENGER: version}   # nothing moved
+    client.delete_registered_model_alias(MODEL, CHALLENGER)
+
+
+def test_a_step_without_enough_traffic_ends_the_canary_inconclusive(live, tmp_path, monkeypatch):
+    project, link, params, client = live
+    monkeypatch.chdir(project.root)
+    version = register_challenger(client, champion_model(client), tmp_path)
+    quiet = params.model_copy(update={"canary": RULES.model_copy(update={"step_max_s": 1.0})})
+    report = run_canary(project, link, quiet, traffic=False)
+    assert [(s.phase, s.status) for s in report.steps] == [("shadow", "short")]   # no client sent anything
+    assert report.gate.status == "warn" and report.action.startswith("inconclusive at step shadow")
+    assert "0 of the 20 requests" in report.steps[0].reasons[0]
+    assert str(client.get_registered_model(MODEL).aliases[CHALLENGER]) == version   # not rejected: no evidence
+    assert "canary_inconclusive" in client.get_model_version(MODEL, version).tags
+    assert httpx.get(f"{link.url}/health").json()["challenger_share"] == 0.0
+    client.delete_registered_model_alias(MODEL, CHALLENGER)
