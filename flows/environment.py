@@ -14,6 +14,9 @@ QUIET = {
     "TORCHINDUCTOR_COMPILE_THREADS": "1",   # inductor's compile workers fight inference for 2 cores
     "PREFECT_LOGGING_LEVEL": "WARNING",
     "PYTHONWARNINGS": "ignore::DeprecationWarning,ignore::FutureWarning",
+    # Prefect waits 20 s for its ephemeral API: a first start migrates the database, which on a busy 2-core box
+    # took longer and failed the whole run ("Timed out while attempting to connect to ephemeral Prefect API").
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
 }
 
 

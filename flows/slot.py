@@ -6,11 +6,18 @@ project's SQLite file in the embedded default, the server's when scaled out), so
 A holder renews its lease while it runs; one killed by SIGKILL stops renewing and its lease expires after
 LEASE_S. A Prefect server's repossessor then gives the slot back. The embedded default has no server
 running that service, so its leases are kept on disk (flows/environment.py) and the next run that finds the
-slot taken gives back the expired ones itself before it waits."""
+slot taken gives back the expired ones itself before it waits.
+
+A holder also writes `.prefect/workspace-holder.json` (host, PID, the process's start time, its lease): a run that
+finds the slot taken by a process of this machine that no longer exists (killed outright: SIGKILL, OOM) gives its
+lease back at once, instead of making the restart wait out the lease (tests/reliability/test_kill_ladder.py)."""
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
+import os
+import socket
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Iterator
@@ -20,6 +27,7 @@ from tasks.core.errors import TorchshipError
 _holding: ContextVar[str | None] = ContextVar("torchship_workspace_slot", default=None)
 LEASE_S = 60             # Prefect's minimum: a killed holder's slot is free again about a minute later
 FILE_LEASES = "prefect.server.concurrency.lease_storage.filesystem"
+HOLDER_FILE = Path(".prefect") / "workspace-holder.json"
 
 
 class WorkspaceBusy(TorchshipError):
@@ -61,10 +69,54 @@ def release_expired_leases() -> int:
     return len(expired)
 
 
-def acquire(name: str, wait_s: float):
-    from prefect.concurrency.sync import concurrency
+def process_started(pid: int) -> str | None:
+    """The start time of process `pid` (clock ticks since boot, from /proc), None when it does not exist: with
+    the PID it names one process for good (a PID alone may be reused)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
-    return concurrency(name, occupy=1, timeout_seconds=wait_s, strict=True, lease_duration=LEASE_S)
+
+@contextlib.contextmanager
+def acquire(name: str, wait_s: float) -> Iterator[None]:
+    """Take the slot (TimeoutError after `wait_s`), keep its lease renewed while inside, record who holds it."""
+    from prefect.concurrency._leases import maintain_concurrency_lease
+    from prefect.concurrency._sync import (acquire_concurrency_slots_with_lease,
+                                           release_concurrency_slots_with_lease)
+
+    lease = acquire_concurrency_slots_with_lease([name], 1, timeout_seconds=wait_s, strict=True,
+                                                 lease_duration=LEASE_S).lease_id
+    try:
+        HOLDER_FILE.parent.mkdir(parents=True, exist_ok=True)
+        HOLDER_FILE.write_text(json.dumps({"slot": name, "host": socket.gethostname(), "pid": os.getpid(),
+                                           "started": process_started(os.getpid()), "lease": str(lease)}))
+        with maintain_concurrency_lease(lease, LEASE_S, raise_on_lease_renewal_failure=True):
+            yield
+    finally:
+        release_concurrency_slots_with_lease(lease)
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            if json.loads(HOLDER_FILE.read_text()).get("lease") == str(lease):
+                HOLDER_FILE.unlink()
+
+
+def release_dead_holder(name: str) -> bool:
+    """Give back the slot of a holder on this machine whose process is gone (killed before it could release it).
+    Under a file lock, so two restarts never both release (and the second free a live holder's slot)."""
+    from filelock import FileLock
+    from prefect.concurrency._sync import release_concurrency_slots_with_lease
+
+    with FileLock(str(HOLDER_FILE.with_suffix(".lock")), timeout=30):
+        try:
+            holder = json.loads(HOLDER_FILE.read_text())
+        except (FileNotFoundError, ValueError):
+            return False
+        if (holder.get("slot") != name or holder.get("host") != socket.gethostname()
+                or process_started(int(holder["pid"])) == holder.get("started")):
+            return False   # another workspace's, another machine's, or alive
+        release_concurrency_slots_with_lease(holder["lease"])
+        HOLDER_FILE.unlink(missing_ok=True)
+        return True
 
 
 @contextlib.contextmanager
@@ -76,19 +128,20 @@ def workspace_slot(holder: str, wait_s: float) -> Iterator[None]:
         return
     name = slot_name()
     ensure_limit(name)
+    release_dead_holder(name)   # before the first try: a killed run's slot is free at once, without a timeout logged
     with contextlib.ExitStack() as stack:
         try:
             try:
                 stack.enter_context(acquire(name, min(wait_s, 1.0)))
             except TimeoutError:
-                if not release_expired_leases() and wait_s <= 1.0:
+                if not (release_dead_holder(name) or release_expired_leases()) and wait_s <= 1.0:
                     raise
                 stack.enter_context(acquire(name, wait_s))
         except TimeoutError:
             raise WorkspaceBusy(
                 f"the workspace is busy: another pipeline run, retrain or canary holds it (Prefect concurrency "
-                f"limit '{name}'); {holder} did not start. Try again when it finishes (a run killed outright "
-                f"frees it about {LEASE_S}s later, when its lease expires; to free it by hand: "
+                f"limit '{name}'); {holder} did not start. Try again when it finishes (a run killed outright on this "
+                f"machine frees it at once; on another, about {LEASE_S}s later, when its lease expires; by hand: "
                 f"prefect gcl update {name} --active-slots 0)") from None
         token = _holding.set(holder)
         try:

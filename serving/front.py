@@ -122,11 +122,13 @@ class Front:
             return await self.refuse(send, 413, f"body over serve.max_body_mb ({self.max_body_bytes} bytes)",
                                      request_id)
         except NoChampion as exc:
+            self.service.metrics.counter("-", "-", "unavailable").inc()
             return await self.refuse(send, 503, str(exc), request_id)
         except ClientGone:
             return
         except Exception:   # a bug, not the client's fault: say so, with the id to find it in the log
             log.exception("request %s failed", request_id)
+            self.service.metrics.counter("-", "-", "error").inc()
             return await self.refuse(send, 500, "internal error", request_id)
         await respond(send, 200, answer, request_id)
         if accepted is not None and self.service.shadowing(accepted):

@@ -34,7 +34,8 @@ class RequestLog:
     Guarantee: `close()` (a clean shutdown) writes every line appended before it. A crash of the process
     loses at most the lines appended in the last `flush_seconds`; written lines are handed to the OS but
     not fsynced, so a crash of the machine may lose what the OS had not yet put on disk. A write that
-    fails (disk full) is logged and its lines are dropped: the service keeps answering."""
+    fails (disk full) is logged and its lines are dropped: the service keeps answering, and the file is cut back
+    to where that write began, so it never ends in half a line that the next write would run into."""
 
     def __init__(self, path: Path | None, flush_seconds: float = 1.0, rotate_bytes: int = 64 << 20,
                  rotate_seconds: float = 24 * 3600.0, clock: Callable[[], float] = time.time):
@@ -144,12 +145,19 @@ class RequestLog:
                 log.error("could not rotate %s, writing on to it: %s", self.path, exc)
         if self._handle is None:  # the last rotation could not reopen the file: once more, else these lines drop
             self._open_active()
-        self._handle.write(data)
-        self._handle.flush()
+        start = os.fstat(self._handle.fileno()).st_size   # the end: we append, under the cross-process lock
+        try:
+            view = memoryview(data)
+            while view:   # unbuffered: a short write (a file-size limit) returns what it wrote, the rest is retried
+                view = view[self._handle.write(view):]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._handle.fileno(), start)
+            raise
 
     def _open_active(self) -> None:
         self._handle = None   # not the closed one, should the open fail
-        self._handle = self.path.open("ab")
+        self._handle = self.path.open("ab", buffering=0)   # nothing held back in a buffer after a failed write
         self._opened_at = self.clock()
 
     def _rotation_due(self) -> bool:

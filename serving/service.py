@@ -174,6 +174,7 @@ class Service:
     def _not_loaded(self, alias: str, version: str, reason: str) -> None:
         current: Variant | None = getattr(self.router, alias)
         kept = f"v{current.version} keeps serving" if current else f"no {alias} is served"
+        self.metrics.load_failures.labels(alias).inc()
         log.error("could not load %s v%s (%s): %s", alias, version, kept, reason)
 
     def set_share(self, share: float, shadow: bool | None = None) -> None:
@@ -214,6 +215,7 @@ class Service:
         served_ms = (time.perf_counter() - accepted.started) * 1e3
         self.metrics.latency_of(variant.alias).observe(served_ms / 1e3)
         self.metrics.counter(variant.alias, variant.version, "ok").inc()
+        self.metrics.predictions.add(variant.alias, labels)
         answer = {"request_id": request_id, "variant": variant.alias, "version": variant.version,
                   "served_ms": served_ms, "predictions": [
                       {"id": row_id(request_id, i), "label": label, "probabilities": dict(zip(classes, p))}

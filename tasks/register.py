@@ -1,18 +1,19 @@
 """register: log the selected ONNX variant to the MLflow registry with lineage and set aliases (Prefect-only)."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from pathlib import Path
-
 
 from tasks.config import Params
 from tasks.contract import load_schema
 from tasks.core import paths
 from tasks.core.artifacts import read_json
 from tasks.core.holdout import load_holdout
+from tasks.core.errors import TorchshipError
 from tasks.core.registry import (CHALLENGER, CHAMPION, SHA_TAG, alias_version, aliases, find_version_by_sha,
-                                 registry_client)
+                                 registry_client, store_busy)
 from tasks.core.verdicts import Blessing, Registration
 from tasks.ops.lineage import lineage_tags
 from tasks.ops.passport import passport_html, passport_markdown
@@ -20,6 +21,16 @@ from tasks.ops.rebuild import METRIC_TAG, METRICS, log_lineage, push_data
 from tasks.ops.registry import alias_lock, promote, reject
 
 log = logging.getLogger("torchship.register")
+# Waits between attempts when the store is busy (each attempt itself waits up to MLflow's 20 s SQLite busy
+# timeout): about 2 minutes in all before the step fails with StoreBusy.
+RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0)
+# On a version from its creation until its tags, passport and aliases are written: a retry or re-run that finds
+# its bytes finishes it (a version registered by hand, or finished, carries no such tag and is left as it is).
+UNFINISHED_TAG = "register_unfinished"
+
+
+class StoreBusy(TorchshipError):
+    """The MLflow store stayed locked through every retry of the register step."""
 
 
 def register_candidate(params: Params, blessing: Blessing, run_id: str | None = None,
@@ -34,7 +45,7 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     client = registry_client(params.tracking)
     name = blessing.model_name
     existing = find_version_by_sha(client, name, blessing.candidate_sha256)
-    if existing is not None:
+    if existing is not None and UNFINISHED_TAG not in existing.tags:
         return Registration(model_name=name, version=str(existing.version), created=False,
                             action=f"same bytes as v{existing.version}: no new version, aliases unchanged",
                             aliases=aliases(client, name), seconds=time.perf_counter() - started)
@@ -49,11 +60,18 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     if run_id:
         tags["pipeline_run"] = run_id
     tags.update(trigger or {})
-    info = mlflow.onnx.log_model(onnx.load(blessing.candidate_path), name="model", registered_model_name=name,
-                                 signature=raw_signature(schema), input_example=example,
-                                 onnx_execution_providers=["CPUExecutionProvider"],
-                                 save_as_external_data=False)   # one file, byte-identical to the candidate (its sha tag)
-    version = str(info.registered_model_version)
+    if existing is not None:   # registered by an attempt that stopped (a busy store, a killed run): finish it
+        version = str(existing.version)
+        log.info("register: finishing v%s, registered from these bytes by an attempt that did not complete", version)
+    else:
+        # Artifacts first, then the version with its sha tag in one write: a version never exists without its
+        # artifacts or its tag, so a retry or a re-run finds it (find_version_by_sha) instead of adding another.
+        info = mlflow.onnx.log_model(onnx.load(blessing.candidate_path), name="model",
+                                     signature=raw_signature(schema), input_example=example,
+                                     onnx_execution_providers=["CPUExecutionProvider"],
+                                     save_as_external_data=False)   # one file, byte-identical to the candidate
+        pending = {**tags, UNFINISHED_TAG: "artifacts logged; tags, passport and aliases not yet written"}
+        version = str(mlflow.register_model(info.model_uri, name, tags=pending).version)
     # The commit alone does not pin a model (`--set`, a retrain): the exact params and lock, and the data pushed.
     tags["lineage_files"] = ", ".join(log_lineage(Path(".")))
     tags["dvc_push"] = push_data(Path("."))
@@ -62,10 +80,11 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)
     description = passport_markdown(params, blessing, tags, version)
-    client.update_model_version(name, version, description=description)
     mlflow.log_text(description, "passport.md")
     mlflow.log_text(passport_html(description), "passport.html")
     action = apply_aliases(client, name, version, blessing)
+    client.update_model_version(name, version, description=description)
+    client.delete_model_version_tag(name, version, UNFINISHED_TAG)   # last: the version is complete
     return Registration(model_name=name, version=version, created=True, action=action, aliases=aliases(client, name),
                         seconds=time.perf_counter() - started)
 
@@ -75,6 +94,9 @@ def apply_aliases(client, name: str, version: str, blessing: Blessing) -> str:
     no champion yet -> champion; else challenger (the canary decides). Under the registry's alias lock, and
     only if the aliases are still what bless judged against: when another pipeline moved them meanwhile, this
     version keeps no alias and says so (no lost update)."""
+    held = sorted(alias for alias, holder in aliases(client, name).items() if holder == str(version))
+    if held:   # an attempt that stopped after moving the aliases: nothing left to move
+        return f"v{version} already holds {', '.join(held)}"
     if blessing.gate.status == "fail":
         reject(client, name, version, "bless: " + "; ".join(blessing.gate.reasons))
         return f"v{version} rejected by bless: {'; '.join(blessing.gate.reasons)}"
@@ -109,10 +131,53 @@ def moved_since_bless(client, name: str, version: str, blessing: Blessing) -> st
 def run(params: Params, blessing: Blessing, parent_run: str | None = None,
         trigger: dict[str, str] | None = None) -> Registration:
     """The step: register under a nested MLflow run (the model is logged from it); `trigger` tags a new
-    version with why its pipeline ran (a retrain names its window's batch)."""
+    version with why its pipeline ran (a retrain names its window's batch). A busy store (its SQLite database locked by
+    another process) is retried with backoff; every attempt resumes what the previous one left."""
+    with quiet_busy_store():
+        return _run_with_retries(params, blessing, parent_run, trigger)
+
+
+@contextlib.contextmanager
+def quiet_busy_store():
+    """MLflow logs each locked-database error with a full traceback before it raises; the retry's own warning says
+    it in one line, so those records are dropped while the step runs (any other error is logged as before)."""
+    store_log = logging.getLogger("mlflow.store.db.utils")
+    busy = logging.Filter()
+    busy.filter = lambda record: "database is locked" not in record.getMessage()
+    store_log.addFilter(busy)
+    try:
+        yield
+    finally:
+        store_log.removeFilter(busy)
+
+
+def _run_with_retries(params: Params, blessing: Blessing, parent_run: str | None,
+                      trigger: dict[str, str] | None) -> Registration:
+    import mlflow
+
     from tasks.core.tracking import stage_run
 
-    with stage_run(params.tracking, "register", parent_run):
-        registration = register_candidate(params, blessing, parent_run, trigger)
+    started = time.monotonic()
+    for attempt, delay in enumerate((*RETRY_DELAYS_S, None), start=1):
+        try:
+            with stage_run(params.tracking, "register", parent_run):
+                registration = register_candidate(params, blessing, parent_run, trigger)
+            break
+        except Exception as exc:   # the store's first contact may raise SQLAlchemy's own OperationalError
+            if not store_busy(exc):
+                raise
+            if mlflow.active_run() is not None:   # not ended when the store refused its start's own writes
+                with contextlib.suppress(Exception):
+                    mlflow.end_run("FAILED")
+            if delay is None:
+                raise StoreBusy(
+                    f"register: the MLflow store {params.tracking.resolved_uri()} stayed busy through {attempt} "
+                    f"attempts over {time.monotonic() - started:.0f} s ({str(exc).splitlines()[0][:200]}). "
+                    "Another process holds its database (an `mlflow ui`, a second pipeline, a backup?): let it "
+                    "finish, then re-run `torchship run`; a version registered meanwhile is finished, not "
+                    "registered twice.") from None
+            log.warning("register: the MLflow store is busy (%s); attempt %d again in %.1f s",
+                        str(exc).splitlines()[0][:120], attempt + 1, delay)
+            time.sleep(delay)
     log.info("register: %s", registration.action)
     return registration

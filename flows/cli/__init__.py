@@ -7,7 +7,7 @@ from importlib.metadata import version as package_version
 import typer
 from typer.core import TyperGroup
 
-from flows.cli import canary, data, loop, pipeline, registry, servers, workspace
+from flows.cli import canary, data, loop, observability, pipeline, predict, registry, servers, workspace
 from flows.cli.output import console, fail
 from tasks.core.errors import TorchshipError
 
@@ -42,7 +42,8 @@ def main(version: bool = typer.Option(False, "--version", callback=show_version,
 
 for command in (pipeline.run, pipeline.plan, servers.ui, servers.serve, registry.status, registry.promote, registry.rollback,
                 registry.rebaseline, registry.rebuild,
-                workspace.clean, data.ingest, loop.monitor, loop.deploy):
+                workspace.clean, data.ingest, loop.monitor, loop.deploy, predict.predict,
+                observability.observability):
     app.command()(command)
 app.command()(canary.canary)
 app.add_typer(data.contract_app, name="contract")

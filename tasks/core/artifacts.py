@@ -1,19 +1,33 @@
 """Writing artifacts so a crash never leaves a half-written file where a good one was."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
+import resource
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
+
+from tasks.core.errors import TorchshipError
+
+NO_SPACE = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+TEMP_PID = re.compile(r"\.tmp-(\d+)-")   # .<stem>.tmp-<writer's pid>-<random><suffix>
+
+
+class ArtifactWriteError(TorchshipError):
+    """An artifact could not be written (disk full, a file-size limit, a failing writer); the old one is kept."""
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """Call `write(tmp)` then fsync and rename onto `path`: readers see the old or the new file, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.tmp-", suffix=path.suffix, dir=path.parent)
+    remove_dead_temps(path.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.tmp-{os.getpid()}-", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -22,8 +36,45 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
         with tmp.open("rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except Exception as exc:  # torch and pyarrow report a full disk as RuntimeError/ArrowIOError, not OSError
+        raise ArtifactWriteError(write_failure(path, exc)) from exc
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def remove_dead_temps(folder: Path) -> None:
+    """The temp files in `folder` whose writer is gone (killed mid-write: SIGKILL, OOM; its `finally` never ran).
+    A temp file's name carries its writer's PID, so a live writer's (another process writing now) is left alone."""
+    for stale in folder.glob(".*.tmp-*"):
+        match = TEMP_PID.search(stale.name)
+        if match and not process_exists(int(match.group(1))):
+            stale.unlink(missing_ok=True)
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # someone else's: it exists
+        return True
+    return True
+
+
+def write_failure(path: Path, exc: BaseException) -> str:
+    """What failed, why, and that the previous file is untouched; the disk's free space when that may be why."""
+    kept = f"the previous {path.name} is kept as it was" if path.exists() else f"no {path.name} was left behind"
+    cause = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+        cause = f"{os.strerror(exc.errno)} (the disk is full, or a quota or file-size limit was reached)"
+    try:
+        free = f"; {shutil.disk_usage(path.parent).free / 2**20:.0f} MiB free on its disk"
+    except OSError:
+        free = ""
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:   # torch and pyarrow hide EFBIG behind their own messages
+        free += f"; this process may not grow a file past {limit} bytes (ulimit -f)"
+    return f"could not write {path}: {cause}{free}. Nothing was replaced: {kept}. Free space and re-run."
 
 
 def write_bytes_atomic(path: Path, payload: bytes) -> None:

@@ -16,6 +16,12 @@ CHAMPION, CHALLENGER = "champion", "challenger"
 SHA_TAG = "artifact_sha256"
 
 
+def store_busy(exc: BaseException) -> bool:
+    """The store could not answer now (a SQLite database locked by another process past MLflow's 20 s busy
+    timeout, a dropped connection): worth retrying, and never to be read as "no such model" or "no alias"."""
+    return getattr(exc, "error_code", None) == "TEMPORARILY_UNAVAILABLE" or "database is locked" in str(exc)
+
+
 def registry_client(tracking: TrackingParams) -> "object":
     """An MlflowClient on the configured store (no global MLflow state is touched)."""
     from mlflow import MlflowClient
@@ -29,7 +35,9 @@ def alias_version(client, name: str, alias: str):
 
     try:
         return client.get_model_version_by_alias(name, alias)
-    except MlflowException:
+    except MlflowException as exc:
+        if store_busy(exc):   # a locked store is not "no champion": that would promote past the canary
+            raise
         return None
 
 
@@ -38,7 +46,9 @@ def aliases(client, name: str) -> dict[str, str]:
 
     try:
         return {k: str(v) for k, v in client.get_registered_model(name).aliases.items()}
-    except MlflowException:
+    except MlflowException as exc:
+        if store_busy(exc):
+            raise
         return {}
 
 
@@ -58,7 +68,9 @@ def find_version_by_sha(client, name: str, sha256: str):
 
     try:
         versions = client.search_model_versions(f"name='{name}'")
-    except MlflowException:
+    except MlflowException as exc:
+        if store_busy(exc):   # "not registered yet" would register the same bytes twice
+            raise
         return None
     return next((v for v in versions if v.tags.get(SHA_TAG) == sha256), None)
 

@@ -84,6 +84,11 @@ def test_shared_subpackages_never_import_steps_and_core_imports_nothing_above_it
     assert violations("tasks", allowed) == []
 
 
+def test_tasks_never_import_serving():
+    """The service builds on tasks' shared code, never the other way round (batch scoring lives in serving/)."""
+    assert violations("tasks", lambda importer, imported: not imported.startswith("serving")) == []
+
+
 def test_models_import_torch_only():
     outside = []
     for path in project_files("models"):
