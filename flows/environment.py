@@ -40,6 +40,8 @@ def configure_environment(root: Path) -> None:
     os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(state / "storage"))
     # Concurrency leases on disk, not in the memory of whichever process ran the ephemeral API: flows/slot.py
     os.environ.setdefault("PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE", "prefect.server.concurrency.lease_storage.filesystem")
+    # The ephemeral API gets 20 s to start by default: on a busy 2-core box that is not always enough.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
 def enter_project(start: Path | None = None) -> Path:
@@ -48,3 +50,10 @@ def enter_project(start: Path | None = None) -> Path:
     os.chdir(root)
     configure_environment(root)
     return root
+
+
+def server_configured() -> bool:
+    """A Prefect server to send events to (else: the embedded default, where nothing would hear them)."""
+    from prefect.settings import PREFECT_API_URL
+
+    return bool(PREFECT_API_URL.value())

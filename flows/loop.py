@@ -1,8 +1,7 @@
 """The closed loop, as flows: monitor (Evidently on the request log) -> drift event -> retrain (the labelled
-window joins the training data, the pipeline re-runs, the normal gates and the canary decide), and the canary
-on its own. With a Prefect server (PREFECT_API_URL) the monitor emits `torchship.drift.detected` and the
+window joins the training data, the pipeline re-runs, the normal gates and the canary decide). With a Prefect server (PREFECT_API_URL) the monitor emits `torchship.drift.detected` and the
 `retrain` deployment's trigger (prefect.yaml) starts the retrain; in the embedded default it calls the same
-retrain flow directly, behind the same guards."""
+retrain flow directly, behind the same guards. (The canary's own flow is in flows/canary.py.)"""
 from __future__ import annotations
 
 import time
@@ -11,9 +10,10 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
+from flows.environment import server_configured
 from flows.pipeline import pipeline
 from flows.slot import WorkspaceBusy, workspace_slot
-from tasks import canary, monitor as monitor_step, retrain as retrain_step
+from tasks import monitor as monitor_step, retrain as retrain_step
 from tasks.config import Params, load_params
 from tasks.core import paths
 from tasks.core.errors import TorchshipError
@@ -24,13 +24,6 @@ from tasks.monitoring.window import read_window
 
 DRIFT_EVENT = "torchship.drift.detected"
 TRIGGER_KEY, RETRAINED = "trigger", "retrain"   # the tag a retrain's version carries
-
-
-def server_configured() -> bool:
-    """A Prefect server to send events to (else: the embedded default, where nothing would hear them)."""
-    from prefect.settings import PREFECT_API_URL
-
-    return bool(PREFECT_API_URL.value())
 
 
 def drift_markdown(report: monitor_step.MonitorReport) -> str:
@@ -134,11 +127,3 @@ def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_
             return {"batch": batch.model_dump(), "pipeline": summary.model_dump()}
     except WorkspaceBusy as exc:
         return dropped(GateResult(gate="workspace", status="fail", reasons=[str(exc)]), f"workspace busy: {exc}")
-
-
-@flow(name="torchship-canary", log_prints=True)
-def canary_flow(params_file: str = "params.yaml"):
-    """Canary the current challenger against the champion (or smoke-test the champion alone)."""
-    params = load_params(params_file)
-    with workspace_slot("the canary", params.retrain.workspace_wait_s):
-        return task(name="canary")(canary.run)(params)

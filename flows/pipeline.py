@@ -5,6 +5,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
+from flows.canary import record_decision, record_step
 from flows.slot import workspace_slot
 from tasks import bless, canary, register, validate
 from tasks.config import Params, load_params
@@ -65,7 +66,8 @@ def pipeline(params_file: str = "params.yaml", trigger: dict[str, str] | None = 
                   dvc_stage("profile", parent_run)]
         blessing = bless_step(params, parent_run)
         registration = register_step(params, blessing, parent_run, trigger)
-        canary_report = canary_step(params, parent_run)
+        canary_report = canary_step(params, parent_run, None, record_step)
+        record_decision(canary_report, params.data.registered_model_name())
         summary = summarize(stages, blessing, registration, canary_report, parent_run)
         publish_summary(params, parent_run, summary)
     return summary

@@ -85,9 +85,11 @@ def reload(service: ServiceDep) -> dict:
 
 
 @admin.post("/share")
-def set_share(service: ServiceDep, share: Annotated[float, Query(ge=0.0, le=1.0)]) -> dict:
-    """Route this share of traffic to the challenger from now on."""
-    service.set_share(share)
+def set_share(service: ServiceDep, share: Annotated[float, Query(ge=0.0, le=1.0)],
+              shadow: Annotated[bool | None, Query()] = None) -> dict:
+    """Route this share of traffic to the challenger from now on; `shadow`: whether the variant that does not
+    answer also scores each request (logged to shadow.jsonl beside the request log, never returned)."""
+    service.set_share(share, shadow)
     return service.health()
 
 

@@ -5,7 +5,11 @@ to as well); every other request goes on to the FastAPI app. Every answer carrie
 
 Bodies are bounded: a `content-length` over `max_body_bytes` is refused before it is read, a body that grows
 past it while read is cut off; both get 413. Large bodies (over INLINE_BODY_BYTES) are parsed and scored in the
-thread pool, so one big batch does not hold up every other request on the loop."""
+thread pool, so one big batch does not hold up every other request on the loop.
+
+A request may carry a key (header `x-torchship-key`, e.g. a user or session id): the split is then sticky by it
+(serving/variants.py sticky_bucket). During a canary's shadow the other variant scores the request after it is
+answered (in the thread pool: a slow challenger in shadow does not hold up the loop)."""
 from __future__ import annotations
 
 import logging
@@ -23,6 +27,7 @@ from serving.variants import NoChampion
 log = logging.getLogger("torchship.serving")
 INLINE_BODY_BYTES = 64 << 10   # ~40 rows of 64 numeric columns: bigger bodies leave the loop
 JSON_HEADERS = [(b"content-type", b"application/json")]
+KEY_HEADER = b"x-torchship-key"
 Send = Callable[[dict], Awaitable[None]]
 
 
@@ -93,16 +98,21 @@ class Front:
 
     async def predict(self, scope: dict, receive, send: Send) -> None:
         request_id = new_request_id()
+        key = next((value for name, value in scope["headers"] if name == KEY_HEADER), None)
         try:
             body = await read_body(scope, receive, self.max_body_bytes)
             if len(body) > INLINE_BODY_BYTES:
-                answer = await run_in_threadpool(self.service.predict, body, request_id)
-            elif self.batcher is not None:
-                accepted = self.service.accept(body)
-                probabilities = await self.batcher.score(accepted.variant, accepted.rows)
-                answer = self.service.answer(accepted, probabilities, request_id)
+                answer = await run_in_threadpool(self.service.predict, body, request_id, key)
+                accepted = None   # a big batch is not shadowed: a canary's figures come from everyday requests
             else:
-                answer = self.service.predict(body, request_id)
+                accepted = self.service.accept(body, key)
+                try:
+                    probabilities = (await self.batcher.score(accepted.variant, accepted.rows) if self.batcher
+                                     else accepted.variant.score(accepted.rows))
+                except Exception:
+                    self.service.failed(accepted)
+                    raise
+                answer = self.service.answer(accepted, probabilities, request_id)
         except RowsRefused as exc:
             return await self.refuse(send, 422, exc.problems, request_id)
         except BodyRefused as exc:
@@ -121,6 +131,8 @@ class Front:
             self.service.metrics.counter("-", "-", "error").inc()
             return await self.refuse(send, 500, "internal error", request_id)
         await respond(send, 200, answer, request_id)
+        if accepted is not None and self.service.shadowing(accepted):
+            await run_in_threadpool(self.service.score_shadow, accepted, request_id)
 
     @staticmethod
     async def refuse(send: Send, status: int, detail, request_id: str) -> None:

@@ -22,7 +22,7 @@ from serving.variants import NoChampion, Router, SharedShare, Variant, bytes_var
 from serving.watcher import RegistryWatcher
 from tasks.config import ServeParams, TrackingParams
 from tasks.core.registry import CHALLENGER, CHAMPION
-from tasks.core.servelog import feedback_line, feedback_path, row_id, served_bytes
+from tasks.core.servelog import feedback_line, feedback_path, row_id, served_bytes, shadow_path
 
 log = logging.getLogger("torchship.serving")
 STOP_TIMEOUT_S = 10.0   # how long shutdown waits for the watcher (it may be downloading a version)
@@ -116,6 +116,7 @@ class Service:
         self.metrics = Metrics()
         self.request_log = settings.open_log(settings.request_log)
         self.feedback_log = settings.open_log(feedback_path(settings.request_log) if settings.request_log else None)
+        self.shadow_log = settings.open_log(shadow_path(settings.request_log) if settings.request_log else None)
         self.watcher = RegistryWatcher(settings.tracking, settings.model_name, settings.serve.poll_seconds,
                                        self._on_registry)
 
@@ -125,6 +126,7 @@ class Service:
         else:
             self.request_log.open()
             self.feedback_log.open()
+            self.shadow_log.open()
             self.watcher.start()
             if not self.watcher.poll():
                 log.error("the registry watcher did not answer its first poll: serving nothing until it does")
@@ -134,6 +136,7 @@ class Service:
         self.watcher.stop(STOP_TIMEOUT_S)
         self.request_log.close()
         self.feedback_log.close()
+        self.shadow_log.close()
 
     def refresh(self, retry_refused: bool = False) -> None:
         """Follow the aliases now (and, with `retry_refused`, try again a version that was refused); returns once
@@ -174,8 +177,11 @@ class Service:
         self.metrics.load_failures.labels(alias).inc()
         log.error("could not load %s v%s (%s): %s", alias, version, kept, reason)
 
-    def set_share(self, share: float) -> None:
+    def set_share(self, share: float, shadow: bool | None = None) -> None:
+        """The challenger's share of traffic and (when given) whether the other variant shadows each request."""
         self.router.share = share
+        if shadow is not None:
+            self.router.shadow = shadow
 
     def ready(self) -> bool:
         """A champion is loaded (and so warmed: variants run once before they are swapped in)."""
@@ -185,13 +191,14 @@ class Service:
         champion, challenger = self.router.champion, self.router.challenger
         return {"status": "ok" if champion else "no-model", "model": self.settings.model_name,
                 "champion": champion.version if champion else None,
-                "challenger": challenger.version if challenger else None, "challenger_share": self.router.share}
+                "challenger": challenger.version if challenger else None, "challenger_share": self.router.share,
+                "shadow": self.router.shadow}
 
-    def accept(self, body: bytes) -> Accepted:
-        """Pick the variant, then parse and check the body against its schema. Raises BodyRefused, RowsRefused
-        (naming row, field and rule) or NoChampion."""
+    def accept(self, body: bytes, key: bytes | None = None) -> Accepted:
+        """Pick the variant (sticky by the request `key` when the client sent one), then parse and check the body
+        against its schema. Raises BodyRefused, RowsRefused (naming row, field and rule) or NoChampion."""
         started = time.perf_counter()
-        variant = self.router.pick()
+        variant = self.router.pick(key)
         try:
             rows = variant.decoder.decode(body)
         except (BodyRefused, RowsRefused):
@@ -219,20 +226,54 @@ class Service:
             self._score_shadow(answer, accepted)
         return orjson.dumps(answer)
 
-    def predict(self, body: bytes, request_id: str) -> bytes:
+    def predict(self, body: bytes, request_id: str, key: bytes | None = None) -> bytes:
         """accept, score and answer one request in the calling thread."""
-        accepted = self.accept(body)
-        return self.answer(accepted, accepted.variant.score(accepted.rows), request_id)
+        accepted = self.accept(body, key)
+        try:
+            probabilities = accepted.variant.score(accepted.rows)
+        except Exception:
+            self.failed(accepted)
+            raise
+        return self.answer(accepted, probabilities, request_id)
+
+    def failed(self, accepted: Accepted) -> None:
+        """The answering variant raised while scoring accepted rows: the canary's error rate counts these."""
+        self.metrics.counter(accepted.variant.alias, accepted.variant.version, "error").inc()
+
+    def shadowing(self, accepted: Accepted) -> bool:
+        """Whether this request gets a shadow answer in the shadow log (after it is answered)."""
+        return self.router.shadow and self.shadow_log.path is not None and self.router.other(accepted.variant) is not None
+
+    def score_shadow(self, accepted: Accepted, request_id: str) -> None:
+        """The variant that did not answer scores the same body (by its own schema); its answer goes to the shadow
+        log under the answered rows' ids, never to the client. Counted as `shadow` or `shadow-error`; not timed:
+        scored in the thread pool after the answer, its time is not comparable with an answer's."""
+        shadow = self.router.other(accepted.variant)
+        if shadow is None:
+            return
+        try:
+            rows = shadow.decoder.decode(accepted.body)
+            probabilities = shadow.score(rows)
+        except Exception as exc:  # a failing shadow must never touch the answer
+            self.metrics.counter(shadow.alias, shadow.version, "shadow-error").inc()
+            log.error("shadow %s v%s failed: %s", shadow.alias, shadow.version, exc)
+            return
+        self.metrics.counter(shadow.alias, shadow.version, "shadow").inc()
+        self.shadow_log.append(self._served_lines(request_id, shadow, rows, probabilities))
 
     def _log_served(self, request_id: str, accepted: Accepted, labels: list[str], probabilities: np.ndarray) -> None:
         """One line per row, buffered: the request does not wait on the disk."""
-        variant, ts = accepted.variant, time.time()
+        self.request_log.append(self._served_lines(request_id, accepted.variant, accepted.rows, probabilities, labels))
+
+    @staticmethod
+    def _served_lines(request_id: str, variant: Variant, rows: Rows, probabilities: np.ndarray,
+                      labels: list[str] | None = None) -> bytes:
+        classes, features, ts = variant.schema.classes, variant.decoder.features, time.time()
+        labels = labels if labels is not None else [classes[i] for i in probabilities.argmax(1)]
         rounded = np.round(probabilities.astype(np.float64), PROBABILITY_DIGITS).tolist()
-        classes, features = variant.schema.classes, variant.decoder.features
-        self.request_log.append(b"".join(
-            served_bytes(request_id, i, variant.alias, variant.version, features(accepted.rows, i), label,
-                         dict(zip(classes, p)), ts=ts)
-            for i, (label, p) in enumerate(zip(labels, rounded))))
+        return b"".join(served_bytes(request_id, i, variant.alias, variant.version, features(rows, i), label,
+                                     dict(zip(classes, p)), ts=ts)
+                        for i, (label, p) in enumerate(zip(labels, rounded)))
 
     def _score_shadow(self, answer: dict, accepted: Accepted) -> None:
         shadow = self.router.other(accepted.variant)

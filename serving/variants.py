@@ -2,6 +2,7 @@
 session, the schema it carries, its request decoder), and the router that picks one per request."""
 from __future__ import annotations
 
+import hashlib
 import logging
 import mmap
 import os
@@ -93,20 +94,20 @@ def file_variant(alias: str, path: Path, threads: int) -> Variant:
 
 
 class SharedShare:
-    """The challenger share as 8 bytes of a file that every worker process maps (serve.workers > 1): /admin/share
-    answered by one worker moves the split of all of them. An aligned 8-byte store is atomic: a reader sees the
-    old share or the new one."""
+    """The challenger share and the shadow switch as 16 bytes of a file that every worker process maps
+    (serve.workers > 1): /admin/share answered by one worker moves the split of all of them. An aligned 8-byte
+    store is atomic: a reader sees the old value or the new one."""
 
     def __init__(self, path: Path):
         fd = os.open(path, os.O_RDWR)
         try:
-            self._map = mmap.mmap(fd, 8)
+            self._map = mmap.mmap(fd, 16)
         finally:
             os.close(fd)
 
     @staticmethod
     def create(path: Path, share: float) -> Path:
-        path.write_bytes(struct.pack("d", share))
+        path.write_bytes(struct.pack("dd", share, 0.0))
         return path
 
     def get(self) -> float:
@@ -114,6 +115,18 @@ class SharedShare:
 
     def set(self, share: float) -> None:
         struct.pack_into("d", self._map, 0, share)
+
+    def get_shadow(self) -> bool:
+        return struct.unpack_from("d", self._map, 8)[0] > 0
+
+    def set_shadow(self, shadow: bool) -> None:
+        struct.pack_into("d", self._map, 8, 1.0 if shadow else 0.0)
+
+
+def sticky_bucket(key: bytes) -> float:
+    """A request key's place in [0, 1): a key whose bucket is under the share goes to the challenger, so as the
+    share grows a key already on the challenger stays there (and a key never flips back and forth)."""
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2.0 ** 64
 
 
 class Router:
@@ -125,6 +138,7 @@ class Router:
         self.rng = rng or random.Random()
         self._shared = shared
         self._share = share
+        self._shadow = False
 
     @property
     def share(self) -> float:
@@ -137,10 +151,24 @@ class Router:
             self._shared.set(share)
         self._share = share
 
-    def pick(self) -> Variant:
-        """The challenger for `share` of requests (when one is loaded), else the champion."""
-        if self.challenger is not None and self.rng.random() < self.share:
-            return self.challenger
+    @property
+    def shadow(self) -> bool:
+        """Whether the variant not answering also scores each request (logged, never returned): the canary."""
+        return self._shared.get_shadow() if self._shared is not None else self._shadow
+
+    @shadow.setter
+    def shadow(self, shadow: bool) -> None:
+        if self._shared is not None:
+            self._shared.set_shadow(shadow)
+        self._shadow = shadow
+
+    def pick(self, key: bytes | None = None) -> Variant:
+        """The challenger for `share` of requests (when one is loaded), else the champion. With a request key the
+        choice is sticky (sticky_bucket); without one it is random."""
+        if self.challenger is not None:
+            share = self.share
+            if share > 0.0 and (sticky_bucket(key) if key else self.rng.random()) < share:
+                return self.challenger
         if self.champion is None:
             raise NoChampion("no champion model is loaded yet: register one (torchship run) and retry")
         return self.champion

@@ -1,5 +1,6 @@
-"""canary: serve champion + challenger for real on 127.0.0.1, replay holdout rows, promote or roll back.
-(Prefect-only: it acts on live registry state.)"""
+"""canary: the progressive canary of the `challenger` against the `champion` on a real service (shadow phase,
+then traffic steps, each judged; promote or roll back: tasks/canarying/), or, with no challenger, a smoke test of
+the champion on replayed holdout rows. (Prefect-only: it acts on live registry state.)"""
 from __future__ import annotations
 
 import logging
@@ -15,18 +16,19 @@ from tasks.core.gate import GateResult
 from tasks.core.holdout import load_holdout
 from tasks.core.procs import running_service
 from tasks.core.registry import CHALLENGER, CHAMPION, alias_version, aliases, registry_client
+from tasks.canarying.link import ReplayTraffic, ServiceLink, embedded_service
+from tasks.canarying.progressive import Record, decide, run_steps, tag_step
 from tasks.core.verdicts import CanaryReport, VariantTraffic
-from tasks.ops.registry import alias_lock, promote, reject
 
 log = logging.getLogger("torchship.canary")
 SMOKE_ONLY = "smoke test only (no challenger)"
 
 
-def canary_service(model_name: str, share: float, rules: CanaryParams, seed: int = 0):
-    """The service for a canary: a split of traffic, shadow scoring, no request log (replayed rows are not
-    production traffic)."""
-    return running_service(model_name, ["--challenger-share", str(share), "--request-log", "", "--seed", str(seed),
-                                        "--shadow"], rules.startup_timeout_s, "torchship-canary-")
+def smoke_service(model_name: str, rules: CanaryParams):
+    """The service for the champion's smoke test: all traffic to the champion, no request log (replayed rows are
+    not production traffic)."""
+    return running_service(model_name, ["--challenger-share", "0", "--request-log", "", "--seed", "0"],
+                           rules.startup_timeout_s, "torchship-smoke-")
 
 
 def replay(url: str, rows: pd.DataFrame, target: str) -> pd.DataFrame:
@@ -92,57 +94,98 @@ def analyse(traffic: pd.DataFrame, rules: CanaryParams) -> tuple[GateResult, dic
     return GateResult.decide("canary", failures, passed=passed), summary
 
 
-def run_canary(params: Params, holdout_rows: pd.DataFrame, schema: Schema) -> CanaryReport:
-    """Smoke-test the champion alone, or canary the challenger against it and act on the result.
+def smoke_test(params: Params, rows: pd.DataFrame, target: str, client, name: str, started: float) -> CanaryReport:
+    """No challenger: the champion alone answers the replayed rows through a service started for it."""
+    with smoke_service(name, params.canary) as url:
+        traffic = replay(url, rows, target)
+    champion = traffic[traffic["variant"] == "champion"]
+    errors = int((~traffic["ok"]).sum())
+    gate = GateResult.decide("canary", [f"{errors} of {len(traffic)} requests failed"] if errors else [],
+                             passed=f"champion answered {len(champion)} requests, "
+                                    f"accuracy {champion['correct'].mean():.3f}")
+    _, summary = analyse(traffic, params.canary)
+    return CanaryReport(gate=gate, action=SMOKE_ONLY, traffic=summary, aliases=aliases(client, name),
+                        seconds=time.perf_counter() - started)
+
+
+def signature_difference(client, name: str, champion: str, challenger: str) -> str | None:
+    """Why the two versions are not comparable (input signature or classes), or None when they are."""
+    from tasks.core.registry import open_version
+
+    ours, theirs = (open_version(client, name, version, 1)[1] for version in (challenger, champion))
+    if ours.signature() != theirs.signature():
+        added = sorted(set(ours.signature()) - set(theirs.signature()))
+        gone = sorted(set(theirs.signature()) - set(ours.signature()))
+        return (f"v{challenger}'s input signature differs from champion v{champion}'s (only the challenger: "
+                f"{added[:5]}; only the champion: {gone[:5]})")
+    if ours.classes != theirs.classes:
+        return f"v{challenger}'s classes {ours.classes} differ from champion v{champion}'s {theirs.classes}"
+    return None
+
+
+def run_canary(params: Params, holdout_rows: pd.DataFrame, schema: Schema, link: ServiceLink | None = None,
+               record: Record | None = None) -> CanaryReport:
+    """Smoke-test the champion alone, or run the progressive canary of the challenger against it and act on the
+    registry. `link`: a running service whose live traffic is observed; None (the embedded default): a service
+    started for the canary, fed with replayed holdout rows. `record` is called with each step's verdict.
     Requests carry the model's features only (a contract's key column is data, not a feature)."""
     started = time.perf_counter()
     client = registry_client(params.tracking)
     name = params.data.registered_model_name()
-    challenger = alias_version(client, name, CHALLENGER)
-    if alias_version(client, name, CHAMPION) is None:   # e.g. a first model that bless refused: nothing to serve
-        gate = GateResult(gate="canary", status="pass", reasons=["nothing to serve or compare"])
-        return CanaryReport(gate=gate, action="skipped: no champion", traffic={}, aliases=aliases(client, name),
+    challenger, champion = alias_version(client, name, CHALLENGER), alias_version(client, name, CHAMPION)
+
+    def report(gate: GateResult, action: str, steps: list | None = None) -> CanaryReport:
+        return CanaryReport(gate=gate, action=action, steps=steps or [], aliases=aliases(client, name),
                             seconds=time.perf_counter() - started)
+
+    if champion is None:   # e.g. a first model that bless refused: nothing to serve
+        return report(GateResult(gate="canary", status="pass", reasons=["nothing to serve or compare"]),
+                      "skipped: no champion")
     target = schema.target
     rows = holdout_rows[schema.feature_names + [target]]
     rows = rows.sample(n=min(params.canary.requests, len(rows)), random_state=0)
-    share = params.canary.challenger_share if challenger is not None else 0.0
-    with canary_service(name, share, params.canary) as url:
-        traffic = replay(url, rows, target)
     if challenger is None:
-        champion = traffic[traffic["variant"] == "champion"]
-        errors = int((~traffic["ok"]).sum())
-        gate = GateResult.decide("canary", [f"{errors} of {len(traffic)} requests failed"] if errors else [],
-                                 passed=f"champion answered {len(champion)} requests, "
-                                        f"accuracy {champion['correct'].mean():.3f}")
-        _, summary = analyse(traffic, params.canary)
-        return CanaryReport(gate=gate, action=SMOKE_ONLY, traffic=summary, aliases=aliases(client, name),
-                            seconds=time.perf_counter() - started)
-    gate, summary = analyse(traffic, params.canary)
-    with alias_lock(client):
-        still = alias_version(client, name, CHALLENGER)
-        if still is None or str(still.version) != str(challenger.version):
-            action = (f"nothing moved: `challenger` left v{challenger.version} during the canary "
-                      f"(now {'v' + str(still.version) if still else 'none'}); its verdict is recorded only here")
-        elif gate.status == "fail":
-            reject(client, name, challenger.version, "canary: " + "; ".join(gate.reasons))
-            action = f"rolled back: v{challenger.version} rejected, champion unchanged"
-        else:
-            old = promote(client, name, challenger.version, "canary: " + "; ".join(gate.reasons))
-            action = f"promoted v{challenger.version} to champion (v{old} tagged previous)"
-    return CanaryReport(gate=gate, action=action, traffic=summary, aliases=aliases(client, name),
-                            seconds=time.perf_counter() - started)
+        if link is not None:
+            return report(GateResult(gate="canary", status="pass", reasons=["no challenger to canary"]),
+                          "skipped: no challenger")
+        return smoke_test(params, rows, target, client, name, started)
+    versions = str(champion.version), str(challenger.version)
+    if (difference := signature_difference(client, name, *versions)) is not None:
+        return report(GateResult(gate="canary", status="fail", reasons=[difference]),
+                      f"not run: {difference}; nothing moved (a new table needs `torchship rebaseline`)")
+
+    def steps(service: ServiceLink, traffic) -> CanaryReport:
+        service.wait_serving(*versions, params.canary.startup_timeout_s)
+
+        def on_step(verdict) -> None:
+            tag_step(client, name, versions[1], verdict)
+            if record is not None:
+                record(verdict)
+
+        verdicts = run_steps(service, *versions, params.canary, traffic, on_step)
+        gate, action = decide(client, name, versions[1], verdicts, params.canary)
+        return report(gate, action, verdicts)
+
+    if link is not None:
+        return steps(link, None)
+    with embedded_service(name, params.canary.startup_timeout_s) as service:
+        traffic = ReplayTraffic(service.url, rows[schema.feature_names], rows[target])
+        try:
+            return steps(service, traffic)
+        finally:
+            traffic.close()
 
 
-def run(params: Params, parent_run: str | None = None) -> CanaryReport:
-    """The step: canary on the holdout's rows, logged as a nested MLflow run."""
+def run(params: Params, parent_run: str | None = None, link: ServiceLink | None = None,
+        record: Record | None = None) -> CanaryReport:
+    """The step: the canary (see run_canary), logged as a nested MLflow run."""
     import mlflow
 
     from tasks.core.tracking import stage_run
 
     schema = load_schema(paths.SCHEMA)
     with stage_run(params.tracking, "canary", parent_run):
-        report = run_canary(params, load_holdout(schema).rows, schema)
+        report = run_canary(params, load_holdout(schema).rows, schema, link, record)
         mlflow.log_dict(report.model_dump(), "canary.json")
         mlflow.set_tag("gate.status", report.gate.status)
     log.info("canary: %s -> %s", report.gate.summary(), report.action)

@@ -249,14 +249,31 @@ class SloParams(Section):
 
 
 class CanaryParams(Section):
-    """The live canary: replayed holdout traffic through the real service."""
+    """The progressive canary: a shadow phase, then traffic steps, each judged on its own traffic; in the embedded
+    default the canary replays holdout rows through a service it starts, against a running one it observes live
+    traffic (torchship canary --url)."""
 
-    requests: int = Field(300, ge=10, le=100_000, description="Holdout rows replayed through the live service (one request each).")
-    challenger_share: float = Field(0.5, gt=0.0, le=1.0, description="Share of canary traffic routed to the challenger.")
-    max_metric_drop: float = Field(0.02, ge=0.0, description="Challenger accuracy may trail the champion's by at most this (both scored on every replayed row: one answers, the other in shadow).")
-    max_error_rate: float = Field(0.0, ge=0.0, le=1.0, description="Largest share of failed challenger requests.")
-    max_p95_ratio: float = Field(3.0, gt=0.0, description="Challenger p95 latency may be at most this many times the champion's.")
-    startup_timeout_s: float = Field(60.0, gt=0.0, description="Seconds to wait for the service to come up.")
+    requests: int = Field(300, ge=10, le=100_000, description="Holdout rows the embedded canary replays (reused in turn, each request under a fresh key), and the champion's smoke test when there is no challenger.")
+    steps: list[float] = Field([0.05, 0.25, 0.5, 1.0], min_length=1, description="The challenger's share of traffic at each step, after the shadow phase (increasing; the last 1.0 promotes on pass).")
+    shadow: bool = Field(True, description="Start with a shadow phase (share 0: the challenger scores a copy of every request, logged, never returned). In every step the variant not answering shadows the request, so accuracy and PSI compare both on the same rows.")
+    min_samples: int = Field(50, ge=1, description="Requests the challenger must answer (shadow: score) in a step before the step is judged.")
+    step_max_s: float = Field(120.0, gt=0.0, description="A step that has not reached min_samples after this many seconds ends the canary: inconclusive, traffic back to the champion.")
+    replay_max_requests: int = Field(5000, ge=1, description="The embedded canary's replay sends at most this many requests per step (bounded traffic).")
+    poll_s: float = Field(1.0, gt=0.0, description="How often a canary on a running service reads its /metrics while a step fills.")
+    max_metric_drop: float = Field(0.02, ge=0.0, description="Challenger accuracy on labelled feedback may trail the champion's by at most this (both scored on the same rows: one answers, the other in shadow).")
+    max_error_rate: float = Field(0.0, ge=0.0, le=1.0, description="Largest share of failed challenger requests in a step.")
+    max_p95_ratio: float = Field(3.0, gt=0.0, description="Challenger p95 latency may be at most this many times the champion's...")
+    p95_slack_ms: float = Field(5.0, ge=0.0, description="...unless it is within this many milliseconds of it (sub-millisecond models on a busy box: a ratio alone is noise).")
+    max_psi: float = Field(0.2, gt=0.0, description="Largest PSI between the two variants' predicted-class distributions on the step's rows (0.1-0.25: moderate shift, over 0.25: large).")
+    startup_timeout_s: float = Field(60.0, gt=0.0, description="Seconds to wait for the service to come up (and to load the challenger).")
+
+    @field_validator("steps")
+    @classmethod
+    def steps_grow_to_one(cls, steps: list[float]) -> list[float]:
+        if any(not 0.0 < s <= 1.0 for s in steps) or steps != sorted(set(steps)) or steps[-1] != 1.0:
+            raise ValueError(f"canary.steps {steps}: shares must rise strictly within (0, 1] and end at 1.0 "
+                             "(the step that promotes), e.g. [0.05, 0.25, 0.5, 1.0]")
+        return steps
 
 
 class ServeParams(Section):

@@ -7,7 +7,7 @@ from importlib.metadata import version as package_version
 import typer
 from typer.core import TyperGroup
 
-from flows.cli import data, loop, observability, pipeline, predict, registry, servers, workspace
+from flows.cli import canary, data, loop, observability, pipeline, predict, registry, servers, workspace
 from flows.cli.output import console, fail
 from tasks.core.errors import TorchshipError
 
@@ -45,6 +45,7 @@ for command in (pipeline.run, pipeline.plan, servers.ui, servers.serve, registry
                 workspace.clean, data.ingest, loop.monitor, loop.deploy, predict.predict,
                 observability.observability):
     app.command()(command)
+app.command()(canary.canary)
 app.add_typer(data.contract_app, name="contract")
 app.add_typer(loop.demo_app, name="demo")
 app.command("config-docs", hidden=True)(workspace.config_docs)

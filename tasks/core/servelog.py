@@ -5,6 +5,9 @@ the retrain read it (tasks/monitoring/window.py). Two kinds of JSON lines, in fi
   {"ts": <unix seconds>, "id": "<request id>-<row index>", "request_id": ..., "variant": "champion",
    "version": "3", "prediction": "yes", "probabilities": {"no": 0.8, "yes": 0.2}, "features": {...}}
 - feedback labels, in `feedback.jsonl` beside them: {"ts": ..., "id": "<row id>", "label": "yes"}
+- shadow answers, in `shadow.jsonl` beside them (a canary's shadow: the variant that did not answer scored the
+  same row, under the same row id; never returned, and not served traffic, so the monitor never reads them):
+  lines like served rows
 
 A row id names one served row; `POST /feedback` and the monitor join on it. Lines are compact JSON (orjson:
 written on the service's request path, so a few microseconds a row matter); any JSON reader reads them."""
@@ -16,6 +19,7 @@ from pathlib import Path
 import orjson
 
 FEEDBACK_FILE = "feedback.jsonl"
+SHADOW_FILE = "shadow.jsonl"
 ROTATED_GLOB = "-*.jsonl"
 LINE = orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY   # numpy scalars as numbers, NaN as null
 
@@ -44,6 +48,10 @@ def feedback_line(row: str, label: str, ts: float | None = None) -> str:
 
 def feedback_path(request_log: Path) -> Path:
     return request_log.parent / FEEDBACK_FILE
+
+
+def shadow_path(request_log: Path) -> Path:
+    return request_log.parent / SHADOW_FILE
 
 
 def rotated_path(request_log: Path, stamp: str) -> Path:

@@ -63,11 +63,52 @@ class VariantTraffic(BaseModel):
     p95_ms: float
 
 
+StepStatus = Literal["pass", "fail", "short"]
+
+
+class VariantFigures(BaseModel):
+    """One variant in one step. `requests`/`errors`: what it answered (in the shadow phase, what it scored in
+    shadow); `p95_ms`: of its answers (none in shadow); `labels`/`labelled`/`correct`: the rows it scored, answered
+    or in shadow (those both variants scored, when there are any)."""
+
+    version: str
+    requests: int = 0
+    errors: int = 0
+    p95_ms: float | None = None
+    labels: dict[str, int] = {}   # predicted class -> rows
+    labelled: int = 0             # rows with a feedback label
+    correct: int = 0
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.correct / self.labelled if self.labelled else None
+
+
+class StepVerdict(BaseModel):
+    """One step: its share, what each variant did, the PSI between them, and pass, fail or short (too few
+    samples within step_max_s) with the reasons."""
+
+    phase: str                   # "shadow" or "5%", "25%", ...
+    share: float
+    status: StepStatus
+    reasons: list[str]
+    champion: VariantFigures
+    challenger: VariantFigures
+    psi: float | None = None
+    seconds: float = 0.0
+
+
 class CanaryReport(BaseModel):
-    """canary: the traffic each variant served, the gate, and the promotion or rollback it led to."""
+    """canary: the gate, the promotion or rollback it led to, and what led there: the smoke test's traffic per
+    variant (no challenger), or each step of the progressive canary."""
 
     seconds: float = 0.0
     gate: GateResult
     action: str
-    traffic: dict[str, VariantTraffic]
+    traffic: dict[str, VariantTraffic] = {}
+    steps: list[StepVerdict] = []
     aliases: dict[str, str] = {}

@@ -1,0 +1,126 @@
+"""What a canary step sees of a running service: its /metrics (requests, errors and latency by variant, as
+counter and histogram deltas over the step) and its logs (served rows, shadow answers, feedback labels, by row id;
+tasks/core/servelog.py). The figures are built from these by a pure function (step_figures)."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from tasks.canarying.analysis import VariantFigures, histogram_quantile
+from tasks.core.registry import CHALLENGER, CHAMPION
+from tasks.core.servelog import feedback_path, served_files, shadow_path
+
+REQUESTS, LATENCY = "torchship_requests_total", "torchship_request_seconds_bucket"
+
+
+@dataclass
+class Scrape:
+    """The service's request counters by (variant, version, status) and latency buckets by variant."""
+
+    counts: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    buckets: dict[str, dict[float, float]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> "Scrape":
+        from prometheus_client.parser import text_string_to_metric_families
+
+        scrape = cls()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = sample.labels
+                if sample.name == REQUESTS:
+                    scrape.counts[(labels["variant"], labels["version"], labels["status"])] = sample.value
+                elif sample.name == LATENCY:
+                    scrape.buckets.setdefault(labels["variant"], {})[float(labels["le"])] = sample.value
+        return scrape
+
+    def minus(self, before: "Scrape") -> "Scrape":
+        """What happened between `before` and this scrape."""
+        return Scrape({k: v - before.counts.get(k, 0.0) for k, v in self.counts.items()},
+                      {variant: {le: v - before.buckets.get(variant, {}).get(le, 0.0) for le, v in b.items()}
+                       for variant, b in self.buckets.items()})
+
+    def count(self, variant: str, version: str, status: str) -> int:
+        return int(self.counts.get((variant, version, status), 0.0))
+
+    def p95_ms(self, variant: str) -> float | None:
+        buckets = sorted(self.buckets.get(variant, {}).items())
+        value = histogram_quantile(0.95, buckets)
+        return None if value is None else value * 1e3
+
+
+@dataclass
+class StepLogs:
+    """The step's lines: served rows, shadow answers (same ids), and feedback labels by row id."""
+
+    served: list[dict]
+    shadow: list[dict]
+    feedback: dict[str, str]
+
+
+def read_lines(paths: list[Path], since: float) -> list[dict]:
+    """JSON lines with ts >= since, from files touched since then (older rotated files are skipped unread)."""
+    lines = []
+    for path in paths:
+        try:
+            if path.stat().st_mtime < since:
+                continue
+            content = path.read_bytes()
+        except FileNotFoundError:   # rotated away between listing and reading
+            continue
+        for raw in content.splitlines():
+            try:
+                line = orjson.loads(raw)
+            except orjson.JSONDecodeError:   # a line being written at this moment
+                continue
+            if line.get("ts", 0.0) >= since:
+                lines.append(line)
+    return lines
+
+
+def read_step_logs(request_log: Path, since: float) -> StepLogs:
+    feedback = {line["id"]: line["label"] for line in read_lines([feedback_path(request_log)], since)}
+    return StepLogs(served=read_lines(served_files(request_log), since),
+                    shadow=read_lines(served_files(shadow_path(request_log)), since), feedback=feedback)
+
+
+def rows_figures(figures: VariantFigures, lines: list[dict], feedback: dict[str, str]) -> VariantFigures:
+    """`figures` with the predicted classes of `lines` and their accuracy on the labelled ones."""
+    labelled = [line for line in lines if line["id"] in feedback]
+    return figures.model_copy(update={
+        "labels": dict(Counter(line["prediction"] for line in lines)), "labelled": len(labelled),
+        "correct": sum(feedback[line["id"]] == line["prediction"] for line in labelled)})
+
+
+def paired_lines(lines: list[dict], versions: tuple[tuple[str, str], ...]) -> list[list[dict]]:
+    """Each variant's lines (answered or in shadow), kept to the row ids both variants scored when there are any:
+    the predictions and accuracies then compare the two on the same rows."""
+    mine = [[line for line in lines if (line["variant"], line["version"]) == pair] for pair in versions]
+    common = set.intersection(*({line["id"] for line in group} for group in mine))
+    return [[line for line in group if line["id"] in common] for group in mine] if common else mine
+
+
+def step_figures(delta: Scrape, logs: StepLogs, champion_version: str, challenger_version: str,
+                 shadow_phase: bool) -> tuple[VariantFigures, VariantFigures]:
+    """(champion, challenger) figures of one step. In the shadow phase the challenger's requests and errors are those
+    of its shadow scoring (its share is 0), and it has no latency to judge (a shadow is scored after the answer, in
+    the thread pool: its time is not comparable with an answer's); latency is judged from the first traffic step."""
+    versions = ((CHAMPION, champion_version), (CHALLENGER, challenger_version))
+    figures = []
+    for (alias, version), lines in zip(versions, paired_lines(logs.served + logs.shadow, versions)):
+        shadowing = shadow_phase and alias == CHALLENGER
+        ok, failed = ("shadow", "shadow-error") if shadowing else ("ok", "error")
+        answered = VariantFigures(version=version, requests=delta.count(alias, version, ok) +
+                                  delta.count(alias, version, failed), errors=delta.count(alias, version, failed),
+                                  p95_ms=None if shadowing else delta.p95_ms(alias))
+        figures.append(rows_figures(answered, lines, logs.feedback))
+    return figures[0], figures[1]
+
+
+def challenger_samples(delta: Scrape, version: str, shadow_phase: bool) -> int:
+    """How many requests the challenger has answered (or scored in shadow) so far in the step."""
+    statuses = ("shadow", "shadow-error") if shadow_phase else ("ok", "error")
+    return sum(delta.count(CHALLENGER, version, status) for status in statuses)

@@ -1,0 +1,119 @@
+"""The progressive canary on a running service: a shadow phase, then the challenger's share raised step by step
+(canary.steps); each step filled to canary.min_samples (by replayed traffic, or by waiting for live traffic) and
+judged (tasks/canarying/analysis.py); then the registry acted on under the alias lock: promote at the end, reject
+at the first failed step, or leave it at an inconclusive step. The traffic goes back to the champion on every way
+out."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Protocol
+
+from tasks.canarying.analysis import judge_step, phase_name
+from tasks.canarying.link import ServiceLink
+from tasks.canarying.observe import StepLogs, challenger_samples, read_step_logs, step_figures
+from tasks.config import CanaryParams
+from tasks.core.gate import GateResult
+from tasks.core.registry import CHALLENGER, alias_version
+from tasks.core.verdicts import StepVerdict
+from tasks.ops.registry import alias_lock, promote, reject
+
+log = logging.getLogger("torchship.canary")
+REPLAY_CHUNK = 25        # replayed requests between two looks at /metrics
+LOG_WAIT_S = 5.0         # how long a step's end waits for the service to write the step's lines (it buffers them)
+INCONCLUSIVE_TAG = "canary_inconclusive"
+Record = Callable[[StepVerdict], None]
+
+
+class Traffic(Protocol):
+    def send(self, count: int) -> int: ...
+
+
+def fill_step(link: ServiceLink, share: float, shadow_phase: bool, challenger: str, rules: CanaryParams,
+              traffic: Traffic | None):
+    """Set the split, then wait (or replay) until the challenger has min_samples requests, step_max_s passed, or
+    the replay's budget is spent. Returns (metrics delta, since, seconds)."""
+    link.split(share, shadow=True)   # the variant not answering shadows every step: paired rows for PSI, accuracy
+    before, since, started = link.scrape(), time.time(), time.monotonic()
+    sent = 0
+    while True:
+        if traffic is not None:
+            sent += traffic.send(REPLAY_CHUNK)
+        else:
+            time.sleep(rules.poll_s)
+        delta = link.scrape().minus(before)
+        samples = challenger_samples(delta, challenger, shadow_phase)
+        if samples >= rules.min_samples or time.monotonic() - started > rules.step_max_s \
+                or (traffic is not None and sent >= rules.replay_max_requests):
+            return delta, since, time.monotonic() - started
+        log.info("canary %s: %d of %d challenger requests", phase_name(share, shadow_phase), samples,
+                 rules.min_samples)
+
+
+def step_logs(link: ServiceLink, since: float, expected_rows: int) -> StepLogs:
+    """The step's lines once the service has written them (at least `expected_rows` by the challenger), or what is
+    there after LOG_WAIT_S."""
+    deadline = time.monotonic() + LOG_WAIT_S
+    while True:
+        logs = read_step_logs(link.request_log, since)
+        written = sum(line["variant"] == CHALLENGER for line in logs.served + logs.shadow)
+        if written >= expected_rows or time.monotonic() > deadline:
+            return logs
+        time.sleep(0.2)
+
+
+def run_steps(link: ServiceLink, champion: str, challenger: str, rules: CanaryParams,
+              traffic: Traffic | None = None, record: Record | None = None) -> list[StepVerdict]:
+    """Every phase in turn until one does not pass; traffic back to the champion afterwards, whatever happened."""
+    phases = ([(0.0, True)] if rules.shadow else []) + [(share, False) for share in rules.steps]
+    verdicts: list[StepVerdict] = []
+    champion_p95 = None
+    try:
+        for share, shadow_phase in phases:
+            delta, since, seconds = fill_step(link, share, shadow_phase, challenger, rules, traffic)
+            ok_rows = challenger_samples(delta, challenger, shadow_phase) - \
+                delta.count(CHALLENGER, challenger, "shadow-error" if shadow_phase else "error")
+            first, second = step_figures(delta, step_logs(link, since, ok_rows), champion, challenger, shadow_phase)
+            verdict = judge_step(phase_name(share, shadow_phase), share, first, second, rules, champion_p95, seconds)
+            if first.requests >= rules.min_samples and first.p95_ms is not None:
+                champion_p95 = first.p95_ms
+            log.info("canary %s: %s: %s", verdict.phase, verdict.status, "; ".join(verdict.reasons))
+            verdicts.append(verdict)
+            if record is not None:
+                record(verdict)
+            if verdict.status != "pass":
+                break
+    finally:
+        link.split(0.0, shadow=False)
+    return verdicts
+
+
+def decide(client, name: str, challenger: str, verdicts: list[StepVerdict], rules: CanaryParams) -> tuple[GateResult, str]:
+    """Act on the registry under the alias lock (re-checking that `challenger` still names the version): promote
+    after the last step passed, reject at a failed one, record an inconclusive one. Returns (gate, action)."""
+    last = verdicts[-1]
+    reasons = [f"{v.phase} {v.status}: {'; '.join(v.reasons)}" for v in verdicts]
+    if last.status == "short":
+        gate = GateResult(gate="canary", status="warn", reasons=reasons)
+    else:
+        gate = GateResult(gate="canary", status=last.status, reasons=reasons)
+    with alias_lock(client):
+        still = alias_version(client, name, CHALLENGER)
+        if still is None or str(still.version) != challenger:
+            return gate, (f"nothing moved: `challenger` left v{challenger} during the canary (now "
+                          f"{'v' + str(still.version) if still else 'none'}); its verdict is recorded only here")
+        if last.status == "fail":
+            reject(client, name, challenger, f"canary step {last.phase}: " + "; ".join(last.reasons))
+            return gate, f"rolled back at step {last.phase}: v{challenger} rejected, champion unchanged"
+        if last.status == "short":
+            client.set_model_version_tag(name, challenger, INCONCLUSIVE_TAG, "; ".join(last.reasons))
+            return gate, (f"inconclusive at step {last.phase}: traffic back to the champion; v{challenger} stays "
+                          "challenger (run `torchship canary` again when traffic allows, or lower canary.min_samples)")
+        old = promote(client, name, challenger, f"canary: {len(verdicts)} steps passed up to 100%")
+        return gate, f"promoted v{challenger} to champion (v{old} tagged previous)"
+
+
+def tag_step(client, name: str, version: str, verdict: StepVerdict) -> None:
+    """Each step's decision as a tag on the version: canary.<phase> = status: reasons."""
+    key = "canary." + verdict.phase.replace("%", "pct")
+    client.set_model_version_tag(name, version, key, f"{verdict.status}: {'; '.join(verdict.reasons)}"[:5000])

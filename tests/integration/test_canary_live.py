@@ -1,0 +1,270 @@
+"""The progressive canary on a running service (`python -m serving` under uvicorn on 127.0.0.1, request log on, admin
+token set) while a client sends live traffic with feedback: a challenger that errors, one that is slow and one that
+predicts a shifted distribution, each a real ONNX graph built from the champion's, are rolled back at the first step
+with enough samples (latency: the first traffic step, where it answers) and the champion is unchanged; a good challenger (the champion's bytes) is promoted, the old
+champion tagged previous. Small min-sample counts and steps through the params, so each canary takes seconds."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import numpy as np
+import onnx
+import pandas as pd
+import pytest
+from onnx import helper, numpy_helper
+
+from tasks import canary
+from tasks.canarying.link import KEY_HEADER, ServiceLink
+from tasks.config import CanaryParams, TrackingParams, load_params
+from tasks.contract import load_schema
+from tasks.core.procs import free_port, http_ok, start_child, wait_until_ready
+from tasks.core.registry import CHALLENGER, CHAMPION, registry_client
+
+pytestmark = pytest.mark.integration
+
+MODEL = "synthetic-churn"
+TOKEN = "canary-token"
+RULES = CanaryParams(steps=[0.5, 1.0], min_samples=20, step_max_s=60, poll_s=0.2, startup_timeout_s=30)
+
+
+@pytest.fixture(scope="module")
+def live(tiny_pipeline, tmp_path_factory):
+    """(project, link, params, MLflow client) of a running service; stopped by PID afterwards, and the registry put
+    back as it was (aliases, tags of the old versions, no added versions)."""
+    project, _ = tiny_pipeline
+    folder = tmp_path_factory.mktemp("canary")
+    port, request_log = free_port(), folder / "requests.jsonl"
+    child = start_child("service", [sys.executable, "-m", "serving", "--port", str(port), "--model-name", MODEL,
+                                    "--request-log", str(request_log), "--poll-seconds", "0.2"],
+                        folder / "service.log", cwd=project.root,
+                        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONUNBUFFERED": "1",
+                             "TORCHSHIP_ADMIN_TOKEN": TOKEN})
+    params = load_params(project.root / "params.yaml")
+    tracking = TrackingParams(uri=f"sqlite:///{project.root / 'mlflow' / 'mlflow.db'}")
+    params = params.model_copy(update={"canary": RULES, "tracking": tracking})
+    client = registry_client(tracking)
+    before = client.get_registered_model(MODEL).aliases
+    versions = {v.version: dict(v.tags) for v in client.search_model_versions(f"name='{MODEL}'")}
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_ready(child, http_ok(f"{url}/ready"), timeout=90)
+        yield project, ServiceLink(url, TOKEN, request_log), params, client
+    finally:
+        child.stop()
+        for alias in set(client.get_registered_model(MODEL).aliases) - set(before):
+            client.delete_registered_model_alias(MODEL, alias)
+        for alias, version in before.items():
+            client.set_registered_model_alias(MODEL, alias, version)
+        for version in {v.version for v in client.search_model_versions(f"name='{MODEL}'")} - set(versions):
+            client.delete_model_version(MODEL, version)
+        for version, tags in versions.items():
+            for key in set(client.get_model_version(MODEL, version).tags) - set(tags):
+                client.delete_model_version_tag(MODEL, version, key)
+            for key, value in tags.items():
+                client.set_model_version_tag(MODEL, version, key, value)
+    assert "Traceback" not in child.output_tail(50_000), child.output_tail()
+
+
+def holdout(project) -> tuple[pd.DataFrame, pd.Series]:
+    schema = load_schema(project.root / "data/prepare/schema.json")
+    frame = pd.read_parquet(project.root / "data/prepare/holdout.parquet")
+    return frame[schema.feature_names], frame[schema.target].astype(str)
+
+
+class LiveTraffic:
+    """Users sending holdout rows (a key each, so the split is sticky) and the true labels as feedback, in a thread,
+    until stopped: the live traffic the canary observes."""
+
+    def __init__(self, url: str, features: pd.DataFrame, truth: pd.Series):
+        self.url, self.stop_event = url, threading.Event()
+        self.rows = features.astype(object).where(features.notna(), None).to_dict(orient="records")
+        self.truth = truth.tolist()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        rng = random.Random(0)
+        with httpx.Client(base_url=self.url, timeout=30) as http:
+            while not self.stop_event.is_set():
+                labels = []
+                for _ in range(10):
+                    i = rng.randrange(len(self.rows))
+                    answer = http.post("/predict", json={"rows": [self.rows[i]]},
+                                       headers={KEY_HEADER: f"user-{rng.randrange(10_000)}"})
+                    if answer.status_code == 200:
+                        labels.append({"id": answer.json()["predictions"][0]["id"], "label": self.truth[i]})
+                if labels:
+                    http.post("/feedback", json={"labels": labels})
+
+    def __enter__(self) -> "LiveTraffic":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=30)
+
+
+def champion_model(client) -> onnx.ModelProto:
+    from tasks.core.registry import verified_onnx
+
+    return onnx.load_from_string(verified_onnx(client, MODEL, client.get_model_version_by_alias(MODEL, CHAMPION).version))
+
+
+def through(model: onnx.ModelProto, nodes: list, initializers: list) -> onnx.ModelProto:
+    """The model with its `probabilities` output routed through `nodes` (which read `inner` and write
+    `probabilities`)."""
+    for node in model.graph.node:
+        node.output[:] = ["inner" if name == "probabilities" else name for name in node.output]
+    model.graph.node.extend(nodes)
+    model.graph.initializer.extend(initializers)
+    onnx.checker.check_model(model)
+    return model
+
+
+def erroring(model: onnx.ModelProto, column: str) -> onnx.ModelProto:
+    """Fails on any row whose numeric `column` is set: its index into the probabilities is out of range (ONNX
+    Runtime raises). The warm-up's row of nulls (NaN) passes, so the service loads it."""
+    return through(model, [
+        helper.make_node("Greater", [column, "lowest"], ["set"]),
+        helper.make_node("Cast", ["set"], ["set_int"], to=onnx.TensorProto.INT64),
+        helper.make_node("Mul", ["set_int", "far"], ["index"]),
+        helper.make_node("Gather", ["inner", "index"], ["probabilities"], axis=0)],
+        [numpy_helper.from_array(np.array(-1e300), "lowest"), numpy_helper.from_array(np.array(1000, np.int64), "far")])
+
+
+def slow(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same answers after three 512x512 matrix products that depend on the input (nothing to fold away)."""
+    nodes = [helper.make_node("ReduceSum", ["inner"], ["total"]),
+             helper.make_node("Mul", ["weights", "total"], ["m0"])]
+    for i in range(3):
+        nodes.append(helper.make_node("MatMul", [f"m{i}", "weights"], [f"m{i + 1}"]))
+    nodes += [helper.make_node("ReduceSum", ["m3"], ["spent"]), helper.make_node("Mul", ["spent", "zero"], ["nothing"]),
+              helper.make_node("Add", ["inner", "nothing"], ["probabilities"])]
+    return through(model, nodes, [numpy_helper.from_array(np.full((512, 512), 1e-3, np.float32), "weights"),
+                                  numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
+
+
+def shifted(model: onnx.ModelProto, classes: int, to_class: int) -> onnx.ModelProto:
+    """Every row answered with certainty for one class (`to_class`): a distribution the champion never gives."""
+    constant = np.zeros(classes, np.float32)
+    constant[to_class] = 1.0
+    return through(model, [helper.make_node("Mul", ["inner", "zero"], ["cleared"]),
+                           helper.make_node("Add", ["cleared", "certain"], ["probabilities"])],
+                   [numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+                    numpy_helper.from_array(constant, "certain")])
+
+
+def least_predicted_class(url: str, features: pd.DataFrame) -> tuple[int, int]:
+    """(number of classes, index of the class the champion predicts least often on 50 holdout rows)."""
+    rows = features.head(50).astype(object).where(features.head(50).notna(), None).to_dict(orient="records")
+    answer = httpx.post(f"{url}/predict", json={"rows": rows}).json()
+    classes = list(answer["predictions"][0]["probabilities"])
+    counts = [sum(p["label"] == name for p in answer["predictions"]) for name in classes]
+    return len(classes), int(np.argmin(counts))
+
+
+def register_challenger(client, model: onnx.ModelProto, folder: Path) -> str:
+    """A new version holding `model` as model.onnx (the folder is its artifact), tagged with its sha256 as register
+    does (the service verifies it), and made `challenger`. In this process: a registering interpreter of its own
+    costs ~15 s on a busy box."""
+    payload = model.SerializeToString()
+    (folder / "model.onnx").write_bytes(payload)
+    version = client.create_model_version(MODEL, source=str(folder)).version
+    client.set_model_version_tag(MODEL, version, "artifact_sha256", hashlib.sha256(payload).hexdigest())
+    client.set_registered_model_alias(MODEL, CHALLENGER, version)
+    return str(version)
+
+
+def run_canary(project, link, params, traffic: bool = True):
+    """The canary on the service at `link`, while LiveTraffic runs (`traffic`)."""
+    features, truth = holdout(project)
+    schema = load_schema(project.root / "data/prepare/schema.json")
+    rows = pd.concat([features, truth.rename(schema.target)], axis=1)
+    if not traffic:
+        return canary.run_canary(params, rows, schema, link)
+    with LiveTraffic(link.url, features, truth):
+        return canary.run_canary(params, rows, schema, link)
+
+
+@pytest.mark.parametrize("fault, reason", [("erroring", "error rate"), ("slow", "p95 latency"),
+                                           ("shifted", "PSI of the predicted classes")])
+def test_a_faulty_challenger_is_rolled_back_at_its_first_step_and_the_champion_is_unchanged(
+        live, fault, reason, tmp_path, monkeypatch):
+    project, link, params, client = live
+    monkeypatch.chdir(project.root)   # the registry's artifact paths are relative to the project
+    champion = client.get_model_version_by_alias(MODEL, CHAMPION).version
+    model = champion_model(client)
+    features = holdout(project)[0]
+    most_often_set = features.select_dtypes("number").notna().mean().idxmax()
+    faulty = {"erroring": lambda: erroring(model, most_often_set), "slow": lambda: slow(model),
+              "shifted": lambda: shifted(model, *least_predicted_class(link.url, features))}[fault]()
+    version = register_challenger(client, faulty, tmp_path)
+    report = run_canary(project, link, params)
+    # Latency is judged once the challenger answers (a shadow's time is not an answer's): from the first traffic step.
+    first = "50%" if fault == "slow" else "shadow"
+    assert [(s.phase, s.status) for s in report.steps][-1] == (first, "fail"), [s.reasons for s in report.steps]
+    assert all(s.status == "pass" for s in report.steps[:-1])
+    assert report.action.startswith(f"rolled back at step {first}: v{version} rejected"), report.action
+    assert report.steps[-1].challenger.requests >= RULES.min_samples
+    assert any(reason in r for r in report.steps[-1].reasons), report.steps[-1].reasons
+    assert client.get_model_version_by_alias(MODEL, CHAMPION).version == champion
+    assert CHALLENGER not in client.get_registered_model(MODEL).aliases
+    tags = client.get_model_version(MODEL, version).tags
+    assert reason in tags["rejected"] and tags[f"canary.{first.replace('%', 'pct')}"].startswith("fail")
+    assert httpx.get(f"{link.url}/health").json()["challenger_share"] == 0.0   # the traffic is back
+
+
+def test_a_good_challenger_is_promoted_step_by_step(live, tmp_path, monkeypatch):
+    project, link, params, client = live
+    monkeypatch.chdir(project.root)
+    old = client.get_model_version_by_alias(MODEL, CHAMPION).version
+    version = register_challenger(client, champion_model(client), tmp_path)   # the champion's own answers
+    report = run_canary(project, link, params)
+    assert [(s.phase, s.status) for s in report.steps] == [("shadow", "pass"), ("50%", "pass"), ("100%", "pass")], \
+        [s.reasons for s in report.steps]
+    assert report.action == f"promoted v{version} to champion (v{old} tagged previous)"
+    assert all(s.challenger.requests >= RULES.min_samples and s.psi == 0.0 for s in report.steps)
+    assert report.steps[1].champion.labelled > 0 and report.steps[1].challenger.accuracy is not None
+    assert str(client.get_model_version_by_alias(MODEL, CHAMPION).version) == version
+    assert "previous" in client.get_model_version(MODEL, old).tags
+    assert {f"canary.{p}" for p in ("shadow", "50pct", "100pct")} <= set(client.get_model_version(MODEL, version).tags)
+
+
+def test_a_candidate_with_another_input_signature_is_not_canaried(live, tmp_path, monkeypatch):
+    project, link, params, client = live
+    monkeypatch.chdir(project.root)
+    champion = client.get_model_version_by_alias(MODEL, CHAMPION).version
+    model = champion_model(client)
+    entry = next(e for e in model.metadata_props if e.key == "torchship.schema")
+    schema = json.loads(entry.value)
+    schema["features"][0]["name"] += " (renamed)"   # what a new table's candidate would carry
+    entry.value = json.dumps(schema)
+    version = register_challenger(client, model, tmp_path)
+    report = run_canary(project, link, params, traffic=False)
+    assert report.action.startswith(f"not run: v{version}'s input signature differs from champion v{champion}'s")
+    assert report.gate.status == "fail" and report.steps == []
+    aliases = {alias: str(v) for alias, v in client.get_registered_model(MODEL).aliases.items()}
+    assert aliases == {CHAMPION: str(champion), CHALLENGER: version}   # nothing moved
+    client.delete_registered_model_alias(MODEL, CHALLENGER)
+
+
+def test_a_step_without_enough_traffic_ends_the_canary_inconclusive(live, tmp_path, monkeypatch):
+    project, link, params, client = live
+    monkeypatch.chdir(project.root)
+    version = register_challenger(client, champion_model(client), tmp_path)
+    quiet = params.model_copy(update={"canary": RULES.model_copy(update={"step_max_s": 1.0})})
+    report = run_canary(project, link, quiet, traffic=False)
+    assert [(s.phase, s.status) for s in report.steps] == [("shadow", "short")]   # no client sent anything
+    assert report.gate.status == "warn" and report.action.startswith("inconclusive at step shadow")
+    assert "0 of the 20 requests" in report.steps[0].reasons[0]
+    assert str(client.get_registered_model(MODEL).aliases[CHALLENGER]) == version   # not rejected: no evidence
+    assert "canary_inconclusive" in client.get_model_version(MODEL, version).tags
+    assert httpx.get(f"{link.url}/health").json()["challenger_share"] == 0.0
+    client.delete_registered_model_alias(MODEL, CHALLENGER)

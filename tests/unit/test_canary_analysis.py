@@ -1,0 +1,103 @@
+"""The progressive canary's pure core (tasks/canarying/analysis.py) and what it reads of a service
+(tasks/canarying/observe.py): PSI, the histogram quantile, the step verdict, the metrics delta, paired rows; and the
+service's sticky split (serving/variants.py)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from serving.variants import Router, sticky_bucket
+from tasks.canarying.analysis import histogram_quantile, judge_step, psi
+from tasks.canarying.observe import Scrape, StepLogs, step_figures
+from tasks.config import CanaryParams
+from tasks.core.verdicts import VariantFigures
+
+RULES = CanaryParams(min_samples=20, max_error_rate=0.0, max_p95_ratio=3.0, p95_slack_ms=5.0, max_psi=0.2,
+                     max_metric_drop=0.02)
+
+
+def figures(version="1", requests=100, errors=0, p95=2.0, labels=None, labelled=100, correct=80) -> VariantFigures:
+    return VariantFigures(version=version, requests=requests, errors=errors, p95_ms=p95,
+                          labels=labels or {"no": 70, "yes": 30}, labelled=labelled, correct=correct)
+
+
+def test_psi_is_zero_for_equal_distributions_and_grows_with_the_shift():
+    assert psi({"a": 70, "b": 30}, {"a": 7, "b": 3}) == pytest.approx(0.0)
+    by_hand = (0.5 - 0.7) * math.log(0.5 / 0.7) + (0.5 - 0.3) * math.log(0.5 / 0.3)
+    assert psi({"a": 70, "b": 30}, {"a": 50, "b": 50}) == pytest.approx(by_hand)
+    assert psi({"a": 70, "b": 30}, {"b": 100}) > psi({"a": 70, "b": 30}, {"a": 50, "b": 50}) > 0
+    assert psi({}, {"a": 1}) is None
+
+
+def test_histogram_quantile_interpolates_within_the_bucket_like_prometheus():
+    buckets = [(0.001, 50.0), (0.005, 90.0), (0.01, 100.0), (math.inf, 100.0)]
+    assert histogram_quantile(0.95, buckets) == pytest.approx(0.005 + 0.005 * (95 - 90) / 10)
+    assert histogram_quantile(0.5, buckets) == pytest.approx(0.001)
+    assert histogram_quantile(0.95, [(0.001, 0.0), (math.inf, 0.0)]) is None
+
+
+def test_an_equal_challenger_passes():
+    verdict = judge_step("25%", 0.25, figures(), figures(version="2"), RULES)
+    assert verdict.status == "pass" and verdict.psi == pytest.approx(0.0), verdict.reasons
+
+
+@pytest.mark.parametrize("challenger, words", [
+    (figures(version="2", errors=1), "error rate"),
+    (figures(version="2", p95=20.0), "p95 latency"),
+    (figures(version="2", labels={"yes": 100}), "PSI"),
+    (figures(version="2", correct=70), "accuracy")])
+def test_each_check_fails_a_step_on_its_own(challenger, words):
+    verdict = judge_step("5%", 0.05, figures(), challenger, RULES)
+    assert verdict.status == "fail" and len(verdict.reasons) == 1 and words in verdict.reasons[0], verdict.reasons
+
+
+def test_latency_within_the_slack_or_the_ratio_passes():
+    assert judge_step("5%", 0.05, figures(p95=0.5), figures(version="2", p95=4.0), RULES).status == "pass"
+    assert judge_step("5%", 0.05, figures(p95=10.0), figures(version="2", p95=25.0), RULES).status == "pass"
+
+
+def test_too_few_samples_is_short_not_judged():
+    verdict = judge_step("5%", 0.05, figures(), figures(version="2", requests=19, errors=19), RULES)
+    assert verdict.status == "short" and "19 of the 20" in verdict.reasons[0]
+
+
+def test_at_full_share_the_champion_latency_of_an_earlier_step_is_the_reference():
+    idle_champion = figures(requests=0, p95=None)
+    slow = figures(version="2", p95=30.0)
+    assert judge_step("100%", 1.0, idle_champion, slow, RULES, champion_p95_ms=2.0).status == "fail"
+    assert judge_step("100%", 1.0, idle_champion, slow, RULES, champion_p95_ms=None).status == "pass"
+
+
+def scrape(ok: float, errors: float, slow_bucket: float) -> Scrape:
+    return Scrape({("challenger", "2", "ok"): ok, ("challenger", "2", "error"): errors, ("champion", "1", "ok"): 50.0},
+                  {"challenger": {0.001: ok - slow_bucket, 0.1: ok, math.inf: ok}})
+
+
+def test_step_figures_are_the_delta_of_the_scrapes_and_the_paired_rows():
+    before, after = scrape(10, 1, 0), scrape(30, 3, 20)
+    line = {"ts": 1.0, "request_id": "r"}
+    served = [{**line, "id": f"r{i}", "variant": "challenger", "version": "2", "prediction": "yes"} for i in range(4)]
+    shadow = [{**line, "id": f"r{i}", "variant": "champion", "version": "1", "prediction": "no"} for i in range(3)]
+    champion, challenger = step_figures(after.minus(before), StepLogs(served, shadow, {"r0": "yes", "r1": "no"}),
+                                        "1", "2", shadow_phase=False)
+    assert (challenger.requests, challenger.errors) == (22, 2)
+    assert challenger.p95_ms == pytest.approx(1 + 99 * (19 - 0) / 20)   # all 20 new answers in (1, 100] ms
+    assert challenger.labels == {"yes": 3} and champion.labels == {"no": 3}   # r3 has no shadow: unpaired
+    assert (challenger.labelled, challenger.correct, champion.correct) == (2, 1, 1)
+
+
+def test_the_split_is_sticky_by_key_as_the_share_grows():
+    router = Router(0.05)
+    router.champion, router.challenger = object(), object()
+    keys = [f"user-{i}".encode() for i in range(2000)]
+    on_challenger = {}
+    for share in (0.05, 0.25, 0.5):
+        router.share = share
+        on_challenger[share] = {k for k in keys if router.pick(k) is router.challenger}
+    assert on_challenger[0.05] <= on_challenger[0.25] <= on_challenger[0.5]
+    assert 0.4 < len(on_challenger[0.5]) / len(keys) < 0.6
+    assert all(router.pick(k) is router.challenger for k in on_challenger[0.25])   # the same answer every time
+    router.share = 0.0
+    assert all(router.pick(k) is router.champion for k in keys)
+    assert 0.0 <= sticky_bucket(b"x") < 1.0
