@@ -35,6 +35,9 @@ def configure_environment(root: Path) -> None:
     os.environ.setdefault("PREFECT_HOME", str(state))
     os.environ.setdefault("PREFECT_API_DATABASE_CONNECTION_URL", f"sqlite+aiosqlite:///{state / 'db' / 'prefect.db'}")
     os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(state / "storage"))
+    # A result Prefect persists (a failed run's exception, a cached task's value) is JSON, never a pickle that
+    # would run code when read back (tests/reliability/test_security.py).
+    os.environ.setdefault("PREFECT_RESULTS_DEFAULT_SERIALIZER", "json")
     # Concurrency leases on disk, not in the memory of whichever process ran the ephemeral API: flows/slot.py
     os.environ.setdefault("PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE", "prefect.server.concurrency.lease_storage.filesystem")
 
