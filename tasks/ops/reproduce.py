@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import logging
 import os
 import subprocess
 import sys
@@ -75,6 +76,24 @@ def stage_changes(stage: str | None = None, cwd: Path = Path(".")) -> dict[str, 
         if detail:
             changes[name] = [r for r in reasons if not r.startswith("deps params.yaml")] + detail
     return changes
+
+
+def record_stage(stage: str, cwd: Path = Path(".")) -> None:
+    """Write the stage's current deps and outs to dvc.lock without running it (`dvc commit`): for the source
+    stage, whose output torchship has just written itself, so plain `dvc status` then lists nothing to do."""
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    dvc_log = logging.getLogger("dvc")
+    level = dvc_log.level
+    dvc_log.setLevel(logging.WARNING)    # not "Updating lock file 'dvc.lock'" in every run's output
+    try:
+        with Repo(str(cwd)) as repo:
+            repo.commit(stage, force=True)
+    except DvcException as exc:
+        raise StageFailed(f"dvc commit {stage} failed: {exc}") from None
+    finally:
+        dvc_log.setLevel(level)
 
 
 def changed_params(locked_stage: dict, cwd: Path = Path(".")) -> list[str]:
