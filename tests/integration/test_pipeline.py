@@ -24,6 +24,8 @@ def test_first_run_registers_a_champion_with_lineage(tiny_pipeline):
     project, first = tiny_pipeline
     for step in STAGES + ["bless", "register", "canary"]:
         assert step in first.stdout
+    # The closing line: what this run did to the registry.
+    assert f"Registry: registered v1 of {MODEL}; aliases moved: champion none → v1." in " ".join(first.stdout.split())
     registry = project.registry(MODEL)
     assert set(registry["aliases"]) >= {"champion"}
     tags = registry["versions"][registry["aliases"]["champion"]]
@@ -80,6 +82,7 @@ def test_rerun_with_nothing_changed_skips_and_registers_nothing(tiny_pipeline):
     assert after["versions"].keys() == before["versions"].keys()
     assert after["aliases"] == before["aliases"]
     assert "no new version" in again.stdout
+    assert f"Registry: no version of {MODEL} was registered; aliases unchanged." in " ".join(again.stdout.split())
 
 
 def test_plan_names_what_would_rerun_without_changing_anything(tiny_pipeline):

@@ -1,6 +1,6 @@
-"""One project for the secrets and closing-line tests: fake secrets planted where real ones live, then two
-`torchship run`s. The first fails during the canary, after register (the canary's service gets no time to
-start); the second succeeds (every stage is cached by DVC, the same bytes are not registered twice)."""
+"""One project for the secrets and closing-line tests: fake secrets planted where real ones live, then one
+`torchship run` that runs every stage, bless and register, and fails during the canary (its service gets no
+time to start): the failure point whose closing line used to say nothing was registered."""
 from __future__ import annotations
 
 import subprocess
@@ -22,14 +22,13 @@ PLANTED_IN = ".dvc/config.local"      # the one file a secret is meant to be in
 
 
 @dataclass
-class SecretRuns:
+class SecretRun:
     project: Project
     canary_failed: subprocess.CompletedProcess
-    succeeded: subprocess.CompletedProcess
 
 
 @pytest.fixture(scope="session")
-def secret_runs(tmp_path_factory, prefect_server: PrefectServer) -> SecretRuns:
+def secret_run(tmp_path_factory, prefect_server: PrefectServer) -> SecretRun:
     project = make_project(tmp_path_factory.mktemp("secrets"), prefect=prefect_server)  # no API to start per run
     (project.root / PLANTED_IN).write_text(   # two remotes (not the default one): cloud keys, an HTTP password
         "['remote \"vault\"']\n    url = s3://torchship-fake-bucket/store\n"
@@ -38,9 +37,6 @@ def secret_runs(tmp_path_factory, prefect_server: PrefectServer) -> SecretRuns:
         f"    password = {DVC_REMOTE_PASSWORD}\n")
     env = {**project.env(), **SECRETS, "MLFLOW_TRACKING_USERNAME": "torchship"}
 
-    def torchship(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(BIN / "torchship"), *args], cwd=project.root, capture_output=True, text=True,
-                              timeout=900, env=env)
-
-    failed = torchship("run", "--set", "canary.startup_timeout_s=0.01")
-    return SecretRuns(project, failed, torchship("run"))
+    failed = subprocess.run([str(BIN / "torchship"), "run", "--set", "canary.startup_timeout_s=0.01"],
+                            cwd=project.root, capture_output=True, text=True, timeout=900, env=env)
+    return SecretRun(project, failed)
