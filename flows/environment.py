@@ -38,6 +38,12 @@ def configure_environment(root: Path) -> None:
     os.environ.setdefault("PREFECT_HOME", str(state))
     os.environ.setdefault("PREFECT_API_DATABASE_CONNECTION_URL", f"sqlite+aiosqlite:///{state / 'db' / 'prefect.db'}")
     os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(state / "storage"))
+    # A result Prefect persists (a failed run's exception, a cached task's value) is JSON, never a pickle that
+    # would run code when read back (tests/reliability/test_security.py).
+    os.environ.setdefault("PREFECT_RESULTS_DEFAULT_SERIALIZER", "json")
+    # The embedded API gets 20 s to start by default; on a busy 2-core box it took longer and the run failed
+    # with "Timed out while attempting to connect to ephemeral Prefect API server".
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     # Concurrency leases on disk, not in the memory of whichever process ran the ephemeral API: flows/slot.py
     os.environ.setdefault("PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE", "prefect.server.concurrency.lease_storage.filesystem")
     # The ephemeral API gets 20 s to start by default: on a busy 2-core box that is not always enough.

@@ -54,6 +54,10 @@ class ValidateParams(Section):
     min_rows: int = Field(100, ge=1, description="Fewest training rows the gate accepts.")
     max_null_share: float = Field(0.5, ge=0.0, le=1.0, description="Largest share of missing values allowed in a feature column.")
     warn_blocks: bool = Field(False, description="Whether a `warn` gate result stops the pipeline like a `fail`.")
+    max_non_numeric_share: float = Field(
+        0.2, ge=0.0, lt=1.0,
+        description="A column whose filled cells are numbers except for at most this share is 'mostly numeric' and "
+                    "refused (prepare), naming the text cells; above it, the column is categorical. 0: never refuse.")
 
 
 class MLPArgs(Section):

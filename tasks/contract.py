@@ -14,15 +14,13 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
+from tasks.core.csv_table import read_csv_table
 from tasks.core.errors import DataError
+from tasks.core.problems import SHOWN, Problem, line_examples, raise_if_any
 
-# A column is numeric when at least this share of its non-null values parse as numbers;
-# the rest are then violations, not a reason to silently turn the column into text.
-NUMERIC_SHARE = 0.95
 # A numeric target with more distinct values than this is a regression target.
 MAX_NUMERIC_CLASSES = 100
 UNKNOWN_CODE = 0  # code of a missing or unseen category; known categories are 1..K
-SHOWN = 5  # offending lines named in a message
 
 
 class Feature(BaseModel):
@@ -87,74 +85,46 @@ def require_target(columns, target: str, origin: str) -> None:
                         f"{', '.join(map(str, list(columns)[:20]))}). Set data.target to one of them.")
 
 
-def read_raw_table(path: Path) -> pd.DataFrame:
-    """Read a CSV (all cells as text) or Parquet file; the index holds each row's file line."""
+def read_table(path: Path) -> tuple[pd.DataFrame, list[Problem]]:
+    """Read a CSV (all cells as text) or Parquet file, index = each row's file line (Parquet: row number);
+    plus every structural problem found (ragged rows, undecodable lines, duplicate names), for the caller to
+    report with the column problems in one refusal."""
     _require_file(path)
+    if path.suffix.lower() not in {".parquet", ".pq"}:
+        return read_csv_table(path)
     if path.stat().st_size == 0:
-        raise DataError(f"{path} is empty: expected a header line and at least one row.")
-    if path.suffix.lower() in {".parquet", ".pq"}:
-        try:
-            table = pd.read_parquet(path)
-        except Exception as exc:
-            raise DataError(f"{path} is not a valid Parquet file ({type(exc).__name__}: {exc}).") from None
-        table.index = pd.RangeIndex(1, len(table) + 1)  # Parquet has rows, not lines
-        return table
-    _check_csv_shape(path)
-    table = pd.read_csv(path, dtype=str, keep_default_na=True, skip_blank_lines=True)
-    table.index = _csv_data_lines(path)
+        raise_if_any(str(path), [Problem("is empty (rule: a Parquet file with rows)", 1)])
+    try:
+        table = pd.read_parquet(path)
+    except Exception as exc:
+        raise DataError(f"{path} is not a valid Parquet file ({type(exc).__name__}: {exc}).") from None
+    table.index = pd.RangeIndex(1, len(table) + 1)  # Parquet has rows, not lines
+    return table, []
+
+
+def read_raw_table(path: Path) -> pd.DataFrame:
+    """`read_table`, refusing the file (with every structural problem) when it has any."""
+    table, problems = read_table(path)
+    raise_if_any(str(path), problems)
     return table
 
 
-def _check_csv_shape(path: Path) -> None:
-    """Refuse ragged rows and non-text files, naming the line."""
-    try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.reader(handle)
-            header = next(reader, None)
-            if not header or all(not cell.strip() for cell in header):
-                raise DataError(f"{path} has no header line: the first line must name the columns.")
-            if len(set(header)) != len(header):
-                dupes = sorted({c for c in header if header.count(c) > 1})
-                raise DataError(f"{path} line 1: duplicate column names {dupes}; rename them so each column is unique.")
-            rows = 0
-            for row in reader:
-                if not row:
-                    continue
-                rows += 1
-                if len(row) != len(header):
-                    raise DataError(f"{path} line {reader.line_num}: ragged row with {len(row)} fields, the header has "
-                                    f"{len(header)}. Fix or remove that line (a stray delimiter or missing quote is typical).")
-            if rows == 0:
-                raise DataError(f"{path} has a header but no data rows.")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not a valid CSV file (not UTF-8 text at byte {exc.start}); "
-                        "export it as UTF-8 CSV or Parquet.") from None
-    except csv.Error as exc:
-        raise DataError(f"{path} is not a valid CSV file: {exc}.") from None
-
-
-def _csv_data_lines(path: Path) -> list[int]:
-    """Physical line number of each non-blank data row (quoted newlines count)."""
-    lines = []
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.reader(handle)
-        next(reader)
-        start = reader.line_num + 1
-        for row in reader:
-            if row:
-                lines.append(start)
-            start = reader.line_num + 1
-    return lines
-
-
-def parse_table(raw: pd.DataFrame, target: str, origin: str) -> tuple[pd.DataFrame, dict[str, str]]:
-    """Strictly type a raw table: numbers where a column is numeric, text elsewhere.
+def parse_table(raw: pd.DataFrame, target: str, origin: str, max_non_numeric_share: float | None = None,
+                found: list[Problem] = ()) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Strictly type a raw table: numbers where a column is numeric, text elsewhere. A column whose share of
+    non-numeric cells is above 0 but at most `max_non_numeric_share` is "mostly numeric" and refused (0: such a
+    column is text; None: the params default). Every problem (with those already `found` while reading) is reported in one refusal.
 
     Returns the typed table (index still holds file lines) and each feature's kind.
     """
     require_target(raw.columns, target, origin)
     if len(raw.columns) < 2:
         raise DataError(f"{origin}: only the target column is present; at least one feature column is needed.")
+    if max_non_numeric_share is None:
+        from tasks.config import ValidateParams
+
+        max_non_numeric_share = ValidateParams().max_non_numeric_share
+    problems = list(found)
     typed = pd.DataFrame(index=raw.index)
     kinds: dict[str, str] = {}
     for column in raw.columns:
@@ -162,84 +132,119 @@ def parse_table(raw: pd.DataFrame, target: str, origin: str) -> tuple[pd.DataFra
         if column == target:
             typed[column] = values
             continue
-        kind, parsed = _parse_column(values, str(column), origin)
+        kind, parsed = _parse_column(values, str(column), problems, max_non_numeric_share=max_non_numeric_share)
         typed[column] = parsed
         kinds[str(column)] = kind
-    check_classification_target(typed[target], target, origin)
+    problems += target_problems(typed[target], target)
+    raise_if_any(origin, problems)
     return typed, kinds
 
 
-def parse_with_contract(raw: pd.DataFrame, contract, origin: str) -> tuple[pd.DataFrame, dict[str, str], list[str]]:
+def parse_with_contract(raw: pd.DataFrame, contract, origin: str,
+                        found: list[Problem] = ()) -> tuple[pd.DataFrame, dict[str, str], list[str]]:
     """Type a raw table by the declared contract (never by inference): every declared column must be
-    there, and every cell of a numeric column must parse. Returns typed table, feature kinds, dropped columns."""
+    there, and every cell of a numeric column must parse. Returns typed table, feature kinds, dropped columns;
+    every problem (with those already `found`) is reported in one refusal."""
+    problems = list(found)
     missing = [name for name in contract.columns if name not in raw.columns]
     if missing:
-        raise DataError(f"{origin}: column(s) {missing} are missing (rule: required by the contract; "
-                        f"{len(raw)} rows affected). Add them, or change the contract in params.yaml.")
+        problems.append(Problem(f"lacks column(s): {missing} are missing (rule: required by the contract)", len(raw),
+                                fix="Add them, or change the contract in params.yaml."))
     typed = pd.DataFrame(index=raw.index)
     kinds: dict[str, str] = {}
     for name, rule in contract.columns.items():
+        if name in missing:
+            continue
         if name == contract.target:
             typed[name] = raw[name]
             continue
-        kind, parsed = _parse_column(raw[name], name, origin, forced=rule.type)
+        kind, parsed = _parse_column(raw[name], name, problems, forced=rule.type)
         typed[name] = parsed
         if name != contract.key:
             kinds[name] = kind
-    check_classification_target(typed[contract.target], contract.target, origin)
+    if contract.target not in missing:
+        problems += target_problems(typed[contract.target], contract.target)
+    raise_if_any(origin, problems)
     return typed, kinds, [c for c in raw.columns if c not in contract.columns]
 
 
-def _parse_column(values: pd.Series, column: str, origin: str, forced: str | None = None) -> tuple[str, pd.Series]:
+def _parse_column(values: pd.Series, column: str, problems: list[Problem], forced: str | None = None,
+                  max_non_numeric_share: float = 0.0) -> tuple[str, pd.Series]:
+    """Kind and typed values of one column; what breaks its rule is added to `problems`."""
     if forced == "categorical":
         return "categorical", values.astype("string").str.strip()
     if forced == "numeric":
-        return "numeric", _strict_numbers(values, column, origin, "contract type numeric")
+        return "numeric", _strict_numbers(values, column, "contract type numeric", problems)
     if pd.api.types.is_bool_dtype(values):
         return "categorical", values.astype("string")
     if pd.api.types.is_numeric_dtype(values):
-        return "numeric", _strict_numbers(values.astype("float64"), column, origin, "finite numbers")
+        return "numeric", _strict_numbers(values.astype("float64"), column, "finite numbers", problems)
     present = values.dropna()
     if present.empty:
         return "numeric", pd.Series(np.nan, index=values.index, dtype="float64")
-    numbers = pd.to_numeric(present, errors="coerce")
-    share = numbers.notna().mean()
-    if share >= NUMERIC_SHARE:
-        return "numeric", _strict_numbers(values, column, origin, f"numeric column, {share:.0%} of its cells are numbers")
+    text_share = float(pd.to_numeric(present, errors="coerce").isna().mean())
+    if text_share == 0:
+        return "numeric", _strict_numbers(values, column, "finite numbers", problems)
+    if text_share <= max_non_numeric_share:
+        problems.append(_mostly_numeric(present, column, text_share, max_non_numeric_share))
+        return "numeric", pd.to_numeric(values, errors="coerce").astype("float64")
     return "categorical", values.astype("string").str.strip()
 
 
-def _strict_numbers(values: pd.Series, column: str, origin: str, rule: str) -> pd.Series:
-    """Every non-empty cell must parse as a number; the error names the column, the rule and the lines."""
+def _mostly_numeric(present: pd.Series, column: str, share: float, limit: float) -> Problem:
+    """A column of numbers with a few text cells: a typo to fix, or a text column to declare, never a silent
+    switch to categorical."""
+    bad = present[pd.to_numeric(present, errors="coerce").isna()]
+    return Problem(f"is mostly numeric (rule: validate.max_non_numeric_share {limit:g}): {share:.1%} of its "
+                   f"{len(present)} filled cells are not numbers", len(bad),
+                   column=column, examples=line_examples(bad.items()),
+                   fix=("If it holds numbers, fix those cells or leave them empty (missing). If it holds codes or "
+                        f"text, declare it in the data contract in params.yaml: under `contract:` `columns:` write "
+                        f"`'{column}': {{type: categorical}}` (`torchship contract suggest DATA` proposes the whole "
+                        "section)."))
+
+
+def _strict_numbers(values: pd.Series, column: str, rule: str, problems: list[Problem]) -> pd.Series:
+    """Every non-empty cell must parse as a finite number; the ones that do not are one problem."""
     present = values.dropna()
     numbers = pd.to_numeric(present, errors="coerce")
     bad = present[numbers.isna() | np.isinf(numbers.astype("float64"))]  # "inf" parses, but is no measurement
     if len(bad):
-        shown = ", ".join(f"line {line}: {value!r}" for line, value in bad.head(SHOWN).items())
-        raise DataError(f"{origin}: column '{column}' must be numeric (rule: {rule}) but {len(bad)} value(s) do not "
-                        f"parse ({shown}). Fix or remove those rows, or leave the cells empty for missing.")
+        problems.append(Problem(f"must be numeric (rule: {rule}; every filled cell a finite number)", len(bad),
+                                column=column, examples=line_examples(bad.items()),
+                                fix="Fix or remove those rows, or leave the cells empty for missing."))
     return pd.to_numeric(values, errors="coerce").astype("float64")
 
 
 def check_classification_target(target: pd.Series, name: str, origin: str) -> None:
     """Refuse a target torchship cannot train a classifier on."""
+    raise_if_any(origin, target_problems(target, name))
+
+
+def target_problems(target: pd.Series, name: str) -> list[Problem]:
+    """What makes a column unusable as a classifier's target: empty labels, numbers that are a regression
+    target, a single class."""
+    problems = []
     missing = target[target.isna()]
     if len(missing):
-        lines = ", ".join(str(i) for i in missing.index[:SHOWN])
-        raise DataError(f"{origin}: target column '{name}' is empty in {len(missing)} row(s) (lines {lines}); "
-                        "every training row needs a label. Remove or label those rows.")
-    numbers = pd.to_numeric(target, errors="coerce")
-    if numbers.notna().all():
+        problems.append(Problem("is empty as a target (rule: every training row has a label)", len(missing), column=name,
+                                examples=line_examples((line, "") for line in missing.index),
+                                fix="Remove or label those rows."))
+    present = target.dropna()
+    numbers = pd.to_numeric(present, errors="coerce")
+    if len(present) and numbers.notna().all():
         distinct = numbers.nunique()
-        fractional = bool((numbers != numbers.round()).any())
-        if fractional or distinct > MAX_NUMERIC_CLASSES:
+        if bool((numbers != numbers.round()).any()) or distinct > MAX_NUMERIC_CLASSES:
             example = ", ".join(str(v) for v in numbers.drop_duplicates().head(3))
-            raise DataError(f"{origin}: target column '{name}' has {distinct} distinct numeric values (e.g. {example}): "
-                            "that is a regression target, and torchship trains classifiers only. Choose a categorical "
-                            "column as data.target, or bin the values into classes first.")
-    if target.nunique() < 2:
-        raise DataError(f"{origin}: target column '{name}' has a single class ({target.iloc[0]!r}); "
-                        "a classifier needs at least two. Check the data or data.target.")
+            problems.append(Problem(f"is not a classification target: {distinct} distinct numeric values (e.g. {example}) "
+                                    "make a regression target, and torchship trains classifiers only",
+                                    len(present), column=name, fix="Choose a categorical column as data.target, "
+                                    "or bin the values into classes first."))
+    if present.nunique() < 2:
+        label = present.iloc[0] if len(present) else None
+        problems.append(Problem(f"has a single class ({label!r}); a classifier needs at least two",
+                                len(present), column=name, fix="Check the data or data.target."))
+    return problems
 
 
 def class_labels(target: pd.Series) -> list[str]:

@@ -16,8 +16,9 @@ from tasks.core import paths
 from tasks.core.artifacts import write_atomic, write_json_atomic
 from tasks.core.contract_spec import Contract
 from tasks.core.errors import DataError
+from tasks.core.problems import Problem
 from tasks.core.quarantine import quarantine_copy
-from tasks.core.sources import load_source, resolve_target, source_path
+from tasks.core.sources import read_source, resolve_target, source_path
 from tasks.core.stage import stage_main
 
 log = logging.getLogger("torchship.prepare")
@@ -32,13 +33,15 @@ class PreparedData:
 
 
 def prepare_tables(raw: pd.DataFrame, target: str, origin: str, params: PrepareParams,
-                   contract: Contract | None = None) -> PreparedData:
+                   contract: Contract | None = None, found: list[Problem] = (),
+                   max_non_numeric_share: float | None = None) -> PreparedData:
     """Pure core: strict parse (by the contract when there is one), stratified three-way split, schema
-    fitted on the training split."""
+    fitted on the training split. Every problem of the table (with those `found` while reading it) is reported
+    in one refusal."""
     if contract is None:
-        typed, kinds = parse_table(raw, target, origin)
+        typed, kinds = parse_table(raw, target, origin, max_non_numeric_share, found)
     else:
-        typed, kinds, dropped = parse_with_contract(raw, contract, origin)
+        typed, kinds, dropped = parse_with_contract(raw, contract, origin, found)
         if dropped:
             log.warning("%s: column(s) %s are not in the contract and are not used", origin, dropped)
     typed[target] = label_strings(typed[target])
@@ -91,10 +94,11 @@ def run(params: Params) -> None:
 
     target = resolve_target(params.data, params.contract)
     try:
-        raw, origin = load_source(params.data)
-        prepared = prepare_tables(raw, target, origin, params.prepare, params.contract)
+        raw, origin, found = read_source(params.data)
+        prepared = prepare_tables(raw, target, origin, params.prepare, params.contract, found,
+                                  params.validate_.max_non_numeric_share)
     except DataError as exc:
-        folder = quarantine_copy(source_path(params.data), str(exc))
+        folder = quarantine_copy(source_path(params.data), str(exc), getattr(exc, "report", lambda: None)())
         if folder:
             raise DataError(f"{exc} (a copy of the file and this reason are in {folder}/)") from None
         raise

@@ -47,9 +47,12 @@ def run(params: Path = typer.Option(None, "--params", help=PARAMS_HELP),
                     else "nothing ran, so nothing was registered or moved")
         fail(f"{exc}\nRegistry: {registry}. params.yaml is as it was before this run.")
     except (KeyboardInterrupt, Terminated):
-        err.print("stopped: params.yaml is as it was before this run.", highlight=False)
+        registry = registry_changes(before, registry_snapshot(parsed)) if before is not None else "nothing moved"
+        err.print(f"stopped: params.yaml is as it was before this run. Registry: {registry}.", highlight=False)
         raise
     render_summary(summary, time.perf_counter() - started)
+    # The closing line says what this run did to the registry, not only where the aliases stand now.
+    console.print(f"Registry: {registry_changes(before, registry_snapshot(parsed))}.", highlight=False)
 
 
 def render_summary(summary, seconds: float) -> None:

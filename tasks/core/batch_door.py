@@ -8,13 +8,14 @@ from pathlib import Path
 import pandas as pd
 
 from tasks.config import Params
-from tasks.contract import Schema, parse_with_contract, read_raw_table
+from tasks.contract import Schema, parse_with_contract, read_table
 from tasks.core import paths
 from tasks.core.artifacts import write_atomic
 from tasks.core.contract_spec import ColumnRule, Contract
 from tasks.core.errors import DataError
 from tasks.core.expectations import validate_frames
 from tasks.core.gate import GateResult
+from tasks.core.problems import Problem
 from tasks.core.quarantine import unique_stamp
 
 
@@ -27,22 +28,34 @@ def contract_from_schema(schema: Schema) -> Contract:
 
 
 def judge_batch(path: Path, contract: Contract, params: Params) -> tuple[GateResult, pd.DataFrame | None]:
-    return judge_rows(read_raw_table(path), str(path), contract, params)
-
-
-def judge_rows(raw: pd.DataFrame, origin: str, contract: Contract,
-               params: Params) -> tuple[GateResult, pd.DataFrame | None]:
-    """Pure-ish core: parse by the contract and run its row-level rules (a batch may be small or skewed,
-    so table-level row counts and class shares are judged when it joins the training set)."""
     try:
-        typed, _, dropped = parse_with_contract(raw, contract, origin)
+        raw, found = read_table(path)
     except DataError as exc:
-        return GateResult(gate="batch contract", status="fail", reasons=[str(exc)]), None
+        return _refused(exc), None
+    return judge_rows(raw, str(path), contract, params, found)
+
+
+def judge_rows(raw: pd.DataFrame, origin: str, contract: Contract, params: Params,
+               found: list[Problem] = ()) -> tuple[GateResult, pd.DataFrame | None]:
+    """Pure-ish core: parse by the contract and run its row-level rules (a batch may be small or skewed,
+    so table-level row counts and class shares are judged when it joins the training set). Every problem
+    is one reason of the refusal."""
+    try:
+        typed, _, dropped = parse_with_contract(raw, contract, origin, found)
+    except DataError as exc:
+        return _refused(exc), None
     batch_rules = contract.model_copy(update={"min_rows": 1, "max_rows": None, "min_class_share": 0.0})
     gate, _ = validate_frames({"batch": typed.reset_index(drop=True)}, None, params.validate_, contract=batch_rules)
     if dropped:
         gate = gate.model_copy(update={"reasons": gate.reasons + [f"ignored columns not in the contract: {dropped}"]})
     return gate, typed.drop(columns=dropped, errors="ignore")
+
+
+def _refused(exc: DataError) -> GateResult:
+    """A parse refusal as the gate: one reason per problem when the error lists them."""
+    problems = getattr(exc, "problems", None)
+    reasons = [f"{exc.origin}: {p.sentence()}" for p in problems] if problems else [str(exc)]
+    return GateResult(gate="batch contract", status="fail", reasons=reasons)
 
 
 def accept_batch(typed: pd.DataFrame, name: str) -> Path:

@@ -58,6 +58,7 @@ LATENCY_PLOT = PROFILE / "latency.png"
 
 # dvc.yaml stage name -> the JSON file holding its headline figures.
 STAGE_METRICS = {
+    "source": SOURCE_FINGERPRINT,
     "prepare": PREPARE_METRICS,
     "validate": VALIDATE_REPORT,
     "baseline": BASELINE_REPORT,

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,14 +95,43 @@ def http_ok(url: str, accept: Callable[[object], bool] | None = None) -> Callabl
     return probe
 
 
+class Terminated(SystemExit):
+    """Raised in the main thread on SIGTERM; exits with 143 (128 + SIGTERM) unless caught."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Inside: the first SIGTERM raises Terminated (as SIGINT raises KeyboardInterrupt), later ones are ignored
+    (so the clean-up it starts is not cut short); the previous handler is back afterwards. Only the main thread
+    can handle signals: elsewhere this changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_once(signum, frame) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_once)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @contextlib.contextmanager
 def running(children: list[Child]) -> Iterator[list[Child]]:
-    """Stop every child on the way out, whatever happened inside (an exception, SIGINT, SIGTERM)."""
-    try:
-        yield children
-    finally:
-        for child in children:
-            child.stop()
+    """Stop every child on the way out, whatever happened inside (an exception, SIGINT, or SIGTERM: without
+    this a SIGTERM would end the process at once and leave its children, in their own sessions, running)."""
+    with sigterm_raises():
+        try:
+            yield children
+        finally:
+            for child in children:
+                child.stop()
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 file and the reason, named so that two refusals never collide."""
 from __future__ import annotations
 
+import json
 import shutil
 import time
 import uuid
@@ -21,13 +22,16 @@ def quarantine_folder(name: str) -> Path:
     return folder
 
 
-def quarantine_copy(path: Path | None, reason: str) -> Path | None:
-    """Keep a copy of a rejected source file with the reason (the user's original stays where it was)."""
+def quarantine_copy(path: Path | None, reason: str, report: dict | None = None) -> Path | None:
+    """Keep a copy of a rejected source file with the reason, and the refusal's report (every problem found)
+    as report.json when there is one (the user's original stays where it was)."""
     if path is None or not path.exists():
         return None
     folder = quarantine_folder(path.stem)
     shutil.copy2(path, folder / path.name)
     (folder / "reason.txt").write_text(reason + "\n")
+    if report is not None:
+        (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     return folder
 
 

@@ -9,9 +9,10 @@ import numpy as np
 import pandas as pd
 
 from tasks.config import DataParams
-from tasks.contract import read_raw_table, require_target, table_columns
+from tasks.contract import read_table, require_target, table_columns
 from tasks.core import paths
 from tasks.core.errors import ConfigError, DataError
+from tasks.core.problems import Problem, raise_if_any
 
 SKLEARN_SETS = ("breast_cancer", "digits", "iris", "wine")
 SYNTHETIC_TARGET = "churned"
@@ -101,7 +102,7 @@ def source_megabytes(path: Path) -> tuple[float, str]:
 
     try:
         meta = pq.read_metadata(path)
-    except Exception:   # not Parquet after all: read_raw_table says so precisely
+    except Exception:   # not Parquet after all: read_table says so precisely
         return on_disk, "on disk"
     declared = meta.num_rows * meta.num_columns * 8 / 2**20
     return max(declared, on_disk), f"in memory: {meta.num_rows:,} rows x {meta.num_columns} columns"
@@ -110,7 +111,7 @@ def source_megabytes(path: Path) -> tuple[float, str]:
 def check_source_size(path: Path, max_mb: float) -> None:
     """Refuse, unread, a data file over data.max_source_mb (bounded memory, whatever the file claims)."""
     if not path.exists():
-        return   # read_raw_table names the missing file
+        return   # read_table names the missing file
     size, measured = source_megabytes(path)
     if size > max_mb:
         raise DataError(f"{path} is {size:,.0f} MiB ({measured}), over data.max_source_mb ({max_mb:g} MiB): it was not "
@@ -136,24 +137,34 @@ def check_source(data: DataParams, target: str) -> None:
 
 def load_source(data: DataParams, with_batches: bool = True) -> tuple[pd.DataFrame, str]:
     """Raw rows (plus batches accepted by `torchship ingest`) and a name for messages; file rows keep
-    their line numbers as index."""
+    their line numbers as index. A file with structural problems is refused (all of them at once)."""
+    raw, origin, problems = read_source(data, with_batches)
+    raise_if_any(origin, problems)
+    return raw, origin
+
+
+def read_source(data: DataParams, with_batches: bool = True) -> tuple[pd.DataFrame, str, list[Problem]]:
+    """`load_source`, leniently: the readable rows, plus the structural problems of the file (ragged rows,
+    undecodable lines, repeated names), for the parse to report with the column problems in one refusal."""
     path = source_path(data)
+    problems: list[Problem] = []
     if path is not None:
         check_source_size(path, data.max_source_mb)
-        raw, origin = read_raw_table(path), str(path)
+        (raw, problems), origin = read_table(path), str(path)
     elif data.source == "synthetic":
         raw, origin = generate_customers(data.rows, data.seed, data.drift), "synthetic"
     else:
         raw, origin = load_sklearn(data.source.split(":", 1)[1]), data.source
     batches = sorted(paths.BATCHES.glob("*.parquet")) if with_batches else []
     if not batches:
-        return raw, origin
+        return raw, origin, problems
     frames = [raw.astype(object)]
     for path in batches:
         batch = pd.read_parquet(path).astype(object)
         batch.index = [f"{path.name} row {i + 1}" for i in range(len(batch))]
         frames.append(batch)
-    return pd.concat(frames).where(lambda f: f.notna(), None), f"{origin} + {len(batches)} accepted batch(es)"
+    return (pd.concat(frames).where(lambda f: f.notna(), None), f"{origin} + {len(batches)} accepted batch(es)",
+            problems)
 
 
 def fingerprint_source(data: DataParams) -> dict:
@@ -170,13 +181,20 @@ def fingerprint_source(data: DataParams) -> dict:
 
 
 def _md5(path: Path) -> str:
+    """A file's md5; a folder's (a partitioned Parquet data set) is the md5 of its files' names and md5s."""
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        listing = "".join(f"{p.relative_to(path).as_posix()} {_md5(p)}\n" for p in files)
+        return hashlib.md5(listing.encode()).hexdigest()
     with path.open("rb") as handle:
         return hashlib.file_digest(handle, "md5").hexdigest()
 
 
-def write_source_fingerprint(data: DataParams, target: Path = paths.SOURCE_FINGERPRINT) -> None:
-    """Refresh the file DVC hashes for the source, rewriting it only when it changes."""
+def write_source_fingerprint(data: DataParams, target: Path = paths.SOURCE_FINGERPRINT) -> bool:
+    """Refresh the file DVC hashes for the source, rewriting it only when it changes; True if it changed."""
     text = json.dumps(fingerprint_source(data), indent=2) + "\n"
-    if not target.exists() or target.read_text() != text:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+    if target.exists() and target.read_text() == text:
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    return True

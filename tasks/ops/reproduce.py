@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
+import logging
 import os
 import subprocess
 import sys
@@ -19,7 +21,10 @@ from tasks.core.artifacts import read_json
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import Child, tee_lines
 
-DVC_STAGES = ("prepare", "validate", "baseline", "train", "export", "compress", "profile")
+# Always changed for DVC (it fingerprints the source for plain `dvc repro`); torchship's run and plan write
+# that fingerprint themselves first, so for them it is never a reason to run anything.
+REFRESHED_BY_TORCHSHIP = ("source",)
+DVC_STAGES = ("source", "prepare", "validate", "baseline", "train", "export", "compress", "profile")
 LOCK_FILE = Path("dvc.lock")
 
 
@@ -60,7 +65,8 @@ def stage_changes(stage: str | None = None, cwd: Path = Path(".")) -> dict[str, 
             raw = repo.status(targets=[stage] if stage else None)
     except DvcException as exc:
         raise StageFailed(f"dvc status failed: {exc}") from None
-    changes = {name: _describe(entries) for name, entries in raw.items() if ":" not in name or name.endswith(".dvc")}
+    changes = {name: _describe(entries) for name, entries in raw.items()
+               if (":" not in name or name.endswith(".dvc")) and name not in REFRESHED_BY_TORCHSHIP}
     lock = read_lock(cwd)
     for name, reasons in changes.items():
         if name not in lock:
@@ -70,6 +76,24 @@ def stage_changes(stage: str | None = None, cwd: Path = Path(".")) -> dict[str, 
         if detail:
             changes[name] = [r for r in reasons if not r.startswith("deps params.yaml")] + detail
     return changes
+
+
+def record_stage(stage: str, cwd: Path = Path(".")) -> None:
+    """Write the stage's current deps and outs to dvc.lock without running it (`dvc commit`): for the source
+    stage, whose output torchship has just written itself, so plain `dvc status` then lists nothing to do."""
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    dvc_log = logging.getLogger("dvc")
+    level = dvc_log.level
+    dvc_log.setLevel(logging.WARNING)    # not "Updating lock file 'dvc.lock'" in every run's output
+    try:
+        with Repo(str(cwd)) as repo:
+            repo.commit(stage, force=True)
+    except DvcException as exc:
+        raise StageFailed(f"dvc commit {stage} failed: {exc}") from None
+    finally:
+        dvc_log.setLevel(level)
 
 
 def changed_params(locked_stage: dict, cwd: Path = Path(".")) -> list[str]:
@@ -178,8 +202,10 @@ def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout, cw
 def _stage_error(stage: str, lines: list[str], code: int) -> str:
     """The stage's own one-paragraph message if it printed one, else DVC's error lines."""
     marker = f"torchship {stage} failed:"
-    own = [line for line in lines if line.startswith("torchship ") and " failed: " in line]
+    own = [i for i, line in enumerate(lines) if line.startswith("torchship ") and " failed: " in line]
     if own:  # the first one is the root cause (torchrun's launcher reports after its worker)
-        return own[0].replace(marker, f"stage '{stage}' failed:", 1).strip()
+        first = lines[own[0]].replace(marker, f"stage '{stage}' failed:", 1).strip()
+        listed = list(itertools.takewhile(lambda line: line.startswith("  - "), lines[own[0] + 1:]))
+        return "\n".join([first] + [line.rstrip() for line in listed])  # a refusal's list of every problem
     errors = [line for line in lines if line.startswith("ERROR")] or lines[-5:]
     return f"stage '{stage}' failed (exit {code}): " + " ".join(e.strip() for e in errors)

@@ -7,9 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tasks.config import ValidateParams
 from tasks.contract import (Feature, Schema, class_labels, encode_features, encode_target, parse_table,
-                            read_raw_table, schema_from_metadata)
+                            read_raw_table, read_table, schema_from_metadata)
 from tasks.core.errors import DataError
+from tasks.core.problems import SHOWN, DataProblems
 
 
 def write_csv(folder: Path, text: str, name: str = "rows.csv") -> Path:
@@ -38,7 +40,7 @@ def test_rows_keep_their_file_line_numbers(tmp_path):
 
 def test_ragged_row_names_its_line(tmp_path):
     path = write_csv(tmp_path, "a,b,label\n1,2,x\n\n3,4,5,y\n")
-    with pytest.raises(DataError, match=r"line 4: ragged row with 4 fields, the header has 3"):
+    with pytest.raises(DataError, match=r"ragged rows \(rule: every row has the header's 3 fields\): 1 offending \(line 4: 4 fields\)"):
         read_raw_table(path)
 
 
@@ -60,7 +62,7 @@ def test_header_only(tmp_path):
 
 
 def test_duplicate_column_names_are_named(tmp_path):
-    with pytest.raises(DataError, match=r"line 1: duplicate column names \['a'\]"):
+    with pytest.raises(DataError, match=r"repeats column names \['a'\] on line 1"):
         read_raw_table(write_csv(tmp_path, "a,b,a,label\n1,2,3,x\n"))
 
 
@@ -144,7 +146,7 @@ def test_single_class_target_is_refused():
 
 def test_empty_target_cells_name_their_lines(tmp_path):
     raw = read_raw_table(write_csv(tmp_path, "a,label\n1,x\n2,\n3,y\n"))
-    with pytest.raises(DataError, match=r"lines 3"):
+    with pytest.raises(DataError, match=r"line 3: ''"):
         parse_table(raw, "label", "rows.csv")
 
 # encoding
@@ -209,3 +211,62 @@ def test_schema_round_trips_through_metadata_json(schema):
     assert schema_from_metadata({"torchship.schema": schema.model_dump_json()}) == schema
     with pytest.raises(DataError, match="not exported by torchship"):
         schema_from_metadata({})
+
+# one pass: every problem of a table in one refusal
+
+
+def _problems(call) -> dict:
+    with pytest.raises(DataProblems) as caught:
+        call()
+    return {(p.column, p.rule.split(" (")[0].split(":")[0]): p for p in caught.value.problems}
+
+
+def test_structural_and_column_problems_are_refused_together(tmp_path):
+    text = numeric_csv(rows=40, bad_row=3).replace("\n24,", "\n24,x,", 1)          # ragged
+    path = tmp_path / "rows.csv"
+    path.write_bytes(text.replace("age,plan,label", "age,plan,plan,label").replace(",basic,", ",basic,b,")
+                     .replace(",premium,", ",premium,p,").encode().replace(b"\n30,", b"\n3\xe90,", 1))
+    raw, found = read_table(path)
+    problems = _problems(lambda: parse_table(raw, "label", "rows.csv", 0.2, found))
+    assert set(problems) == {(None, "repeats column names ['plan'] on line 1"), (None, "has ragged rows"),
+                             (None, "has lines that are not UTF-8 text"), ("age", "is mostly numeric")}
+    assert problems[(None, "has ragged rows")].examples == ["line 6: 5 fields"]
+    assert problems[("age", "is mostly numeric")].examples == ["line 5: 'abc'", "line 12: '3�0'"]
+
+
+def test_every_offending_cell_is_counted_and_five_are_shown():
+    raw = pd.DataFrame({"a": [str(i) for i in range(90)] + ["n/a?"] * 10, "label": ["x", "y"] * 50},
+                       index=range(2, 102))
+    problem = _problems(lambda: parse_table(raw, "label", "t", 0.2))[("a", "is mostly numeric")]
+    assert problem.count == 10 and len(problem.examples) == SHOWN == 5
+    assert problem.examples[0] == "line 92: 'n/a?'" and "10.0% of its 100 filled cells" in problem.rule
+    message = problem.sentence()
+    assert "10 offending (line 92: 'n/a?'" in message and ", ...)" in message
+    assert "`'a': {type: categorical}`" in message and "contract" in message
+
+
+def test_mostly_numeric_share_is_a_param():
+    raw = pd.DataFrame({"a": [str(i) for i in range(90)] + ["text"] * 10, "label": ["x", "y"] * 50})
+    with pytest.raises(DataProblems):
+        parse_table(raw, "label", "t", max_non_numeric_share=0.1)
+    assert parse_table(raw, "label", "t", max_non_numeric_share=0.09)[1]["a"] == "categorical"
+    assert parse_table(raw, "label", "t", max_non_numeric_share=0.0)[1]["a"] == "categorical"
+    assert ValidateParams().max_non_numeric_share >= 0.1   # the 90%-numbers column is refused by default
+    with pytest.raises(DataProblems):
+        parse_table(raw, "label", "t")
+
+
+def test_target_problems_come_with_the_column_problems():
+    raw = pd.DataFrame({"a": ["1", "2", "x", "4"], "b": ["1", "inf", "3", "4"], "label": ["y", None, "y", "y"]},
+                       index=[2, 3, 4, 5])
+    problems = _problems(lambda: parse_table(raw, "label", "t", 0.3))
+    assert set(problems) == {("a", "is mostly numeric"), ("b", "must be numeric"),
+                             ("label", "is empty as a target"), ("label", "has a single class")}
+
+
+def test_undecodable_lines_are_named_and_the_rest_is_read(tmp_path):
+    path = tmp_path / "rows.csv"
+    path.write_bytes(numeric_csv(rows=10).encode().replace(b"premium", b"pr\xe9mium"))
+    table, found = read_table(path)
+    assert len(table) == 10 and len(found) == 1
+    assert found[0].count == 5 and found[0].examples[0].startswith("line 2, byte 6:")

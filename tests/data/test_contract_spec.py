@@ -69,3 +69,23 @@ def test_infinite_numbers_are_refused_by_column_and_line(customers):
     raw.loc[7, "monthly charges ($)"] = "inf"
     with pytest.raises(DataError, match=r"'monthly charges \(\$\)' must be numeric.*line 7: 'inf'"):
         parse_table(raw, "churned", "batch.csv")
+
+
+def test_ingest_door_gate_lists_every_problem(customers, suggested, tmp_path):
+    """The batch door's gate JSON has one reason per problem: a ragged row and text in two numeric columns."""
+    from tasks.config import Params
+    from tasks.core.batch_door import judge_batch
+
+    path = tmp_path / "batch.csv"
+    customers.head(50).to_csv(path, index=False)
+    lines = path.read_text().splitlines()
+    lines[3] += ",extra"
+    lines[5] = "abc," + lines[5].split(",", 1)[1]                       # customer age, line 6
+    lines[7] = ",".join(["x" if i == 1 else c for i, c in enumerate(lines[7].split(","))])  # tenure, line 8
+    path.write_text("\n".join(lines) + "\n")
+    gate, typed = judge_batch(path, suggested, Params())
+    assert gate.status == "fail" and typed is None and len(gate.reasons) == 3
+    text = "\n".join(gate.reasons)
+    assert "ragged rows" in text and "line 4: 13 fields" in text
+    assert "'customer age' must be numeric" in text and "line 6: 'abc'" in text
+    assert "'tenure_months' must be numeric" in text and "line 8: 'x'" in text

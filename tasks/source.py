@@ -1,0 +1,26 @@
+"""source: fingerprint the raw data (the file's md5, or a built-in source's spec, plus each accepted batch)
+into data/source.json, the file prepare depends on, so plain `dvc repro` sees an edited source.
+
+DVC stage: `python -m tasks.source` (always run: hashing is cheap; data/source.json is rewritten only when it
+changes, and only then does prepare re-run). `torchship run` and `torchship plan` refresh it themselves.
+"""
+from __future__ import annotations
+
+import logging
+
+from tasks.config import Params
+from tasks.core import paths
+from tasks.core.sources import write_source_fingerprint
+from tasks.core.stage import stage_main
+
+log = logging.getLogger("torchship.source")
+
+
+def run(params: Params) -> None:
+    """DVC stage body: refresh the fingerprint."""
+    changed = write_source_fingerprint(params.data)
+    log.info("%s: %s", paths.SOURCE_FINGERPRINT, "changed: prepare re-runs" if changed else "unchanged")
+
+
+if __name__ == "__main__":
+    stage_main("source", run)

@@ -1,0 +1,52 @@
+"""A command that starts children stops them all when it is stopped, by SIGTERM (`kill`, a supervisor) as by
+SIGINT (Ctrl-C): no service, MLflow or Prefect process outlives it. Real processes, bounded waits. The end-to-end
+cases are in tests/integration/test_cli.py (`torchship ui` and `torchship run` stopped by SIGTERM)."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+STOP_S = 60.0
+
+
+def _stop_and_check(command: psutil.Popen, signum: int) -> None:
+    """Send `signum` to the command alone (as `kill` does); it and every descendant must be gone in time."""
+    descendants = command.children(recursive=True)
+    assert descendants, "the command started no children"
+    command.send_signal(signum)
+    command.wait(timeout=STOP_S)
+    gone, alive = psutil.wait_procs(descendants, timeout=STOP_S)
+    assert alive == [], f"still running after {signum!r}: {[(p.pid, p.name()) for p in alive]}"
+
+
+# What every command that starts a child does (the bless and canary service, `torchship demo`, the UIs):
+# start it in its own session and hold it under `running`.
+PARENT = """
+import sys, time
+from pathlib import Path
+from tasks.core.procs import running, start_child
+child = start_child("sleeper", [sys.executable, "-c", "import time; time.sleep(600)"], Path(sys.argv[1]))
+with running([child]):
+    print(child.process.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_command_holding_children_stops_them_on_either_signal(tmp_path, signum):
+    command = psutil.Popen([sys.executable, "-c", PARENT, str(tmp_path / "sleeper.log")], cwd=REPO,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        child = psutil.Process(int(command.stdout.readline()))
+        _stop_and_check(command, signum)
+        assert not child.is_running()
+    finally:
+        for process in [command, *command.children(recursive=True)] if command.is_running() else []:
+            process.kill()
