@@ -100,5 +100,12 @@ def promote_by_hand(project, model: str, model_code: str) -> str:
     return register_by_hand(project, model, model_code, alias="champion")
 
 
-__all__ = ["GUARDED_FILES", "champion_bytes", "free_port", "holdout_rows", "promote_by_hand", "register_by_hand", "snapshot",
+__all__ = ["GUARDED_FILES", "champion_bytes", "dvc_clean", "free_port", "holdout_rows", "promote_by_hand", "register_by_hand", "snapshot",
            "workspace_restored"]
+
+
+def dvc_clean(status: str) -> bool:
+    """`dvc status` has nothing to re-run: only the `source` stage, which DVC always runs (it re-hashes the
+    source so an edited file is seen; dvc.yaml), is listed, as 'always changed'."""
+    return "up to date" in status or [line.strip() for line in status.splitlines() if line.strip()] == [
+        "source:", "always changed"]

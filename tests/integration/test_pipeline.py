@@ -5,19 +5,12 @@ import json
 
 import pytest
 
-from tests.helpers import workspace_restored
+from tests.helpers import dvc_clean, workspace_restored
 
 pytestmark = pytest.mark.integration
 
 MODEL = "synthetic-churn"
 STAGES = ["prepare", "validate", "baseline", "train", "export", "compress", "profile"]
-
-
-def dvc_clean(status: str) -> bool:
-    """`dvc status` has nothing to re-run: only the `source` stage, which DVC always runs (it re-hashes the
-    source so an edited file is seen; dvc.yaml), is listed, as 'always changed'."""
-    return "up to date" in status or [line.strip() for line in status.splitlines() if line.strip()] == [
-        "source:", "always changed"]
 
 
 def test_first_run_registers_a_champion_with_lineage(tiny_pipeline):

@@ -22,6 +22,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from tests.conftest import BIN, Project, make_project
+from tests.helpers import dvc_clean
 
 pytestmark = pytest.mark.reliability
 DVC_STAGES = ("prepare", "validate", "baseline", "train", "export", "compress", "profile")
@@ -120,7 +121,7 @@ def assert_lock_trustworthy(root: Path) -> list[str]:
             for entry in json.loads(manifest.read_text())["checkpoints"]:
                 digest = hashlib.sha256((root / folder / entry["file"]).read_bytes()).hexdigest()
                 assert digest == entry["sha256"], f"{folder}/{entry['file']} does not match its manifest"
-    return list(lock)
+    return [stage for stage in lock if stage in DVC_STAGES]   # `source` always runs (dvc.yaml): not a rung
 
 
 def registered_versions(root: Path) -> int:
@@ -177,4 +178,4 @@ def test_a_run_killed_in_each_step_resumes_where_it_stopped(tmp_path, prefect_se
     # the temp files of killed writes went with the next write in their folder
     assert not [str(p) for p in (project.root / "data").rglob("*.tmp-*")], "temp files of killed writes are left"
     status = project.dvc("status")
-    assert "up to date" in status.stdout.lower(), status.stdout
+    assert dvc_clean(status.stdout), status.stdout
