@@ -36,6 +36,8 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
         with tmp.open("rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except TorchshipError:   # the writer refused its content (e.g. batch scoring found bad rows): says so itself
+        raise
     except Exception as exc:  # torch and pyarrow report a full disk as RuntimeError/ArrowIOError, not OSError
         raise ArtifactWriteError(write_failure(path, exc)) from exc
     finally:

@@ -41,8 +41,11 @@ with running([child]):
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_command_holding_children_stops_them_on_either_signal(tmp_path, signum):
+    # SIGINT as a terminal's Ctrl-C delivers it: a shell running a job in the background (as CI may run the
+    # suite) starts it with SIGINT ignored, and Python then installs no KeyboardInterrupt handler at all.
     command = psutil.Popen([sys.executable, "-c", PARENT, str(tmp_path / "sleeper.log")], cwd=REPO,
-                           stdout=subprocess.PIPE, text=True)
+                           stdout=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
     try:
         child = psutil.Process(int(command.stdout.readline()))
         _stop_and_check(command, signum)
