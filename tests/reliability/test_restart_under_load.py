@@ -126,6 +126,7 @@ def test_the_service_restarted_under_load_never_answers_wrong_and_loses_at_most_
         return child
 
     kills: dict[str, float] = {}   # signal -> when the service was killed
+    stopped: list[float] = []      # when each killed service had exited: later answers are its successors'
     restarted: list[float] = []    # when each new service answered /health: later answers are its own
     services = [start(0)]
     with running(services), Clients(url, rows) as clients:
@@ -134,6 +135,7 @@ def test_the_service_restarted_under_load_never_answers_wrong_and_loses_at_most_
             kills[sig.name] = time.time()
             os.killpg(services[-1].process.pid, sig)
             services[-1].process.wait(timeout=60)
+            stopped.append(time.time())
             services.append(start(n))
             restarted.append(time.time())
         clients.wait_for(clients.answered() + 150)
@@ -148,8 +150,10 @@ def test_the_service_restarted_under_load_never_answers_wrong_and_loses_at_most_
     assert sum(errors.values()) > 0, "the clients never saw the service down: nothing was restarted"
 
     logged = logged_request_ids(log_path)
-    served_by = [[a for a in answers if a[0] < restarted[0]],                      # stopped by SIGTERM
-                 [a for a in answers if restarted[0] <= a[0] < restarted[1]],       # killed by SIGKILL
+    # An answer's time is when its client got it: one before `stopped[0]` came from the first service; one after
+    # it may come from the second before /health said so (and be lost by its SIGKILL): grouped with the second's.
+    served_by = [[a for a in answers if a[0] < stopped[0]],                        # stopped by SIGTERM
+                 [a for a in answers if stopped[0] <= a[0] < restarted[1]],         # killed by SIGKILL
                  [a for a in answers if a[0] >= restarted[1]]]                      # stopped cleanly at the end
     lost = [[a for a in group if a[2]["request_id"] not in logged] for group in served_by]
     assert all(served_by), [len(group) for group in served_by]
