@@ -29,7 +29,8 @@ def parse_args(params: Params, argv: list[str] | None) -> argparse.Namespace:
                         help="registered model to serve (default: from data params)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the traffic split (reproducible canaries)")
     parser.add_argument("--shadow", action="store_true",
-                        help="also score every request with the other variant and return it under 'shadow' (canary)")
+                        help="also score every request with the other variant and return it under 'shadow' (for inspection; "
+                             "the canary's shadow phase logs it to shadow.jsonl and never returns it)")
     parser.add_argument("--model-file", type=Path, default=None,
                         help="serve this local ONNX file as the champion instead of the registry's: no alias poller, "
                              "no request log (how bless tries a candidate before it is registered)")
