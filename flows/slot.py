@@ -41,15 +41,18 @@ def slot_name(root: Path | None = None) -> str:
 
 
 def ensure_limit(name: str) -> None:
+    """Create the workspace's limit unless it exists. Read first: a create that collides is a database integrity
+    error the server logs with its whole traceback, which the embedded API prints on the user's console."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-    from prefect.exceptions import ObjectAlreadyExists
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
     with get_client(sync_client=True) as client:
         try:
-            client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
-        except ObjectAlreadyExists:
-            pass
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            with contextlib.suppress(ObjectAlreadyExists):   # another run created it since
+                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
 
 
 def release_expired_leases() -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.blessing.performance import assess_performance, describe_machine, time_interleaved
+from tasks.blessing.performance import Timings, assess_performance, confirmed, describe_machine, time_interleaved
 from tasks.blessing.plots import plot_slices
 from tasks.blessing.quality import HoldoutPredictions, assess_quality, decide
 from tasks.blessing.service import request_rows, try_in_service
@@ -101,11 +101,15 @@ def measure_performance(path: Path, schema: Schema, holdout: Holdout, champion: 
         sizes["champion"] = champion.path.stat().st_size
     single = [rows.iloc[[i]] for i in range(min(TIMED_ROWS, len(rows)))]
     batch = rows.iloc[np.resize(np.arange(len(rows)), batch_size)]
-    timings = time_interleaved(models, single, batch, params.bless.latency_rounds, params.bless.throughput_seconds)
+    def measure() -> tuple[Timings, StageReport]:
+        timings = time_interleaved(models, single, batch, params.bless.latency_rounds, params.bless.throughput_seconds)
+        return timings, assess_performance(timings, sizes, describe_machine(threads), batch_size, params.slo.p99_ms,
+                                           params.bless.max_latency_ratio)
+
+    timings, report = confirmed(measure)
     if plots is not None:
         plot_latency(timings.latencies_us, plots / "bless_latency.png")
-    return assess_performance(timings, sizes, describe_machine(threads), batch_size, params.slo.p99_ms,
-                              params.bless.max_latency_ratio)
+    return report
 
 
 def serve_candidate(path: Path, name: str, predictions: HoldoutPredictions, schema: Schema,

@@ -48,6 +48,22 @@ def pytest_collection_modifyitems(items) -> None:
             item.add_marker(suite)
 
 
+SUITE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Time per suite (setup, call and teardown of its tests; a session fixture counts where it is first used)."""
+    suite = Path(report.fspath).parts[1] if Path(report.fspath).parts[0] == "tests" else "other"
+    SUITE_SECONDS[suite] = SUITE_SECONDS.get(suite, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if SUITE_SECONDS:
+        terminalreporter.write_sep("-", "time by suite")
+        for suite, seconds in sorted(SUITE_SECONDS.items(), key=lambda item: -item[1]):
+            terminalreporter.write_line(f"{suite:<12} {seconds:8.1f} s")
+
+
 @dataclass
 class PrefectServer:
     """A real `prefect server start` on 127.0.0.1 for the session, started early and waited for only when
@@ -79,9 +95,10 @@ class Project:
             env["PREFECT_API_URL"] = self.prefect.api_url()
         return env
 
-    def torchship(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    def torchship(self, *args: str, timeout: float = 900, env: dict[str, str] | None = None
+                  ) -> subprocess.CompletedProcess:
         return subprocess.run([str(BIN / "torchship"), *args], cwd=self.root, capture_output=True, text=True,
-                              timeout=timeout, env=self.env())
+                              timeout=timeout, env={**self.env(), **(env or {})})
 
     def python(self, code: str) -> str:
         """Run code in a separate interpreter in the project (e.g. an independent MLflow client)."""
@@ -148,12 +165,37 @@ def prefect_server(tmp_path_factory) -> Iterator[PrefectServer]:
         child.stop()
 
 
+SECRETS = {  # fake secrets where real ones live -> values no real code would write by chance
+    "TORCHSHIP_ADMIN_TOKEN": "fake-admin-token-5ee1c3a7",
+    "MLFLOW_TRACKING_PASSWORD": "fake-mlflow-password-9b2d",
+    "MLFLOW_TRACKING_TOKEN": "fake-mlflow-token-41f8e0",
+    "AWS_SECRET_ACCESS_KEY": "fake-aws-secret-c0ffee77",
+    "AWS_ACCESS_KEY_ID": "AKIAFAKEKEY7731",
+}
+SECRET_ENV = {**SECRETS, "MLFLOW_TRACKING_USERNAME": "torchship"}
+DVC_REMOTE_PASSWORD = "fake-dvc-remote-password-77aa"
+PLANTED_IN = ".dvc/config.local"      # the one file a secret is meant to be in
+
+
+def plant_dvc_credentials(project: Project) -> None:
+    """Two DVC remotes (not the default one) with their credentials where DVC keeps them: cloud keys and an
+    HTTP password in .dvc/config.local (tests/reliability/test_secrets.py looks for them everywhere else)."""
+    (project.root / PLANTED_IN).write_text(
+        "['remote \"vault\"']\n    url = s3://torchship-fake-bucket/store\n"
+        f"    access_key_id = {SECRETS['AWS_ACCESS_KEY_ID']}\n    secret_access_key = {SECRETS['AWS_SECRET_ACCESS_KEY']}\n"
+        "['remote \"web\"']\n    url = https://dvc.invalid/store\n    auth = basic\n    user = torchship\n"
+        f"    password = {DVC_REMOTE_PASSWORD}\n")
+
+
 @pytest.fixture(scope="session")
 def tiny_pipeline(tmp_path_factory, prefect_server) -> tuple[Project, subprocess.CompletedProcess]:
     """One full pipeline run on tiny params, shared by the integration tests of a session. Its first run uses
-    the embedded default (an ephemeral Prefect API, as `make pipeline` does); later runs use the server."""
+    the embedded default (an ephemeral Prefect API, as `make pipeline` does); later runs use the server. It
+    runs as a user's shell would give it secrets: an admin token, MLflow and cloud credentials in the
+    environment, DVC remote credentials in .dvc/config.local (none may leak: test_secrets.py)."""
     project = make_project(tmp_path_factory.mktemp("project"), {"export": {"compile": True, "onnx_exporter": "dynamo"}})
-    first = project.torchship("run")
+    plant_dvc_credentials(project)
+    first = project.torchship("run", env=SECRET_ENV)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     project.prefect = prefect_server
     return project, first

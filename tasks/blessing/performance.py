@@ -117,6 +117,21 @@ def judge_performance(figures: dict[str, dict[str, float]], p99_ms: float, max_r
     return GateResult.decide("performance", failures, passed=passed)
 
 
+def confirmed(measure: Callable[[], tuple[Timings, StageReport]]) -> tuple[Timings, StageReport]:
+    """A failed measurement is measured once more and only a second failure stands: one stall of a shared
+    machine (a page fault, another process's burst) moves the p99 of a few hundred calls several times over for
+    whichever model it hits, while a truly slower candidate fails both times. The report keeps the first reasons."""
+    timings, report = measure()
+    if report.gate.status != "fail":
+        return timings, report
+    first = report.gate.reasons
+    timings, report = measure()
+    report.details["first_measurement_failed"] = first
+    if report.gate.status != "fail":
+        report.headline += " (passed when measured again; the first measurement failed: " + "; ".join(first) + ")"
+    return timings, report
+
+
 def describe_figures(figures: dict[str, dict[str, float]]) -> str:
     """One line: batch-1 p50/p99, rows/s and size per model."""
     return "; ".join(f"{name} p50 {f['p50_ms']:.3f} ms, p99 {f['p99_ms']:.3f} ms, {f['rows_per_s']:,.0f} rows/s, "

@@ -79,7 +79,7 @@ def wait_until_ready(child: Child, ready: Callable[[], bool], timeout: float, in
             if ready():
                 return
         if time.monotonic() > deadline:
-            raise TorchshipError(f"{child.name} did not become ready within {timeout:.0f}s; its output is in "
+            raise TorchshipError(f"{child.name} did not become ready within {timeout:g} s; its output is in "
                                  f"{child.log}:\n{child.output_tail(800)}")
         time.sleep(interval)
 

@@ -127,3 +127,20 @@ def test_a_held_workspace_drops_the_retrain_and_refuses_a_pipeline_run(tiny_pipe
         assert not (project.root / "data/batches").exists()
         [decision] = read_decisions(project.root / "data/monitor/decisions.jsonl")
         assert decision.outcome == "suppressed" and decision.reasons[0].startswith("workspace busy")
+
+
+def test_the_workspace_limit_is_made_once_and_found_after_without_a_server_error(prefect_server):
+    """Every run ensures its workspace's limit. Creating one that exists made the server log an integrity error
+    with its traceback, which the embedded API printed on the console of every run after the first."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.slot import ensure_limit, slot_name
+
+    name = slot_name(prefect_server.child.log.parent / "a-workspace")
+    with temporary_settings({PREFECT_API_URL: prefect_server.api_url()}):
+        for _ in range(2):
+            ensure_limit(name)
+        with get_client(sync_client=True) as client:
+            assert client.read_global_concurrency_limit_by_name(name).limit == 1
+    assert "UNIQUE constraint failed" not in prefect_server.child.output_tail(200_000)

@@ -11,7 +11,7 @@ import torch
 
 from models import build_model
 from tasks.baseline import fit_baselines
-from tasks.blessing.performance import Timings, assess_performance, judge_performance
+from tasks.blessing.performance import Timings, assess_performance, confirmed, judge_performance
 from tasks.blessing.quality import HoldoutPredictions, assess_quality, decide, score_slices, slice_groups
 from tasks.blessing.service import judge_service, load_figures, request_rows, try_in_service
 from tasks.blessing.stages import combine, run_stages
@@ -138,6 +138,27 @@ def test_performance_report_carries_both_models_and_the_machine():
     report = assess_performance(timings, {"candidate": 10, "champion": 20}, {"cpu": "x"}, 256, 100.0, 2.0)
     assert report.gate.status == "pass" and report.details["p50_ratio"] == pytest.approx(1.5)
     assert report.details["machine"] == {"cpu": "x"} and report.details["models"]["champion"]["bytes"] == 20
+
+
+def stalled_once(candidate_us: list[np.ndarray]):
+    """A measurement per call: the candidate's latencies in turn, the champion's always 200 µs."""
+    calls = iter(candidate_us)
+
+    def measure():
+        timings = Timings({"candidate": next(calls), "champion": np.full(300, 200.0)}, {"candidate": 1.0, "champion": 1.0})
+        return timings, assess_performance(timings, {"candidate": 1, "champion": 1}, {}, 256, 100.0, 3.0)
+    return measure
+
+
+def test_a_latency_failure_stands_only_when_a_second_measurement_confirms_it():
+    steady, stall = np.full(300, 210.0), np.r_[np.full(295, 210.0), np.full(5, 4000.0)]   # 5 stalls: p99 4 ms
+    _, report = confirmed(stalled_once([stall, steady]))
+    assert report.gate.status == "pass" and "passed when measured again" in report.headline
+    assert "20.0x the champion's" in report.details["first_measurement_failed"][0]
+    _, report = confirmed(stalled_once([stall, stall]))      # slower both times: a regression
+    assert report.gate.status == "fail" and report.details["first_measurement_failed"]
+    _, report = confirmed(stalled_once([steady]))            # a pass is measured once (a second call would raise)
+    assert report.gate.status == "pass" and "first_measurement_failed" not in report.details
 
 
 def answers(ms: list[float], ok: list[bool], labels: list[str] | None = None) -> pd.DataFrame:

@@ -14,12 +14,12 @@ def _said(result) -> str:
     return " ".join((result.stdout + result.stderr).split())     # rich may wrap the line
 
 
-def test_a_canary_failure_after_register_names_the_version_and_alias_it_left(secret_run):
-    failed = secret_run.canary_failed
+def test_a_canary_failure_after_register_names_the_version_and_alias_it_left(canary_failure):
+    failed = canary_failure.failed
     assert failed.returncode != 0
     said = _said(failed)
     assert "did not become ready" in said                                   # it failed in the canary...
     assert f"Registry: registered v1 of {MODEL}; aliases moved: champion none → v1" in said  # ...after register
     assert "Nothing was registered" not in said and "nothing was registered" not in said
-    registry = secret_run.project.registry(MODEL)
+    registry = canary_failure.project.registry(MODEL)
     assert list(registry["versions"]) == ["1"] and registry["aliases"] == {"champion": "1"}

@@ -1,14 +1,15 @@
 """Secrets never reach logs, MLflow params, artifacts or data/: fake ones are planted where real ones live (the
-admin token, MLflow's password and token, cloud keys, a DVC remote's credentials; tests/reliability/conftest.py),
-the pipeline runs (to the canary), and every file it wrote (the MLflow store's SQLite bytes, artifacts, DVC and Prefect state,
-data/) plus its console output is searched for them."""
+admin token, MLflow's password and token, cloud keys, a DVC remote's credentials; tests/conftest.py), the session's
+pipeline runs every stage with them, a copy of its project runs bless, register and a failing canary with them
+(tests/reliability/conftest.py), and every file both wrote (the MLflow stores' SQLite bytes, artifacts, DVC and
+Prefect state, data/) plus their console output is searched for them."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from tests.reliability.conftest import DVC_REMOTE_PASSWORD, PLANTED_IN, SECRETS
+from tests.conftest import DVC_REMOTE_PASSWORD, PLANTED_IN, SECRETS
 
 pytestmark = pytest.mark.integration
 
@@ -40,9 +41,12 @@ def test_the_search_finds_a_planted_secret(tmp_path):
     assert found == {"mlflow/mlflow.db": [SECRETS["MLFLOW_TRACKING_TOKEN"]], "stderr": [DVC_REMOTE_PASSWORD]}
 
 
-def test_planted_secrets_appear_nowhere_after_a_pipeline_run(secret_run):
-    root, run = secret_run.project.root, secret_run.canary_failed
-    assert "registered v1" in run.stderr                              # every stage, bless and register ran
-    assert (root / "mlflow" / "mlflow.db").stat().st_size > 0 and any((root / "mlflow").rglob("*.onnx"))
-    texts = {"stdout": run.stdout, "stderr": run.stderr}
-    assert leaks(root, texts, [*SECRETS.values(), DVC_REMOTE_PASSWORD]) == {}
+def test_planted_secrets_appear_nowhere_after_a_pipeline_run(canary_failure):
+    secrets = [*SECRETS.values(), DVC_REMOTE_PASSWORD]
+    assert "registered v1" in canary_failure.failed.stderr                # bless and register ran with them too
+    for project, run in ((canary_failure.session_project, canary_failure.session_run),
+                         (canary_failure.project, canary_failure.failed)):
+        root = project.root
+        assert (root / PLANTED_IN).exists()
+        assert (root / "mlflow" / "mlflow.db").stat().st_size > 0 and any((root / "mlflow").rglob("*.onnx"))
+        assert leaks(root, {"stdout": run.stdout, "stderr": run.stderr}, secrets) == {}, root
