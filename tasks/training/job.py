@@ -26,7 +26,7 @@ from tasks.contract import Schema, encode_features, encode_target, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file
 from tasks.core.errors import TorchshipError
-from tasks.core.procs import tee_lines
+from tasks.core.procs import Child, running, tee_lines
 from tasks.training import checkpoint
 from tasks.training.adapt import FittedTraining
 from tasks.training.distributed import Runtime, init_runtime, torchrun_command, wrap_model
@@ -85,12 +85,15 @@ def threads_per_process(params: TrainParams) -> int:
 def launch(job: TrainingJob) -> None:
     """Run the job's module under torchrun; a failure names the rank that failed and its last log lines."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_process(job.train)), "PYTHONUNBUFFERED": "1"}
+    # torchrun in a session of its own, held under `running`: a SIGTERM to this stage alone (`kill`, a supervisor,
+    # `dvc repro` stopped) stops torchrun and its workers too, instead of leaving them training as orphans
     process = subprocess.Popen(torchrun_command(job.train, module=job.module, log_dir=str(job.logs)), env=env,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     tail: collections.deque[str] = collections.deque(maxlen=400)
     reader = threading.Thread(target=tee_lines, args=(process.stderr, tail, sys.stderr), daemon=True)
     reader.start()
-    code = process.wait()
+    with running([Child("torchrun", process, Path(os.devnull))]):
+        code = process.wait()
     reader.join()
     if code != 0:
         raise TorchshipError(describe_failure(list(tail), code, job.logs, job.train.collective_timeout_s))

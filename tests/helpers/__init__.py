@@ -58,14 +58,41 @@ def workspace_restored(project, model: str) -> Iterator[None]:
         shutil.rmtree(folders)
         subprocess.run([sys.executable, "-m", "dvc", "checkout", "--force", "--quiet"], cwd=project.root,
                        capture_output=True, check=True, timeout=300)
-        project.python(
-            "import mlflow\nfrom mlflow import MlflowClient\nmlflow.set_tracking_uri('sqlite:///mlflow/mlflow.db')\n"
-            f"c, before = MlflowClient(), {aliases!r}\n"
-            f"now = c.get_registered_model('{model}').aliases\n"
-            "for alias in set(now) - set(before):\n"
-            f"    c.delete_registered_model_alias('{model}', alias)\n"
-            "for alias, version in before.items():\n"
-            f"    c.set_registered_model_alias('{model}', alias, version)\n")
+        put_aliases_back(project_registry(project), model, aliases)
+
+
+def project_registry(project):
+    """An MLflow client on the project's registry (its SQLite file)."""
+    from tasks.config import TrackingParams
+    from tasks.core.registry import registry_client
+
+    return registry_client(TrackingParams(uri=f"sqlite:///{project.root / 'mlflow' / 'mlflow.db'}"))
+
+
+def put_aliases_back(client, model: str, aliases: dict[str, str]) -> None:
+    for alias in set(client.get_registered_model(model).aliases) - set(aliases):
+        client.delete_registered_model_alias(model, alias)
+    for alias, version in aliases.items():
+        client.set_registered_model_alias(model, alias, version)
+
+
+@contextlib.contextmanager
+def registry_restored(client, model: str) -> Iterator[None]:
+    """Afterwards the model's aliases, its versions (none added) and their tags are as they were."""
+    aliases = {alias: str(version) for alias, version in client.get_registered_model(model).aliases.items()}
+    versions = {v.version: dict(v.tags) for v in client.search_model_versions(f"name='{model}'")}
+    try:
+        yield
+    finally:
+        put_aliases_back(client, model, aliases)
+        for version in client.search_model_versions(f"name='{model}'"):
+            if version.version not in versions:
+                client.delete_model_version(model, version.version)
+                continue
+            for key in set(version.tags) - set(versions[version.version]):
+                client.delete_model_version_tag(model, version.version, key)
+            for key, value in versions[version.version].items():
+                client.set_model_version_tag(model, version.version, key, value)
 
 
 def holdout_rows(project, n: int = 1, target: str = "churned") -> list[dict]:

@@ -26,6 +26,7 @@ from tasks.config import CanaryParams, TrackingParams, load_params
 from tasks.contract import load_schema
 from tasks.core.procs import free_port, http_ok, start_child, wait_until_ready
 from tasks.core.registry import CHALLENGER, CHAMPION, registry_client
+from tests.helpers import registry_restored
 
 pytestmark = pytest.mark.integration
 
@@ -50,25 +51,13 @@ def live(tiny_pipeline, tmp_path_factory):
     tracking = TrackingParams(uri=f"sqlite:///{project.root / 'mlflow' / 'mlflow.db'}")
     params = params.model_copy(update={"canary": RULES, "tracking": tracking})
     client = registry_client(tracking)
-    before = client.get_registered_model(MODEL).aliases
-    versions = {v.version: dict(v.tags) for v in client.search_model_versions(f"name='{MODEL}'")}
     url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_ready(child, http_ok(f"{url}/ready"), timeout=90)
-        yield project, ServiceLink(url, TOKEN, request_log), params, client
-    finally:
-        child.stop()
-        for alias in set(client.get_registered_model(MODEL).aliases) - set(before):
-            client.delete_registered_model_alias(MODEL, alias)
-        for alias, version in before.items():
-            client.set_registered_model_alias(MODEL, alias, version)
-        for version in {v.version for v in client.search_model_versions(f"name='{MODEL}'")} - set(versions):
-            client.delete_model_version(MODEL, version)
-        for version, tags in versions.items():
-            for key in set(client.get_model_version(MODEL, version).tags) - set(tags):
-                client.delete_model_version_tag(MODEL, version, key)
-            for key, value in tags.items():
-                client.set_model_version_tag(MODEL, version, key, value)
+    with registry_restored(client, MODEL):
+        try:
+            wait_until_ready(child, http_ok(f"{url}/ready"), timeout=90)
+            yield project, ServiceLink(url, TOKEN, request_log), params, client
+        finally:
+            child.stop()
     assert "Traceback" not in child.output_tail(50_000), child.output_tail()
 
 

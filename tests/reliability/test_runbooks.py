@@ -22,7 +22,7 @@ from flows.cli import app
 from tasks.core.procs import free_port, http_ok, start_child, wait_until_ready
 from tasks.core.registry import CHALLENGER, CHAMPION, SHA_TAG
 from tests.conftest import REPO
-from tests.helpers import holdout_rows
+from tests.helpers import holdout_rows, project_registry, registry_restored
 
 pytestmark = pytest.mark.reliability
 
@@ -146,18 +146,13 @@ class Served:
 def served(tiny_pipeline, tmp_path_factory):
     """A service on the tiny project (its request log where the monitor reads it); afterwards the registry's
     aliases, tags and versions and the project's loop state are as they were."""
-    from tasks.config import TrackingParams
-    from tasks.core.registry import registry_client
-
     project, _ = tiny_pipeline
     loop_state = [project.root / "data" / name for name in ("serve", "monitor")]
     kept = tmp_path_factory.mktemp("loop-state")
     for folder in loop_state:
         if folder.exists():
             shutil.copytree(folder, kept / folder.name)
-    client = registry_client(TrackingParams(uri=f"sqlite:///{project.root / 'mlflow' / 'mlflow.db'}"))
-    versions = {v.version: dict(v.tags) for v in client.search_model_versions(f"name='{MODEL}'")}
-    aliases = dict(client.get_registered_model(MODEL).aliases)
+    client = project_registry(project)
     port = free_port()
     child = start_child("service", [sys.executable, "-m", "serving", "--port", str(port), "--model-name", MODEL,
                                     "--poll-seconds", "0.2"], kept / "service.log", cwd=project.root,
@@ -165,22 +160,13 @@ def served(tiny_pipeline, tmp_path_factory):
                              "TORCHSHIP_ADMIN_TOKEN": TOKEN})
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until_ready(child, http_ok(f"{url}/ready"), timeout=90)
-        yield Served(project, url, child, client)
+        with registry_restored(client, MODEL):
+            try:
+                wait_until_ready(child, http_ok(f"{url}/ready"), timeout=90)
+                yield Served(project, url, child, client)
+            finally:
+                child.stop()
     finally:
-        child.stop()
-        for alias in set(client.get_registered_model(MODEL).aliases) - set(aliases):
-            client.delete_registered_model_alias(MODEL, alias)
-        for alias, version in aliases.items():
-            client.set_registered_model_alias(MODEL, alias, version)
-        for version in client.search_model_versions(f"name='{MODEL}'"):
-            if version.version not in versions:
-                client.delete_model_version(MODEL, version.version)
-                continue
-            for key in set(version.tags) - set(versions[version.version]):
-                client.delete_model_version_tag(MODEL, version.version, key)
-            for key, value in versions[version.version].items():
-                client.set_model_version_tag(MODEL, version.version, key, value)
         for folder in loop_state:
             shutil.rmtree(folder, ignore_errors=True)
             if (kept / folder.name).exists():

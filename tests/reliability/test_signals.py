@@ -3,9 +3,12 @@ SIGINT (Ctrl-C): no service, MLflow or Prefect process outlives it. Real process
 cases are in tests/integration/test_cli.py (`torchship ui` and `torchship run` stopped by SIGTERM)."""
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -53,3 +56,34 @@ def test_a_command_holding_children_stops_them_on_either_signal(tmp_path, signum
     finally:
         for process in [command, *command.children(recursive=True)] if command.is_running() else []:
             process.kill()
+
+
+# The train stage (`python -m tasks.train`, as `dvc repro` runs it) launching a torchrun job whose worker sleeps.
+TRAIN_STAGE = """
+import sys
+from pathlib import Path
+from tasks.config import TrainParams
+from tasks.training.job import TrainingJob, launch
+logs = Path(sys.argv[1])
+launch(TrainingJob(stage="t", train=TrainParams(nproc=1), spec={}, weights=logs / "w", checkpoints=logs / "c",
+                   folder=logs, logs=logs, module="sleeping_worker"))
+"""
+
+
+def test_the_train_stage_stopped_alone_stops_torchrun_and_its_workers(tmp_path):
+    (tmp_path / "sleeping_worker.py").write_text("import time\nprint('training', flush=True)\ntime.sleep(600)\n")
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"}
+    stage = psutil.Popen([sys.executable, "-c", TRAIN_STAGE, str(tmp_path / "logs")], cwd=tmp_path, env=env,
+                         stderr=subprocess.DEVNULL)
+    tree: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + STOP_S   # bounded: torchrun up and its worker running
+        while not any("sleeping_worker" in " ".join(p.cmdline()) for p in tree if p.is_running()):
+            assert stage.poll() is None and time.monotonic() < deadline, "the worker never started"
+            time.sleep(0.1)
+            tree = stage.children(recursive=True)
+        _stop_and_check(stage, signal.SIGTERM)
+    finally:   # orphans (the failure this test catches) are no longer the stage's children: kill all it had
+        for process in [stage, *tree]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
