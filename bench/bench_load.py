@@ -107,10 +107,10 @@ def main() -> None:
     else:
         base = Path(tempfile.mkdtemp(prefix="bench-load-"))
         root = prepare("default", base / "default", args.tiny)
-    champ = champion(root)
+    champ, params = champion(root), described(root)
     with tempfile.TemporaryDirectory(prefix="bench-load-") as folder:
         results = {server: load(server, root, champ, args.seconds, Path(folder)) for server in SERVERS}
-    if base is not None:
+    if base is not None:   # the project goes: what was read from it, was read above
         shutil.rmtree(base, ignore_errors=True)
     ours, floor = results["torchship"], results["minimal"]
     met = (ours["rss_growth_pct"] <= 100 * GOAL_GROWTH and abs(ours["fd_delta"]) <= GOAL_FDS
@@ -125,7 +125,7 @@ def main() -> None:
     save("load", f"The service under {args.seconds:g} s of load at 32 connections: RSS and descriptors before/after",
          figures, baseline, ratio, "RSS growth <= 5%, open descriptors within +-2, zero 5xx (ratio: torchship's "
          "RSS after/before over the minimal app's)", met,
-         notes=NOTES.format(seconds=args.seconds, model=champ[0] + " v" + champ[1], params=described(root)))
+         notes=NOTES.format(seconds=args.seconds, model=champ[0] + " v" + champ[1], params=params))
 
 
 def described(root: Path) -> str:
