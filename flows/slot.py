@@ -10,14 +10,20 @@ slot taken gives back the expired ones itself before it waits.
 
 A holder also writes `.prefect/workspace-holder.json` (host, PID, the process's start time, its lease): a run that
 finds the slot taken by a process of this machine that no longer exists (killed outright: SIGKILL, OOM) gives its
-lease back at once, instead of making the restart wait out the lease (tests/reliability/test_kill_ladder.py)."""
+lease back at once, instead of making the restart wait out the lease (tests/reliability/test_kill_ladder.py).
+Before it does, it stops what the dead holder started and left running: `dvc repro` and its stage, a service,
+each in a session of its own, so killing the holder's PID alone does not reach them. They carry the lease in
+their environment (HOLDER_ENV), which is how they are found (tests/reliability/test_signals.py)."""
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+import logging
 import os
+import signal
 import socket
+import time
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Iterator
@@ -28,6 +34,8 @@ _holding: ContextVar[str | None] = ContextVar("torchship_workspace_slot", defaul
 LEASE_S = 60             # Prefect's minimum: a killed holder's slot is free again about a minute later
 FILE_LEASES = "prefect.server.concurrency.lease_storage.filesystem"
 HOLDER_FILE = Path(".prefect") / "workspace-holder.json"
+HOLDER_ENV = "TORCHSHIP_WORKSPACE_LEASE"   # in the environment of the holder and of every process it starts
+log = logging.getLogger("torchship.slot")
 
 
 class WorkspaceBusy(TorchshipError):
@@ -94,9 +102,11 @@ def acquire(name: str, wait_s: float) -> Iterator[None]:
         HOLDER_FILE.parent.mkdir(parents=True, exist_ok=True)
         HOLDER_FILE.write_text(json.dumps({"slot": name, "host": socket.gethostname(), "pid": os.getpid(),
                                            "started": process_started(os.getpid()), "lease": str(lease)}))
+        os.environ[HOLDER_ENV] = str(lease)
         with maintain_concurrency_lease(lease, LEASE_S, raise_on_lease_renewal_failure=True):
             yield
     finally:
+        os.environ.pop(HOLDER_ENV, None)
         release_concurrency_slots_with_lease(lease)
         with contextlib.suppress(FileNotFoundError, ValueError):
             if json.loads(HOLDER_FILE.read_text()).get("lease") == str(lease):
@@ -117,8 +127,38 @@ def release_dead_holder(name: str) -> bool:
         if (holder.get("slot") != name or holder.get("host") != socket.gethostname()
                 or process_started(int(holder["pid"])) == holder.get("started")):
             return False   # another workspace's, another machine's, or alive
+        if left := stop_left_behind(holder["lease"]):
+            log.warning("stopped %d process(es) a killed run had left working in this workspace (PIDs %s)",
+                        len(left), ", ".join(map(str, left)))
         release_concurrency_slots_with_lease(holder["lease"])
         HOLDER_FILE.unlink(missing_ok=True)
+        return True
+
+
+def stop_left_behind(lease: str, wait_s: float = 10.0) -> list[int]:
+    """SIGKILL every process of this machine that carries `lease` in its environment (a dead holder's children and
+    theirs), as a supervisor would have killed the holder's whole tree; wait (bounded) until they are gone."""
+    marker = f"{HOLDER_ENV}={lease}".encode()
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+        except OSError:   # gone meanwhile, or another user's
+            continue
+    deadline = time.monotonic() + wait_s
+    while any(process_started(pid) and not _zombie(pid) for pid in killed) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return killed
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
         return True
 
 

@@ -87,3 +87,53 @@ def test_the_train_stage_stopped_alone_stops_torchrun_and_its_workers(tmp_path):
         for process in [stage, *tree]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()
+
+
+# A run holding the workspace that starts a child in a session of its own (as `dvc repro` and the services are).
+HOLDER = """
+import sys, time
+from pathlib import Path
+from prefect import flow
+from flows.slot import workspace_slot
+from tasks.core.procs import start_child
+
+@flow
+def hold():
+    with workspace_slot("a killed run", 5):
+        child = start_child("stage", [sys.executable, "-c", "import time; time.sleep(600)"], Path("stage.log"))
+        Path("held").write_text(str(child.process.pid))
+        time.sleep(600)
+hold()
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_run_killed_alone_leaves_nothing_working_once_the_next_takes_the_workspace(tmp_path, prefect_server,
+                                                                                      monkeypatch):
+    """`kill -9` of the holder's PID alone (not its tree): its child in a session of its own lives on, and would
+    write beside the next run; the next run stops it before it takes the workspace."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.slot import workspace_slot
+
+    api = prefect_server.api_url()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}, "PREFECT_API_URL": api,
+           "PYTHONPATH": str(REPO)}
+    holder = psutil.Popen([sys.executable, "-c", HOLDER], cwd=tmp_path, env=env, stderr=subprocess.DEVNULL)
+    stage = None
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "held").exists():
+            assert holder.poll() is None and time.monotonic() < deadline, "the holder never took the workspace"
+            time.sleep(0.1)
+        stage = psutil.Process(int((tmp_path / "held").read_text()))
+        holder.kill()
+        holder.wait(timeout=30)
+        assert stage.is_running()                                    # orphaned, working on
+        monkeypatch.chdir(tmp_path)
+        with temporary_settings({PREFECT_API_URL: api}), workspace_slot("the next run", 30):
+            assert not stage.is_running() or stage.status() == psutil.STATUS_ZOMBIE
+    finally:
+        for process in (holder, stage):
+            with contextlib.suppress(psutil.NoSuchProcess, AttributeError):
+                process.kill()
