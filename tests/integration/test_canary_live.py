@@ -220,7 +220,10 @@ def test_a_good_challenger_is_promoted_step_by_step(live, tmp_path, monkeypatch)
         [s.reasons for s in report.steps]
     assert report.action == f"promoted v{version} to champion (v{old} tagged previous)"
     assert all(s.challenger.requests >= RULES.min_samples and s.psi == 0.0 for s in report.steps)
-    assert report.steps[1].champion.labelled > 0 and report.steps[1].challenger.accuracy is not None
+    # feedback is joined where it landed in time (the log is flushed every serve.log_flush_seconds, and a step may be
+    # judged sooner): in some step both variants have labelled rows and their accuracies are compared
+    assert any(s.champion.labelled and s.challenger.labelled and "accuracy" in s.reasons[0] for s in report.steps), \
+        [s.reasons for s in report.steps]
     assert str(client.get_model_version_by_alias(MODEL, CHAMPION).version) == version
     assert "previous" in client.get_model_version(MODEL, old).tags
     assert {f"canary.{p}" for p in ("shadow", "50pct", "100pct")} <= set(client.get_model_version(MODEL, version).tags)
