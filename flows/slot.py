@@ -83,8 +83,14 @@ def release_expired_leases() -> int:
 def process_started(pid: int) -> str | None:
     """The start time of process `pid` (clock ticks since boot, from /proc), None when it does not exist: with
     the PID it names one process for good (a PID alone may be reused)."""
+    fields = proc_stat(pid)
+    return fields[19] if fields and len(fields) > 19 else None
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), None when the process does not exist."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
 
@@ -150,16 +156,9 @@ def stop_left_behind(lease: str, wait_s: float = 10.0) -> list[int]:
         except OSError:   # gone meanwhile, or another user's
             continue
     deadline = time.monotonic() + wait_s
-    while any(process_started(pid) and not _zombie(pid) for pid in killed) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    while any((fields := proc_stat(pid)) and fields[0] != "Z" for pid in killed) and time.monotonic() < deadline:
+        time.sleep(0.05)   # until each is gone or a zombie (killed: it runs no more code)
     return killed
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 @contextlib.contextmanager
