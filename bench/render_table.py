@@ -1,18 +1,54 @@
-"""Render README's performance table from bench/results/*.json (no hand-typed figures)."""
+"""Render every benchmark figure in README.md and docs/*.md from bench/results/*.json (none is hand-typed).
+
+A figure lives between markers `<!-- bench:NAME:start -->` and `<!-- bench:NAME:end -->`, where NAME is one of
+RENDERERS below; a block may appear in several files and renders the same everywhere. A result file that does not
+exist yet renders as "not measured yet". `python bench/render_table.py` rewrites the blocks in place;
+`--check` rewrites nothing and exits 1 naming each stale block (tests/unit/test_docs.py does the same).
+"""
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-START, END = "<!-- perf:start -->", "<!-- perf:end -->"
+RESULTS = ROOT / "bench" / "results"
+BLOCK = re.compile(r"(?P<start><!-- bench:(?P<name>[\w-]+):start -->)\n(?P<body>.*?)(?P<end><!-- bench:(?P=name):end -->)",
+                   re.S)
+MARKER = re.compile(r"<!-- bench:([\w-]+):(start|end) -->")
+
+
+class NotMeasured(Exception):
+    """A block needs a result file that bench/results/ does not hold yet."""
+
+
+def load_results(folder: Path = RESULTS) -> dict[str, dict]:
+    """Every result file, by its name (bench/results/<name>.json)."""
+    return {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
+
+
+def doc_files(root: Path = ROOT) -> list[Path]:
+    """The files whose figures are rendered: the README and the guides."""
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def _need(results: dict[str, dict], name: str) -> dict:
+    if name not in results:
+        raise NotMeasured(name)
+    return results[name]
+
+
+def _when(result: dict) -> str:
+    return f"{result['measured_at'][:10]}, {result['machine']['cores']} cores"
 
 
 def _figure(values: dict) -> str:
     shown = {k: v for k, v in values.items() if not isinstance(v, (list, dict))}
-    return ", ".join(f"{k} {v:,}" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in shown.items())
+    return ", ".join(f"{k} {v:,}" if isinstance(v, (int, float)) and not isinstance(v, bool) else f"{k} {v}"
+                     for k, v in shown.items())
 
 
 def _stat(stat: dict) -> str:
@@ -50,12 +86,12 @@ def _one_line(text: str, limit: int = 400) -> str:
     return flat if len(flat) <= limit else "…" + flat[-limit:]
 
 
-def render_per_table(result: dict) -> list[str]:
-    """A result with figures.per_table (bench/bench_tables.py) as its own table under the main one."""
+def render_tables(results: dict[str, dict]) -> list[str]:
+    """bench/bench_tables.py: the served variant vs both scikit-learn baselines, one row per table."""
+    result = _need(results, "tables")
     per_table, baselines = result["figures"]["per_table"], result["baseline"]["per_table"]
-    lines = ["", f"**{result['title']}** ({result['measured_at'][:10]}, {result['machine']['cores']} cores; "
-                 f"goal: {result['goal']}). Holdout accuracy / macro-F1, mean ± sd over seeds; gap = best baseline "
-                 "minus served, in points (positive = served behind).", "",
+    lines = [f"**{result['title']}** ({_when(result)}; goal: {result['goal']}). Holdout accuracy / macro-F1, "
+             "mean ± sd over seeds; gap = best baseline minus served, in points (positive = served behind).", "",
              "| table | rows | features (num + cat) | classes | served: accuracy / macro-F1 | logistic regression | "
              "gradient boosting | gap to best (points) | met | pipeline wall s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -65,10 +101,10 @@ def render_per_table(result: dict) -> list[str]:
     return lines
 
 
-def render_serving(result: dict) -> list[str]:
-    """A result with figures.serving_tables (bench/bench_serving.py): the three servers side by side per table."""
-    lines = ["", f"**{result['title']}** ({result['measured_at'][:10]}, {result['machine']['cores']} cores; "
-                 f"goal: {result['goal']}). Medians over rounds.", "",
+def render_serving(results: dict[str, dict]) -> list[str]:
+    """bench/bench_serving.py: the servers side by side per table."""
+    result = _need(results, "serving")
+    lines = [f"**{result['title']}** ({_when(result)}; goal: {result['goal']}). Medians over rounds.", "",
              "| table | server | requests/s | p50 ms | p99 ms | RSS MiB: worker (all processes) | errors |",
              "|---|---|---|---|---|---|---|"]
     for table, servers in result["figures"]["serving_tables"].items():
@@ -79,34 +115,163 @@ def render_serving(result: dict) -> list[str]:
     return lines
 
 
-def render(results: list[dict]) -> str:
-    lines = [START, "", "| benchmark | torchship | baseline (same run) | ratio | goal | met | measured |",
+def _servers(results: dict[str, dict]) -> dict[str, dict[str, dict]]:
+    return _need(results, "serving")["figures"]["serving_tables"]
+
+
+def render_serving_ratios(results: dict[str, dict]) -> list[str]:
+    """How many times the minimal app's and mlflow models serve's requests/s torchship answered, per table."""
+    parts = []
+    for table, s in _servers(results).items():
+        mine = s["torchship"]
+        parts.append(f"{table}: {mine['requests_per_s'] / s['minimal']['requests_per_s']:.1f}× the minimal app's "
+                     f"requests/s and {mine['requests_per_s'] / s['mlflow']['requests_per_s']:.0f}× "
+                     f"`mlflow models serve`'s, worker RSS {mine['rss_mib']:.0f} MiB against MLflow's "
+                     f"{s['mlflow']['rss_mib']:.0f} MiB")
+    return [f"torchship's service ({_when(results['serving'])}): " + "; ".join(parts) + "."]
+
+
+def render_workers(results: dict[str, dict]) -> list[str]:
+    """What `serve.workers: 2` bought over one worker, per table (same run, same load)."""
+    parts = []
+    for table, s in _servers(results).items():
+        one, two = s["torchship"], s["torchship-2w"]
+        parts.append(f"{table} {two['requests_per_s'] / one['requests_per_s']:.2f}× the requests/s at "
+                     f"{two['tree_rss_mib'] / one['tree_rss_mib']:.1f}× the memory (all processes), p99 "
+                     f"{one['p99_us'] / 1e3:.2f} → {two['p99_us'] / 1e3:.2f} ms")
+    return [f"Two workers against one ({_when(results['serving'])}, `bench/bench_serving.py`): "
+            + "; ".join(parts) + "."]
+
+
+def render_bless(results: dict[str, dict]) -> list[str]:
+    """The staged bless's time and its latency spread run to run (bench/bench_bless.py)."""
+    result = _need(results, "bless")
+    f = result["figures"]
+    return [f"On the default data bless took {f['bless_s']} s with no champion ({f['bless_share_pct']}% of the "
+            f"pipeline) and {f['bless_with_champion_s']} s against a champion ({f['share_with_champion_pct']}%); "
+            f"the candidate's batch-1 p50 varied {f['candidate_p50_ms_cv_pct']}% (coefficient of variation) over "
+            f"{len(f['runs'])} runs ({_when(result)})."]
+
+
+def render_load(results: dict[str, dict]) -> list[str]:
+    """bench/bench_load.py: memory and descriptors before and after a sustained load."""
+    result = _need(results, "load")
+    f, b = result["figures"], result["baseline"]
+    return [f"Under sustained load (`bench/bench_load.py`, {_when(result)}): {f['requests']:,} requests, RSS "
+            f"{f['rss_before_mib']:.0f} → {f['rss_after_mib']:.0f} MiB ({f['rss_growth_pct']:+.2f}%; the minimal "
+            f"app {b['minimal rss_growth_pct']:+.2f}%), open descriptors {f['fds_before']} → {f['fds_after']}, "
+            f"{f['non2xx']} non-2xx answers."]
+
+
+def _pipeline_rows(results: dict[str, dict]) -> list[str]:
+    result = _need(results, "pipeline")
+    f = result["figures"]
+    install = "install included" if f["install_included"] else "install skipped (an existing venv)"
+    inside = f" ({f['first_flow_s']:.0f} s inside the flow)" if f.get("first_flow_s") else ""
+    rerun_inside = f" ({f['rerun_flow_s']:.0f} s inside the flow)" if f.get("rerun_flow_s") else ""
+    return [f"| `make pipeline` on a fresh clone | {f['first_run_s']:.0f} s{inside}, {install} | {_when(result)} |",
+            f"| `make pipeline` again, nothing changed | {f['rerun_s']:.0f} s{rerun_inside} | {_when(result)} |",
+            f"| disk used by the clone afterwards | {f['disk_mib']:,.0f} MiB | {_when(result)} |",
+            f"| largest process (peak RSS) | {f['peak_rss_mib']:,.0f} MiB | {_when(result)} |"]
+
+
+def render_pipeline(results: dict[str, dict]) -> list[str]:
+    """bench/bench_pipeline.py: a fresh clone's `make pipeline`, then the unchanged re-run."""
+    try:
+        rows = _pipeline_rows(results)
+    except NotMeasured:
+        rows = ["| `make pipeline` on a fresh clone, then again unchanged | not measured yet "
+                "(`python bench/bench_pipeline.py`) | — |"]
+    return ["| what | figure | measured |", "|---|---|---|", *rows]
+
+
+def render_headline(results: dict[str, dict]) -> list[str]:
+    """The README's few figures: the pipeline's time and the service's requests/s."""
+    lines = render_pipeline(results)
+    try:
+        s = _servers(results)["default"]
+        lines.append(f"| `torchship serve`, one row per request, default data | "
+                     f"{s['torchship']['requests_per_s']:,.0f} requests/s, p99 {s['torchship']['p99_us'] / 1e3:.2f} ms "
+                     f"(a minimal FastAPI + ONNX Runtime app: {s['minimal']['requests_per_s']:,.0f}) | "
+                     f"{_when(results['serving'])} |")
+    except NotMeasured:
+        lines.append("| `torchship serve` | not measured yet (`python bench/bench_serving.py`) | — |")
+    return lines
+
+
+def render_summary(results: dict[str, dict]) -> list[str]:
+    """Every result on one line: what was measured, against what, the ratio and the goal; then the notes."""
+    lines = ["| benchmark | torchship | baseline (same run) | ratio | goal | met | measured |",
              "|---|---|---|---|---|---|---|"]
-    for r in sorted(results, key=lambda r: r["name"]):
+    ordered = [results[name] for name in sorted(results)]
+    for r in ordered:
         met = {True: "yes", False: "**no**", None: "—"}[r.get("goal_met")]
         lines.append(f"| {r['title']} | {_figure(r['figures'])} | {_figure(r['baseline'])} | {r['ratio']}x | "
-                     f"{r['goal']} | {met} | {r['measured_at'][:10]}, {r['machine']['cores']} cores |")
-    for r in sorted(results, key=lambda r: r["name"]):
-        if "per_table" in r["figures"]:
-            lines += render_per_table(r)
-        if "serving_tables" in r["figures"]:
-            lines += render_serving(r)
-    notes = [f"- *{r['title']}*: {r['notes']}" for r in sorted(results, key=lambda r: r["name"]) if r.get("notes")]
-    lines += ["", "Rendered by `python bench/render_table.py` from `bench/results/*.json`; rerun all with `make bench`.",
-              *notes, "", END]
-    return "\n".join(lines)
+                     f"{r['goal']} | {met} | {_when(r)} |")
+    lines += ["", "How each was measured:", ""]
+    lines += [f"- *{r['title']}* (`bench/results/{r['name']}.json`): {r['notes']}" for r in ordered if r.get("notes")]
+    return lines
 
 
-def main() -> None:
-    results = [json.loads(p.read_text()) for p in sorted((ROOT / "bench" / "results").glob("*.json"))]
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    if START not in text:
-        sys.exit(f"README.md lacks the {START} ... {END} markers")
-    text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: render(results), text, flags=re.S)
-    readme.write_text(text)
-    print(f"rendered {len(results)} benchmark(s) into README.md")
+RENDERERS: dict[str, Callable[[dict[str, dict]], list[str]]] = {
+    "summary": render_summary, "serving": render_serving, "serving-ratios": render_serving_ratios,
+    "workers": render_workers, "tables": render_tables, "bless": render_bless, "pipeline": render_pipeline,
+    "headline": render_headline, "load": render_load}
+
+
+def render_block(name: str, results: dict[str, dict]) -> str:
+    """The text between a block's markers."""
+    if name not in RENDERERS:
+        raise KeyError(f"unknown block bench:{name}; known: {', '.join(sorted(RENDERERS))}")
+    try:
+        lines = RENDERERS[name](results)
+    except NotMeasured as missing:
+        lines = [f"*bench/results/{missing}.json: not measured yet (see bench/).*"]
+    return "\n".join(lines) + "\n"
+
+
+def check_markers(text: str, where: str) -> None:
+    """Every start marker has its end, in order, with no block inside another."""
+    opened = None
+    for found in MARKER.finditer(text):
+        name, edge = found.groups()
+        if (edge == "start") == (opened is not None) or (edge == "end" and name != opened):
+            raise ValueError(f"{where}: unbalanced marker <!-- bench:{name}:{edge} -->")
+        opened = name if edge == "start" else None
+    if opened:
+        raise ValueError(f"{where}: <!-- bench:{opened}:start --> has no end marker")
+
+
+def render_text(text: str, results: dict[str, dict], where: str = "text") -> str:
+    """The text with every block rendered afresh."""
+    check_markers(text, where)
+    return BLOCK.sub(lambda m: m["start"] + "\n" + render_block(m["name"], results) + m["end"], text)
+
+
+def stale_blocks(path: Path, results: dict[str, dict]) -> list[str]:
+    """The blocks of one file whose text differs from what the results render now."""
+    return [m["name"] for m in BLOCK.finditer(path.read_text()) if m["body"] != render_block(m["name"], results)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="Change nothing; exit 1 naming every stale block.")
+    args = parser.parse_args(argv)
+    results, stale, blocks = load_results(), [], 0
+    for path in doc_files():
+        text = path.read_text()
+        rendered = render_text(text, results, str(path.relative_to(ROOT)))
+        blocks += len(BLOCK.findall(text))
+        if args.check:
+            stale += [f"{path.relative_to(ROOT)}: bench:{name}" for name in stale_blocks(path, results)]
+        elif rendered != text:
+            path.write_text(rendered)
+    if stale:
+        print("stale rendered blocks (run `python bench/render_table.py`):\n  " + "\n  ".join(stale), file=sys.stderr)
+        return 1
+    print(f"{'checked' if args.check else 'rendered'} {blocks} block(s) from {len(results)} result file(s)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
