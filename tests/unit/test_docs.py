@@ -1,0 +1,163 @@
+"""The docs stay true: figures rendered from bench/results, none typed by hand, a short README that links a guide for
+each task people come with, links that resolve, headings without issue numbers."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench import render_table
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+GENERATED = {"docs/configuration.md"}      # written by `torchship config-docs` (its own test keeps it in step)
+UNITS = (r"ms|µs|us|ns|s|sec|seconds?|min|minutes?|h|hours?|days?|req/s|requests/s|rows/s|samples/s|"
+         r"[KMGT]iB|[KMGT]B|%|x|×")
+# A number (not part of a name like p99 or k8s, nor a version like 3.11.7's tail) followed by a unit.
+FIGURE = re.compile(rf"(?<![\w.\-/:])\d(?:[\d,.]*\d)?\s?(?:{UNITS})(?![\w/])(?!\s?\d)")
+# The only figures allowed outside a rendered block: configuration defaults quoted in docs that other work owns,
+# each checked against the file it quotes, so the quote cannot drift either.
+QUOTED_DEFAULTS = {
+    ("docs/deploy.md", "3600 s"): lambda: _monitor_interval_s() == 3600,
+    ("docs/runbooks.md", "300 s"): lambda: _params()["train"]["collective_timeout_s"] == 300,
+}
+# The six tasks people come with (../shared/JOURNEYS.md) and the guide the README's first 40 lines must link.
+JOURNEY_GUIDES = {"try it": "docs/getting-started.md", "own data": "docs/own-data.md",
+                  "promote by hand": "docs/registry.md", "deploy on Prefect": "docs/deploy.md",
+                  "act on a 3 a.m. alert": "docs/runbooks.md", "run on the team's servers": "docs/deploy.md#"}
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _params() -> dict:
+    return yaml.safe_load((REPO / "params.yaml").read_text())
+
+
+def _monitor_interval_s() -> float:
+    deployments = yaml.safe_load((REPO / "prefect.yaml").read_text())["deployments"]
+    monitor = next(d for d in deployments if d["name"] == "monitor")
+    return next(s["interval"] for s in monitor["schedules"] if "interval" in s)
+
+
+def doc_files() -> list[Path]:
+    return render_table.doc_files(REPO)
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(REPO))
+
+
+def outside_blocks(text: str) -> str:
+    """The text with every rendered block's body blanked (line count kept, so line numbers still point right)."""
+    return render_table.BLOCK.sub(lambda m: m["start"] + "\n" * (m["body"].count("\n") + 1) + m["end"], text)
+
+
+def typed_figures(text: str, name: str) -> list[str]:
+    """Figures with a unit outside rendered blocks, as `file:line: figure`, less the checked quoted defaults."""
+    found = []
+    for number, line in enumerate(outside_blocks(text).splitlines(), 1):
+        for figure in FIGURE.findall(line):
+            if (name, figure) not in QUOTED_DEFAULTS:
+                found.append(f"{name}:{number}: {figure!r} in {line.strip()[:100]!r}")
+    return found
+
+
+def anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    headings = re.findall(r"^#{1,6}\s+(.+?)\s*$", strip_code(markdown), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+def strip_code(markdown: str) -> str:
+    return re.sub(r"^```.*?^```", "", markdown, flags=re.S | re.M)
+
+
+def test_every_rendered_block_is_what_its_results_render_now():
+    results = render_table.load_results()
+    stale = [f"{rel(path)}: bench:{name}" for path in doc_files() for name in render_table.stale_blocks(path, results)]
+    assert not stale, f"figures differ from bench/results: run `python bench/render_table.py` ({stale})"
+    assert sum(len(render_table.BLOCK.findall(p.read_text())) for p in doc_files()) >= 5   # the scheme is in use
+
+
+def test_the_renderer_check_mode_agrees():
+    assert render_table.main(["--check"]) == 0
+
+
+def test_a_changed_result_makes_its_block_stale(tmp_path):
+    results = render_table.load_results()
+    page = tmp_path / "page.md"
+    page.write_text(render_table.render_text("<!-- bench:bless:start -->\n<!-- bench:bless:end -->\n", results))
+    assert render_table.stale_blocks(page, results) == []
+    results["bless"] = {**results["bless"], "figures": {**results["bless"]["figures"], "bless_s": 99.9}}
+    assert render_table.stale_blocks(page, results) == ["bless"]
+
+
+def test_a_missing_result_renders_as_not_measured(tmp_path):
+    text = render_table.render_text("<!-- bench:pipeline:start -->\n<!-- bench:pipeline:end -->\n", {})
+    assert "not measured yet" in text
+    assert "not measured yet" in render_table.render_block("bless", {})
+
+
+def test_unbalanced_or_unknown_blocks_are_refused():
+    with pytest.raises(ValueError, match="no end marker"):
+        render_table.render_text("<!-- bench:bless:start -->\n", {})
+    with pytest.raises(KeyError, match="unknown block"):
+        render_table.render_text("<!-- bench:nope:start -->\n<!-- bench:nope:end -->\n", {})
+
+
+def test_no_figure_with_a_unit_is_typed_outside_a_rendered_block():
+    typed = [hit for path in doc_files() if rel(path) not in GENERATED
+             for hit in typed_figures(path.read_text(), rel(path))]
+    assert not typed, "render these from bench/results (or phrase them without a figure):\n" + "\n".join(typed)
+
+
+def test_the_figure_rule_catches_what_it_should():
+    assert typed_figures("the pipeline took 112 s, p99 2.6 ms, 17,224 req/s, 3.3x, 2.3%", "x.md") != []
+    assert len(typed_figures("a 1 MiB tmpfs and 1.26× the rate", "x.md")) == 2
+    assert typed_figures("p99 of v21, k8s, python 3.11, 2 cores, 512×512, `slo.p99_ms`", "x.md") == []
+    assert typed_figures("<!-- bench:a:start -->\n112 s\n<!-- bench:a:end -->", "x.md") == []
+
+
+def test_quoted_defaults_still_match_their_source():
+    for (name, figure), holds in QUOTED_DEFAULTS.items():
+        assert figure in (REPO / name).read_text(), f"{name} no longer quotes {figure!r}: drop it from the allowlist"
+        assert holds(), f"{name} quotes {figure!r}, which its source no longer says"
+
+
+def test_the_readme_is_short_and_links_a_guide_for_each_task_in_its_first_40_lines():
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 220, f"README.md has {len(lines)} lines: move detail into docs/"
+    top = [target for line in lines[:40] for target in LINK.findall(line)]
+    for task, guide in JOURNEY_GUIDES.items():
+        assert any(t == guide or (guide.endswith("#") and t.startswith(guide)) for t in top), \
+            f"the README's first 40 lines do not link {guide} for {task!r}"
+
+
+def test_every_relative_link_resolves_to_a_file_and_anchor():
+    broken = []
+    for path in doc_files():
+        for target in LINK.findall(strip_code(path.read_text())):
+            if re.match(r"[a-z]+:", target):
+                continue                       # http(s), mailto: not checked here
+            file_part, _, anchor = target.partition("#")
+            linked = (path.parent / file_part).resolve() if file_part else path
+            if not linked.exists():
+                broken.append(f"{rel(path)} → {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors(linked.read_text()):
+                broken.append(f"{rel(path)} → {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+def test_no_heading_names_an_issue_or_a_journey_number():
+    bad = [f"{rel(path)}: {heading}" for path in doc_files()
+           for heading in re.findall(r"^#{1,6}\s+.*$", strip_code(path.read_text()), flags=re.M)
+           if re.search(r"#\d+|\bjourney\s*\d+|\bissue\s*\d+", heading, flags=re.I)]
+    assert not bad, bad
+
+
+def test_no_hand_kept_test_count():
+    counted = [f"{rel(path)}: {m}" for path in doc_files()
+               for m in re.findall(r"\b\d[\d,]*\s+tests\b", path.read_text())]
+    assert not counted, counted
