@@ -46,7 +46,8 @@ def _when(result: dict) -> str:
 
 
 def _figure(values: dict) -> str:
-    shown = {k: v for k, v in values.items() if not isinstance(v, (list, dict))}
+    shown = {k: v for k, v in values.items()     # nested figures and recorded console text have their own blocks
+             if not isinstance(v, (list, dict)) and not (isinstance(v, str) and "\n" in v)}
     return ", ".join(f"{k} {v:,}" if isinstance(v, (int, float)) and not isinstance(v, bool) else f"{k} {v}"
                      for k, v in shown.items())
 
@@ -185,6 +186,16 @@ def render_pipeline(results: dict[str, dict]) -> list[str]:
     return ["| what | figure | measured |", "|---|---|---|", *rows]
 
 
+def render_pipeline_output(results: dict[str, dict]) -> list[str]:
+    """What a fresh clone's `make pipeline` and its unchanged re-run printed at the end, as recorded."""
+    result = _need(results, "pipeline")
+    f = result["figures"]
+    if not f.get("first_summary"):
+        raise NotMeasured("pipeline")
+    return [f"The end of the first run ({_when(result)}):", "", "```", f["first_summary"], "```", "",
+            "And of the unchanged re-run:", "", "```", f["rerun_summary"], "```"]
+
+
 def render_headline(results: dict[str, dict]) -> list[str]:
     """The README's few figures: the pipeline's time and the service's requests/s."""
     lines = render_pipeline(results)
@@ -216,7 +227,8 @@ def render_summary(results: dict[str, dict]) -> list[str]:
 RENDERERS: dict[str, Callable[[dict[str, dict]], list[str]]] = {
     "summary": render_summary, "serving": render_serving, "serving-ratios": render_serving_ratios,
     "workers": render_workers, "tables": render_tables, "bless": render_bless, "pipeline": render_pipeline,
-    "headline": render_headline, "load": render_load}
+    "headline": render_headline, "load": render_load,
+    "pipeline-output": render_pipeline_output}
 
 
 def render_block(name: str, results: dict[str, dict]) -> str:

@@ -161,3 +161,51 @@ def test_no_hand_kept_test_count():
     counted = [f"{rel(path)}: {m}" for path in doc_files()
                for m in re.findall(r"\b\d[\d,]*\s+tests\b", path.read_text())]
     assert not counted, counted
+
+
+SUMMARY = """prepare  ran  4.3s  100,000 rows
+                  torchship pipeline · synthetic-churn · 112s
+│ prepare  │ ran         │ 4.3s  │ 100,000 rows, 11 features, 2 classes        │
+Registry: registered v1 of synthetic-churn; aliases moved: champion none → v1.
+"""
+
+
+def test_the_pipeline_benchmark_plans_a_clone_and_two_runs(tmp_path):
+    from bench import bench_pipeline
+
+    fresh = bench_pipeline.plan_steps(REPO, tmp_path / "clone", None)
+    assert [s.label for s in fresh] == ["clone", "first run", "re-run"]
+    assert fresh[0].argv[:2] == ["git", "clone"] and fresh[1].argv == ["make", "pipeline"] == fresh[2].argv
+    reused = bench_pipeline.plan_steps(REPO, tmp_path / "clone", tmp_path / "venv")
+    assert reused[1].label == "link venv" and reused[1].argv[-1] == str(tmp_path / "clone" / ".venv")
+    assert reused[2].argv == ["make", "-o", ".venv/.installed", "pipeline"]     # the install is not redone
+    assert bench_pipeline.clone_env(tmp_path, tmp_path / "venv")["PYTHONPATH"] == str(tmp_path)
+
+
+def test_the_pipeline_result_renders_in_every_pipeline_block():
+    from bench import bench_pipeline
+
+    figures = bench_pipeline.pipeline_figures({"first run": 227.4, "re-run": 17.0},
+                                              {"first run": "installing…\n" + SUMMARY, "re-run": SUMMARY},
+                                              True, 3210.0, 812.0, "0123456789abcdef", False)
+    assert figures["first_flow_s"] == 112 and figures["install_included"]
+    assert figures["first_summary"].splitlines()[0].strip().startswith("torchship pipeline ·")   # not the progress
+    results = {"pipeline": {"name": "pipeline", "title": "t", "figures": figures, "baseline": {}, "ratio": 0.075,
+                            "goal": "g", "goal_met": True, "measured_at": "2026-12-01 16:00:00",
+                            "machine": {"cores": 2}}}
+    table = render_table.render_block("headline", results)
+    assert "227 s (112 s inside the flow), install included" in table and "| 17 s" in table
+    assert "3,210 MiB" in render_table.render_block("pipeline", results)
+    assert "Registry: registered v1" in render_table.render_block("pipeline-output", results)
+    assert "\n" not in render_table.render_summary(results)[2]    # console text stays out of the summary row
+
+
+def test_the_pipeline_benchmark_dry_run_runs_nothing(capsys):
+    from bench import bench_pipeline
+
+    result = REPO / "bench" / "results" / "pipeline.json"
+    before = result.read_bytes() if result.exists() else None
+    bench_pipeline.main(["--dry-run"])
+    printed = capsys.readouterr().out
+    assert "git clone" in printed and printed.count("make pipeline") == 2
+    assert (result.read_bytes() if result.exists() else None) == before
