@@ -173,13 +173,13 @@ class JobTrainer(Trainer):
         """Continue from the newest intact checkpoint of this run (params + data), or forget other runs'."""
         saved = checkpoint.load_latest(self.folder, self.fingerprint)
         if saved is not None:
-            self.load_checkpoint(saved)
+            self.load_checkpoint_state(saved)
         elif self.rank == 0:
             checkpoint.clear(self.folder)
         dist.barrier()  # no rank starts before rank 0 has cleared stale checkpoints
 
     def checkpoint(self) -> None:
-        saved = self.save_checkpoint()  # a collective: every rank gathers, rank 0 writes
+        saved = self.checkpoint_state()  # a collective: every rank gathers, rank 0 writes
         if self.rank == 0:
             checkpoint.save_checkpoint(self.folder, self.state.global_step, saved, self.fingerprint)
 
