@@ -7,6 +7,7 @@ from pydantic import BaseModel
 from tasks.config import Params
 from tasks.core.errors import TorchshipError
 from tasks.core.registry import model_version, registry_client
+from tasks.core.verdicts import OUTCOME_TAG, BlessOutcome
 from tasks.ops.registry import alias_lock, promote, rollback
 
 
@@ -63,21 +64,18 @@ def roll_back(params: Params) -> Rollback:
     return Rollback(model_name=name, restored=restored, replaced=replaced, poll_seconds=params.serve.poll_seconds)
 
 
-NOT_COMPARABLE = "not comparable"   # the phrase bless's reason carries when the signature differs
-BASELINE_GATE = "scikit-learn"       # ... and when the candidate is worse than the baselines
-
-
 def rebaseline_version(params: Params, version: str, reason: str) -> Promotion:
     """Make `version` champion when bless could not compare it with the champion (the input signature or the
     metric changed): an explicit decision, recorded on the version (tag `rebaselined`) and on the registered
     model (tag `baseline`). A version refused for anything else is not re-baselined: fix it or `promote --force`."""
     name, client, found = requested_version(params, version, reason, "rebaseline")
-    reasons = found.tags.get("bless_reasons", "")
     if found.tags.get("bless") in {"pass", "warn"}:
         raise TorchshipError(f"v{version} was blessed against the champion: nothing to re-baseline; "
                              f"use `torchship promote {version} --reason ...`.")
-    if NOT_COMPARABLE not in reasons or BASELINE_GATE in reasons:
-        raise TorchshipError(f"v{version} was refused for more than comparability ({reasons or 'no blessing'}); "
+    outcome = found.tags.get(OUTCOME_TAG)
+    if outcome != BlessOutcome.INCOMPARABLE:
+        said = f"{outcome}: {found.tags.get('bless_reasons', '')}" if outcome else "no blessing recorded"
+        raise TorchshipError(f"v{version} was refused for more than comparability ({said}); "
                              "re-baselining only settles a changed signature or metric.")
     with alias_lock(client):
         replaced = promote(client, name, str(version), f"rebaselined: {reason}")
