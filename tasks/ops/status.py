@@ -6,6 +6,7 @@ from pydantic import BaseModel
 
 from tasks.config import Params
 from tasks.core.registry import aliases, registry_client
+from tasks.core.verdicts import OUTCOME_TAG
 
 NOTE_TAGS = ("rejected", "previous", "promoted", "stale", "rebaselined")
 
@@ -13,7 +14,7 @@ NOTE_TAGS = ("rejected", "previous", "promoted", "stale", "rebaselined")
 class VersionRow(BaseModel):
     version: str
     aliases: list[str]
-    bless: str
+    bless: str       # pass | warn | fail, and bless's outcome (e.g. "fail: incomparable": rebaseline takes it)
     notes: str       # why it was rejected, replaced or promoted
     git_commit: str
 
@@ -29,7 +30,7 @@ def version_row(version, current: dict[str, str]) -> VersionRow:
     tags = version.tags
     return VersionRow(version=str(version.version),
                       aliases=[alias for alias, number in current.items() if number == str(version.version)],
-                      bless=tags.get("bless", ""),
+                      bless=": ".join(tags[key] for key in ("bless", OUTCOME_TAG) if tags.get(key)),
                       notes="; ".join(f"{key}: {tags[key]}" for key in NOTE_TAGS if key in tags),
                       git_commit=tags.get("git_commit", "")[:10])
 
