@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import save  # noqa: E402
+from tasks.core.env import TELEMETRY_OFF  # noqa: E402
 
 RUNS = int(os.environ.get("BENCH_RUNS", 5))
 GOAL_SHARE, GOAL_CV = 0.15, 0.10
@@ -56,7 +57,7 @@ def project_env(root: Path) -> dict[str, str]:
     """The user's shell in the project: the venv first, the copy's own code first on the path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "PYTEST_"))}
     return {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "PYTHONPATH": str(root),
-            "MLFLOW_DISABLE_TELEMETRY": "true"}
+            **TELEMETRY_OFF}
 
 
 def run_pipeline(root: Path) -> float:

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_serving import CONNECTIONS, THREADS, champion, prepare, project_env, refreshed  # noqa: E402
+from tasks.core.env import TOKEN_ENV  # noqa: E402
 
 OUT = ROOT / "docs" / "observability" / "panels.png"
 RATE_WINDOW = "4s"
@@ -141,7 +142,7 @@ def main() -> None:
     port, prom_port = free_port(), free_port()
     (work / "prometheus.yml").write_text(PROMETHEUS_CONFIG.format(rules=json.dumps(str(work / RULES_FILE)),
                                                                   port=port))
-    env = {**project_env(root), "TORCHSHIP_ADMIN_TOKEN": TOKEN}
+    env = {**project_env(root), TOKEN_ENV: TOKEN}
     service = start_child("torchship", [sys.executable, "-m", "serving", "--port", str(port), "--model-name", name],
                           work / "service.log", env=env, cwd=root)
     prometheus = start_child("prometheus", ["prometheus", f"--config.file={work / 'prometheus.yml'}",

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import save  # noqa: E402
+from tasks.core.env import TELEMETRY_OFF  # noqa: E402
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 2))
 SETTINGS = {"patience": 10, "threads": 1, "checkpoint_every": 0, "batch_size": 512}
@@ -83,7 +84,7 @@ def run_stage(project: Path, nproc: int) -> dict:
     for path in (project / "data/train/checkpoints").glob("*"):
         path.unlink()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "MLFLOW_DISABLE_TELEMETRY": "true"}
+           **TELEMETRY_OFF}
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "tasks.train"], cwd=project, env=env, check=True, capture_output=True)
     wall = time.perf_counter() - started

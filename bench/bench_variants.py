@@ -15,14 +15,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tasks.core.env import COMPILE_THREADS, TELEMETRY_OFF, set_defaults  # noqa: E402
+
+set_defaults(COMPILE_THREADS)   # before torch is imported
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from bench.common import save  # noqa: E402
 from tasks.config import read_params_file  # noqa: E402
@@ -56,7 +58,7 @@ def build_pipeline(folder: Path) -> Path:
     from tests.conftest import make_project
 
     project = make_project(folder, tiny=False)
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env = {**os.environ, **TELEMETRY_OFF}
     for stage in STAGES:
         print(f"stage {stage} ...", flush=True)
         subprocess.run([sys.executable, "-m", f"tasks.{stage}"], cwd=project.root, check=True, env=env,

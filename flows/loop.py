@@ -55,8 +55,8 @@ def measure(params: Params):
 def trigger_decision(params: Params, window, report: monitor_step.MonitorReport) -> guards.Decision:
     retrained = versions_tagged(registry_client(params.tracking), report.model_name, TRIGGER_KEY, RETRAINED)
     history = guards.read_decisions(paths.DECISIONS)
-    outcome, reasons = guards.decide(report.gate, window, history, params.retrain, time.time(), retrained,
-                                     report.prediction_only)
+    outcome, reasons = guards.decide_retrain(report.gate, window, history, params.retrain, time.time(), retrained,
+                                             report.prediction_only)
     return guards.make_decision(outcome, reasons, report.gate, window, report=report.report, summary=report.summary,
                                 labels_since=guards.high_water(history))
 

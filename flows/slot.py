@@ -13,7 +13,7 @@ finds the slot taken by a process of this machine that no longer exists (killed 
 lease back at once, instead of making the restart wait out the lease (tests/reliability/test_kill_ladder.py).
 Before it does, it stops what the dead holder started and left running: `dvc repro` and its stage, a service,
 each in a session of its own, so killing the holder's PID alone does not reach them. They carry the lease in
-their environment (HOLDER_ENV), which is how they are found (tests/reliability/test_signals.py)."""
+their environment (WORKSPACE_LEASE_ENV), which is how they are found (tests/reliability/test_signals.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -28,13 +28,12 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Iterator
 
+from tasks.core.env import FILE_LEASES, WORKSPACE_LEASE_ENV
 from tasks.core.errors import TorchshipError
 
 _holding: ContextVar[str | None] = ContextVar("torchship_workspace_slot", default=None)
 LEASE_S = 60             # Prefect's minimum: a killed holder's slot is free again about a minute later
-FILE_LEASES = "prefect.server.concurrency.lease_storage.filesystem"
 HOLDER_FILE = Path(".prefect") / "workspace-holder.json"
-HOLDER_ENV = "TORCHSHIP_WORKSPACE_LEASE"   # in the environment of the holder and of every process it starts
 log = logging.getLogger("torchship.slot")
 
 
@@ -108,11 +107,11 @@ def acquire(name: str, wait_s: float) -> Iterator[None]:
         HOLDER_FILE.parent.mkdir(parents=True, exist_ok=True)
         HOLDER_FILE.write_text(json.dumps({"slot": name, "host": socket.gethostname(), "pid": os.getpid(),
                                            "started": process_started(os.getpid()), "lease": str(lease)}))
-        os.environ[HOLDER_ENV] = str(lease)
+        os.environ[WORKSPACE_LEASE_ENV] = str(lease)
         with maintain_concurrency_lease(lease, LEASE_S, raise_on_lease_renewal_failure=True):
             yield
     finally:
-        os.environ.pop(HOLDER_ENV, None)
+        os.environ.pop(WORKSPACE_LEASE_ENV, None)
         release_concurrency_slots_with_lease(lease)
         with contextlib.suppress(FileNotFoundError, ValueError):
             if json.loads(HOLDER_FILE.read_text()).get("lease") == str(lease):
@@ -144,7 +143,7 @@ def release_dead_holder(name: str) -> bool:
 def stop_left_behind(lease: str, wait_s: float = 10.0) -> list[int]:
     """SIGKILL every process of this machine that carries `lease` in its environment (a dead holder's children and
     theirs), as a supervisor would have killed the holder's whole tree; wait (bounded) until they are gone."""
-    marker = f"{HOLDER_ENV}={lease}".encode()
+    marker = f"{WORKSPACE_LEASE_ENV}={lease}".encode()
     killed = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():

@@ -12,10 +12,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from tasks.config import Params, ServeParams, load_params
+from tasks.core.env import DEFAULT_PARAMS, PARAMS_ENV, SERVE_SETTINGS_ENV, TELEMETRY_OFF, set_defaults
 
 # The serve params a flag may override for one run (`--request-log ""` turns the log off, as the canary does).
 SERVE_FLAGS = ("host", "port", "challenger_share", "poll_seconds", "request_log", "workers")
-SETTINGS_ENV = "TORCHSHIP_SERVE_SETTINGS"   # serve.workers > 1: the settings each worker process builds its app from
 
 
 def parse_args(params: Params, argv: list[str] | None) -> argparse.Namespace:
@@ -47,7 +47,7 @@ def serve_params(serve: ServeParams, args: argparse.Namespace) -> ServeParams:
 
 
 def configure_logging() -> None:
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    set_defaults(TELEMETRY_OFF)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
 
@@ -58,11 +58,11 @@ def worker_app():
     from serving.service import ServiceSettings
 
     configure_logging()
-    return create_app(ServiceSettings.from_json(os.environ[SETTINGS_ENV]))
+    return create_app(ServiceSettings.from_json(os.environ[SERVE_SETTINGS_ENV]))
 
 
 def main(argv: list[str] | None = None) -> None:
-    params = load_params(os.environ.get("TORCHSHIP_PARAMS", "params.yaml"))
+    params = load_params(os.environ.get(PARAMS_ENV, DEFAULT_PARAMS))
     args = parse_args(params, argv)
     serve = serve_params(params.serve, args)
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     # locked across processes); the challenger share lives in a file they all map, so /admin/share moves them all.
     with tempfile.TemporaryDirectory(prefix="torchship-serve-") as folder:
         share = SharedShare.create(Path(folder) / "share", serve.challenger_share)
-        os.environ[SETTINGS_ENV] = replace(settings, share_file=share).to_json()
+        os.environ[SERVE_SETTINGS_ENV] = replace(settings, share_file=share).to_json()
         uvicorn.run("serving.__main__:worker_app", factory=True, workers=serve.workers, **server)
 
 

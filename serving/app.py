@@ -20,8 +20,8 @@ from serving.openapi import contract_openapi
 from serving.service import FeedbackOff, Service, ServiceSettings
 from serving.validation import BodyRefused, RowsRefused
 from serving.variants import NoChampion
+from tasks.core.env import TOKEN_ENV
 
-TOKEN_ENV = "TORCHSHIP_ADMIN_TOKEN"
 LABELS_SHAPE = ("body must be {\"labels\": [{\"id\": <prediction id from /predict>, \"label\": <class>}, ...]} "
                 "with at least one label")
 

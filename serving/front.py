@@ -23,11 +23,12 @@ from serving.batching import MicroBatcher
 from serving.service import Service
 from serving.validation import BodyRefused, RowsRefused
 from serving.variants import NoChampion
+from tasks.core.env import KEY_HEADER
 
 log = logging.getLogger("torchship.serving")
 INLINE_BODY_BYTES = 64 << 10   # ~40 rows of 64 numeric columns: bigger bodies leave the loop
 JSON_HEADERS = [(b"content-type", b"application/json")]
-KEY_HEADER = b"x-torchship-key"
+KEY_HEADER_BYTES = KEY_HEADER.encode()   # ASGI header names are lower-case bytes
 Send = Callable[[dict], Awaitable[None]]
 
 
@@ -98,7 +99,7 @@ class Front:
 
     async def predict(self, scope: dict, receive, send: Send) -> None:
         request_id = new_request_id()
-        key = next((value for name, value in scope["headers"] if name == KEY_HEADER), None)
+        key = next((value for name, value in scope["headers"] if name == KEY_HEADER_BYTES), None)
         try:
             body = await read_body(scope, receive, self.max_body_bytes)
             if len(body) > INLINE_BODY_BYTES:

@@ -23,9 +23,9 @@ import numpy as np
 
 from tasks.blessing.performance import Timings, assess_performance, confirmed, describe_machine, time_interleaved
 from tasks.blessing.plots import plot_slices
-from tasks.blessing.quality import HoldoutPredictions, assess_quality, decide
+from tasks.blessing.quality import HoldoutPredictions, assess_quality, judge_candidate
 from tasks.blessing.service import request_rows, try_in_service
-from tasks.blessing.stages import combine, run_stages
+from tasks.blessing.stages import combine, combine_outcomes, run_stages
 from tasks.config import Params
 from tasks.contract import Schema, load_schema, schema_from_metadata
 from tasks.core import paths
@@ -36,7 +36,7 @@ from tasks.core.registry import CHAMPION, alias_version, download_onnx, registry
 from tasks.core.runtime import onnx_metadata, open_onnx, predict_proba
 from tasks.core.verdicts import Blessing, StageReport
 
-__all__ = ["bless_candidate", "decide", "run", "score_onnx"]   # decide: the quality stage's rule, tested from here
+__all__ = ["bless_candidate", "judge_candidate", "run", "score_onnx"]   # judge_candidate: quality's rule, tested here
 log = logging.getLogger("torchship.bless")
 TIMED_ROWS = 64   # distinct one-row frames the batch-1 timing cycles through
 
@@ -146,10 +146,10 @@ def bless_candidate(params: Params, plots: Path | None = None) -> Blessing:
         ])
     if plots is not None:
         plot_slices(stages[0].details["slices"], params.bless.metric, plots / "bless_slices.png")
-    return Blessing(gate=combine(stages), model_name=name, candidate_path=str(path), candidate_sha256=sha256_file(path),
-                    candidate_metrics=candidate, champion_version=champion.version if champion else None,
-                    champion_metrics=champion_metrics, baseline_metrics=baselines or {}, stages=stages,
-                    seconds=time.perf_counter() - started)
+    return Blessing(gate=combine(stages), outcome=combine_outcomes(stages), model_name=name,
+                    candidate_path=str(path), candidate_sha256=sha256_file(path), candidate_metrics=candidate,
+                    champion_version=champion.version if champion else None, champion_metrics=champion_metrics,
+                    baseline_metrics=baselines or {}, stages=stages, seconds=time.perf_counter() - started)
 
 
 def stage_metrics(blessing: Blessing) -> dict[str, float]:
@@ -190,7 +190,7 @@ def run(params: Params, parent_run: str | None = None) -> Blessing:
                            | {f"baseline_{name}_{k}": v for name, figures in blessing.baseline_metrics.items()
                               for k, v in figures.items() if k != "fit_seconds"} | stage_metrics(blessing))
         mlflow.log_artifacts(folder)
-        mlflow.set_tags({"gate.status": blessing.gate.status}
+        mlflow.set_tags({"gate.status": blessing.gate.status, "gate.outcome": blessing.outcome}
                         | {f"gate.{report.stage}": report.gate.status for report in blessing.stages})
     log.info("bless: %s", blessing.gate.summary())
     return blessing

@@ -14,7 +14,7 @@ from tasks.core.holdout import load_holdout
 from tasks.core.errors import TorchshipError
 from tasks.core.registry import (CHALLENGER, CHAMPION, SHA_TAG, alias_version, aliases, find_version_by_sha,
                                  registry_client, store_busy)
-from tasks.core.verdicts import Blessing, Registration
+from tasks.core.verdicts import OUTCOME_TAG, Blessing, Registration, RegistrationOutcome
 from tasks.ops.lineage import lineage_tags
 from tasks.ops.passport import passport_html, passport_markdown
 from tasks.ops.rebuild import METRIC_TAG, METRICS, log_lineage, push_data
@@ -47,14 +47,15 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     existing = find_version_by_sha(client, name, blessing.candidate_sha256)
     if existing is not None and UNFINISHED_TAG not in existing.tags:
         return Registration(model_name=name, version=str(existing.version), created=False,
+                            outcome=RegistrationOutcome.REUSED,
                             action=f"same bytes as v{existing.version}: no new version, aliases unchanged",
                             aliases=aliases(client, name), seconds=time.perf_counter() - started)
     schema = load_schema(paths.SCHEMA)
     example = client_rows(load_holdout(schema).rows.head(5), schema)   # raw rows: what a request holds
     profile = read_json(paths.PROFILE_REPORT)
     tags = {**lineage_tags(Path(".")), SHA_TAG: blessing.candidate_sha256, "variant": profile["selected"],
-            "bless": blessing.gate.status, "bless_reasons": "; ".join(blessing.gate.reasons)[:4000],
-            "data_source": params.data.source}
+            "bless": blessing.gate.status, OUTCOME_TAG: str(blessing.outcome),
+            "bless_reasons": "; ".join(blessing.gate.reasons)[:4000], "data_source": params.data.source}
     if blessing.champion_version:
         tags["parent_version"] = blessing.champion_version
     if run_id:
@@ -82,34 +83,35 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     description = passport_markdown(params, blessing, tags, version)
     mlflow.log_text(description, "passport.md")
     mlflow.log_text(passport_html(description), "passport.html")
-    action = apply_aliases(client, name, version, blessing)
+    outcome, action = apply_aliases(client, name, version, blessing)
     client.update_model_version(name, version, description=description)
     client.delete_model_version_tag(name, version, UNFINISHED_TAG)   # last: the version is complete
-    return Registration(model_name=name, version=version, created=True, action=action, aliases=aliases(client, name),
-                        seconds=time.perf_counter() - started)
+    return Registration(model_name=name, version=version, created=True, outcome=outcome, action=action,
+                        aliases=aliases(client, name), seconds=time.perf_counter() - started)
 
 
-def apply_aliases(client, name: str, version: str, blessing: Blessing) -> str:
+def apply_aliases(client, name: str, version: str, blessing: Blessing) -> tuple[RegistrationOutcome, str]:
     """Not blessed -> tagged rejected (a first model too: never a champion worse than the baselines);
     no champion yet -> champion; else challenger (the canary decides). Under the registry's alias lock, and
     only if the aliases are still what bless judged against: when another pipeline moved them meanwhile, this
-    version keeps no alias and says so (no lost update)."""
+    version keeps no alias and says so (no lost update). Returns what happened, typed and in words."""
     held = sorted(alias for alias, holder in aliases(client, name).items() if holder == str(version))
     if held:   # an attempt that stopped after moving the aliases: nothing left to move
-        return f"v{version} already holds {', '.join(held)}"
+        holds = RegistrationOutcome.CHAMPION if CHAMPION in held else RegistrationOutcome.CHALLENGER
+        return holds, f"v{version} already holds {', '.join(held)}"
     if blessing.gate.status == "fail":
         reject(client, name, version, "bless: " + "; ".join(blessing.gate.reasons))
-        return f"v{version} rejected by bless: {'; '.join(blessing.gate.reasons)}"
+        return RegistrationOutcome.REJECTED, f"v{version} rejected by bless: {'; '.join(blessing.gate.reasons)}"
     with alias_lock(client):
         moved = moved_since_bless(client, name, version, blessing)
         if moved:
             client.set_model_version_tag(name, version, "stale", moved)
-            return f"v{version} registered without an alias: {moved}"
+            return RegistrationOutcome.STALE, f"v{version} registered without an alias: {moved}"
         if alias_version(client, name, CHAMPION) is None:
             promote(client, name, version, "first model of this name")
-            return f"v{version} is champion (first model)"
+            return RegistrationOutcome.CHAMPION, f"v{version} is champion (first model)"
         client.set_registered_model_alias(name, CHALLENGER, version)
-    return f"v{version} is challenger; the canary decides"
+    return RegistrationOutcome.CHALLENGER, f"v{version} is challenger; the canary decides"
 
 
 def moved_since_bless(client, name: str, version: str, blessing: Blessing) -> str | None:

@@ -9,12 +9,13 @@ from rich.table import Table
 
 from flows.cli.output import console, quiet_expected_tracebacks
 from flows.environment import enter_project
+from tasks.core.env import TOKEN_ENV
 
 
 def canary(url: str = typer.Option(None, "--url", help="A running service (e.g. http://127.0.0.1:8000): set its "
                                                        "split through /admin and observe its live traffic. "
                                                        "Default: start one and replay holdout rows."),
-           token: str = typer.Option(None, "--token", envvar="TORCHSHIP_ADMIN_TOKEN", show_envvar=True,
+           token: str = typer.Option(None, "--token", envvar=TOKEN_ENV, show_envvar=True,
                                      help="The admin token the service at --url was started with."),
            request_log: str = typer.Option(None, "--request-log", help="The request log of the service at --url "
                                                                        "(default: serve.request_log).")) -> None:
@@ -27,7 +28,7 @@ def canary(url: str = typer.Option(None, "--url", help="A running service (e.g. 
     from flows.canary import canary_flow
 
     if token:
-        os.environ["TORCHSHIP_ADMIN_TOKEN"] = token
+        os.environ[TOKEN_ENV] = token
     quiet_expected_tracebacks()
     where = f"the service at {url} (live traffic)" if url else "a service started for it (replayed holdout rows)"
     with console.status(f"canary on {where}: shadow, then canary.steps; each step waits for canary.min_samples"):

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from flows.cli.output import console, fail, quiet_expected_tracebacks
 from flows.environment import enter_project
+from tasks.core.env import PREFECT_API_URL
 
 POOL = "torchship-process"
 demo_app = typer.Typer(help="Demonstrations on the synthetic data.", no_args_is_help=True)
@@ -62,7 +63,7 @@ def deploy() -> None:
     a worker. The pipeline then runs on its cron schedule, the monitor on its interval, and a drift event
     starts the retrain deployment."""
     root = enter_project()
-    api = os.environ.get("PREFECT_API_URL")
+    api = os.environ.get(PREFECT_API_URL)
     if not api:
         fail("PREFECT_API_URL is not set: start a server (`prefect server start`) or point at yours, e.g.\n"
              "  export PREFECT_API_URL=http://127.0.0.1:4200/api\nthen run `torchship deploy` again. "

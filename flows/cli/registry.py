@@ -40,7 +40,7 @@ def rollback() -> None:
     Running services follow the alias within serve.poll_seconds."""
     enter_project()
     from tasks.config import load_params
-    from tasks.ops.status import roll_back
+    from tasks.ops.alias_moves import roll_back
 
     done = roll_back(load_params())
     console.print(f"champion of {done.model_name} is v{done.restored} again (v{done.replaced} tagged rejected); "
@@ -56,7 +56,7 @@ def promote(version: str = typer.Argument(..., help="The registered version to m
     alias within serve.poll_seconds."""
     enter_project()
     from tasks.config import load_params
-    from tasks.ops.status import promote_version
+    from tasks.ops.alias_moves import promote_version
 
     done = promote_version(load_params(), version, reason, force)
     was = f" (was v{done.replaced}, tagged previous)" if done.replaced and done.replaced != done.promoted else ""
@@ -73,7 +73,7 @@ def rebaseline(version: str = typer.Argument(..., help="The registered version t
     A version refused for anything else (e.g. worse than the scikit-learn baselines) is refused here too."""
     enter_project()
     from tasks.config import load_params
-    from tasks.ops.status import rebaseline_version
+    from tasks.ops.alias_moves import rebaseline_version
 
     done = rebaseline_version(load_params(), version, reason)
     was = f" (v{done.replaced} tagged previous)" if done.replaced else ""

@@ -4,6 +4,7 @@ claimed only when the interval lies above 0), metrics per class, and per declare
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -11,7 +12,7 @@ import pandas as pd
 from tasks.config import BlessParams
 from tasks.core.gate import GateResult
 from tasks.core.metrics import classification_metrics, paired_bootstrap, per_class_metrics
-from tasks.core.verdicts import StageReport
+from tasks.core.verdicts import BlessOutcome, StageReport
 
 MISSING = "(missing)"
 
@@ -27,9 +28,16 @@ class HoldoutPredictions:
     classes: list[str]
 
 
-def decide(candidate: dict[str, float], champion: dict[str, float] | None, comparable: bool,
-           rules: BlessParams, champion_version: str | None = None, baselines: dict | None = None,
-           gain: dict | None = None) -> GateResult:
+class QualityVerdict(NamedTuple):
+    """The candidate's metrics judged against the baselines and the champion: the decision, and its gate."""
+
+    outcome: BlessOutcome
+    gate: GateResult
+
+
+def judge_candidate(candidate: dict[str, float], champion: dict[str, float] | None, comparable: bool,
+                    rules: BlessParams, champion_version: str | None = None, baselines: dict | None = None,
+                    gain: dict | None = None) -> QualityVerdict:
     """Pure core: fail when the candidate is worse than the best scikit-learn baseline beyond `max_baseline_gap`
     (first model included); else pass if there is no champion; else judge candidate - champion on the bless
     metric (`gain`: its paired bootstrap interval, when measured)."""
@@ -40,23 +48,25 @@ def decide(candidate: dict[str, float], champion: dict[str, float] | None, compa
         floor = baselines[best][metric] - rules.max_baseline_gap
         figures = ", ".join(f"{name.replace('_', ' ')} {b[metric]:.4f}" for name, b in baselines.items())
         if candidate[metric] < floor:
-            return GateResult.decide("bless", [
+            return QualityVerdict(BlessOutcome.BELOW_BASELINES, GateResult.decide("bless", [
                 f"worse than a few lines of scikit-learn: {metric} {candidate[metric]:.4f} is "
                 f"{baselines[best][metric] - candidate[metric]:.4f} below the {best.replace('_', ' ')} baseline "
                 f"{baselines[best][metric]:.4f} on the same holdout (bless.max_baseline_gap {rules.max_baseline_gap}; "
-                f"baselines: {figures})"])
+                f"baselines: {figures})"]))
         against_baselines = f"; baselines: {figures}"
     if champion is None:
-        return GateResult.decide("bless", [], passed=f"first model: no champion to compare with "
-                                                     f"({metric} {candidate[metric]:.4f}{against_baselines})")
+        return QualityVerdict(BlessOutcome.FIRST_MODEL, GateResult.decide(
+            "bless", [], passed=f"first model: no champion to compare with ({metric} {candidate[metric]:.4f}"
+                                f"{against_baselines})"))
     if not comparable:
-        return GateResult.decide("bless", [f"input signature differs from champion v{champion_version}: not comparable; "
-                                           "register under a new data.model_name or re-baseline explicitly"])
+        return QualityVerdict(BlessOutcome.INCOMPARABLE, GateResult.decide("bless", [
+            f"input signature differs from champion v{champion_version}: not comparable; "
+            "register under a new data.model_name or re-baseline explicitly"]))
     return compare_with_champion(candidate, champion, rules, champion_version, gain, against_baselines)
 
 
 def compare_with_champion(candidate: dict[str, float], champion: dict[str, float], rules: BlessParams,
-                          champion_version: str | None, gain: dict | None, note: str = "") -> GateResult:
+                          champion_version: str | None, gain: dict | None, note: str = "") -> QualityVerdict:
     """A loss beyond `max_regression` fails, a smaller one warns; "better" only when the interval is above 0."""
     metric = rules.metric
     point = gain["difference"] if gain else candidate[metric] - champion[metric]
@@ -64,14 +74,16 @@ def compare_with_champion(candidate: dict[str, float], champion: dict[str, float
     figure = (f"{metric} {candidate[metric]:.4f} vs champion v{champion_version} {champion[metric]:.4f} "
               f"({point:+.4f}{interval}){note}")
     if point < -rules.max_regression:
-        return GateResult.decide("bless", [f"regression beyond bless.max_regression {rules.max_regression}: {figure}"])
+        return QualityVerdict(BlessOutcome.REGRESSION, GateResult.decide(
+            "bless", [f"regression beyond bless.max_regression {rules.max_regression}: {figure}"]))
     if point < 0:
         noise = ", within noise" if gain and gain["high"] >= 0 else ""
-        return GateResult.decide("bless", [], [f"worse, within bless.max_regression {rules.max_regression}{noise}: "
-                                               f"{figure}"])
+        return QualityVerdict(BlessOutcome.WORSE_WITHIN_TOLERANCE, GateResult.decide(
+            "bless", [], [f"worse, within bless.max_regression {rules.max_regression}{noise}: {figure}"]))
     if gain and gain["low"] > 0:
-        return GateResult.decide("bless", [], passed=f"better: {figure}")
-    return GateResult.decide("bless", [], passed=("no worse, not shown better: " if gain else "no worse: ") + figure)
+        return QualityVerdict(BlessOutcome.BETTER, GateResult.decide("bless", [], passed=f"better: {figure}"))
+    return QualityVerdict(BlessOutcome.NO_WORSE, GateResult.decide(
+        "bless", [], passed=("no worse, not shown better: " if gain else "no worse: ") + figure))
 
 
 def slice_groups(column: pd.Series, bins: int) -> dict[str, np.ndarray]:
@@ -144,12 +156,14 @@ def assess_quality(predictions: HoldoutPredictions, rules: BlessParams, champion
         for name, figures in per_class_metrics(labels, predictions.champion, predictions.classes).items():
             per_class[name]["champion"] = figures
     elif champion_version is not None:
-        champion = {}   # a champion exists but cannot be compared: decide says so
+        champion = {}   # a champion exists but cannot be compared: judge_candidate says so
     slices = score_slices(predictions, rules)
-    verdict = decide(candidate, champion, comparable, rules, champion_version, baselines, gain)
-    failures = (verdict.reasons if verdict.status == "fail" else []) + judge_slices(slices, rules)
-    gate = GateResult.decide("quality", failures, verdict.reasons if verdict.status == "warn" else [],
-                             passed="; ".join(verdict.reasons))
+    verdict = judge_candidate(candidate, champion, comparable, rules, champion_version, baselines, gain)
+    judged, slice_failures = verdict.gate, judge_slices(slices, rules)
+    failures = (judged.reasons if judged.status == "fail" else []) + slice_failures
+    gate = GateResult.decide("quality", failures, judged.reasons if judged.status == "warn" else [],
+                             passed="; ".join(judged.reasons))
+    outcome = BlessOutcome.SLICE_REGRESSION if slice_failures and judged.status != "fail" else verdict.outcome
     headline = f"{rules.metric} {candidate[rules.metric]:.4f}"
     if gain:
         headline += (f" vs champion v{champion_version} {champion[rules.metric]:.4f}: {gain['difference']:+.4f} "
@@ -157,4 +171,4 @@ def assess_quality(predictions: HoldoutPredictions, rules: BlessParams, champion
     details = {"metric": rules.metric, "holdout_rows": int(len(labels)), "candidate": candidate, "champion": champion,
                "champion_version": champion_version, "comparable": comparable, "gain": gain, "per_class": per_class,
                "slices": slices, "baselines": baselines or {}}
-    return StageReport(stage="quality", gate=gate, headline=headline, details=details)
+    return StageReport(stage="quality", gate=gate, headline=headline, details=details, outcome=outcome)

@@ -1,4 +1,5 @@
-"""Run bless's stages in order, stop at the first failure, and combine their gates into the one bless gate."""
+"""Run bless's stages in order, stop at the first failure, and combine their gates into the one bless gate and
+its outcome."""
 from __future__ import annotations
 
 import logging
@@ -6,7 +7,7 @@ import time
 from typing import Callable
 
 from tasks.core.gate import GateResult
-from tasks.core.verdicts import StageReport
+from tasks.core.verdicts import BlessOutcome, StageReport
 
 log = logging.getLogger("torchship.bless")
 
@@ -34,3 +35,15 @@ def combine(reports: list[StageReport]) -> GateResult:
     if failures or warnings:
         return GateResult.decide("bless", failures, warnings)
     return GateResult(gate="bless", status="pass", reasons=passed or ["no stage ran"])
+
+
+STAGE_FAILED = {"performance": BlessOutcome.PERFORMANCE_FAILED, "service": BlessOutcome.SERVICE_FAILED}
+
+
+def combine_outcomes(reports: list[StageReport]) -> BlessOutcome:
+    """The first failed stage's outcome (quality's own decision, or that a later stage failed); with no failure,
+    quality's decision (it runs first, always)."""
+    failed = next((r for r in reports if r.gate.status == "fail"), None)
+    if failed is not None and failed.stage in STAGE_FAILED:
+        return STAGE_FAILED[failed.stage]
+    return reports[0].outcome

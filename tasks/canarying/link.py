@@ -17,11 +17,9 @@ import orjson
 import pandas as pd
 
 from tasks.canarying.observe import Scrape
+from tasks.core.env import KEY_HEADER, TOKEN_ENV
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import free_port, http_ok, running, start_child, wait_until_ready
-
-TOKEN_ENV = "TORCHSHIP_ADMIN_TOKEN"   # what serving/app.py checks (tasks never import serving)
-KEY_HEADER = "x-torchship-key"
 
 
 class ServiceUnreachable(TorchshipError):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from tasks.core.env import UNBUFFERED
 from tasks.core.errors import TorchshipError
 
 
@@ -146,7 +147,7 @@ def running_service(model_name: str, flags: list[str], startup_timeout_s: float,
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix=prefix) as folder:
         service = start_child("the service", command, Path(folder) / "service.log",
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                              env={**os.environ, **UNBUFFERED})
         with running([service]):
             wait_until_ready(service, http_ok(f"{url}/health", accept=lambda health: bool(health.get("champion"))),
                              startup_timeout_s)

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import Callable
 
 from tasks.config import Params, load_params
+from tasks.core.env import TELEMETRY_OFF, set_defaults
 from tasks.core.errors import TorchshipError
 
 log = logging.getLogger("torchship")
@@ -25,7 +25,7 @@ def configure_logging(level: int = logging.INFO) -> None:
 def stage_main(stage: str, body: Callable[[Params], None]) -> None:
     """Run one stage from the command line; a TorchshipError becomes one paragraph and exit 2."""
     configure_logging()
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    set_defaults(TELEMETRY_OFF)
     try:
         body(load_params())
     except TorchshipError as exc:

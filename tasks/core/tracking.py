@@ -7,15 +7,14 @@ from pathlib import Path
 from typing import Iterator
 
 from tasks.config import TrackingParams
-
-PARENT_RUN_ENV = "TORCHSHIP_PARENT_RUN_ID"
+from tasks.core.env import PARENT_RUN_ENV, TELEMETRY_OFF, set_defaults
 
 
 def configure_mlflow(tracking: TrackingParams) -> str:
     """Point MLflow at the store and make sure the experiment exists; returns its id."""
     import mlflow
 
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    set_defaults(TELEMETRY_OFF)
     uri = tracking.resolved_uri()
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """What each Prefect-only step hands the next (and the summary): typed, so no step imports another."""
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -9,6 +10,32 @@ from tasks.core.gate import GateResult
 
 BlessStage = Literal["quality", "performance", "service"]
 BLESS_STAGES: tuple[BlessStage, ...] = ("quality", "performance", "service")   # the order bless runs them in
+OUTCOME_TAG = "bless_outcome"   # the registered version's tag holding its BlessOutcome (rebaseline reads it)
+
+
+class BlessOutcome(StrEnum):
+    """What bless decided, for code to branch on; the gate's reasons say it in words, for people."""
+
+    FIRST_MODEL = "first model"                # pass: no champion yet, and not below the baselines
+    BETTER = "better"                          # pass: the gain's interval lies above 0
+    NO_WORSE = "no worse"                      # pass: not worse, not shown better
+    WORSE_WITHIN_TOLERANCE = "worse within tolerance"   # warn: a loss within bless.max_regression
+    REGRESSION = "regression"                  # fail: a loss beyond bless.max_regression
+    SLICE_REGRESSION = "slice regression"      # fail: a real loss on a declared slice
+    BELOW_BASELINES = "below baselines"        # fail: worse than scikit-learn beyond bless.max_baseline_gap
+    INCOMPARABLE = "incomparable"              # fail: the champion's input signature or classes differ
+    PERFORMANCE_FAILED = "performance failed"  # fail: the performance stage (after quality passed)
+    SERVICE_FAILED = "service failed"          # fail: the service stage
+
+
+class RegistrationOutcome(StrEnum):
+    """What register did with the candidate's version, for code to branch on (`Registration.action`: in words)."""
+
+    REUSED = "reused"            # the same bytes are an existing version: nothing new, aliases unchanged
+    REJECTED = "rejected"        # bless failed: tagged rejected, no alias
+    STALE = "stale"              # the aliases moved while bless ran: registered without an alias
+    CHAMPION = "champion"        # the first model of this name
+    CHALLENGER = "challenger"    # the canary decides
 
 
 class StageReport(BaseModel):
@@ -20,6 +47,7 @@ class StageReport(BaseModel):
     seconds: float = 0.0
     headline: str = ""
     details: dict[str, Any] = {}
+    outcome: BlessOutcome | None = None   # the quality stage's decision (the other stages decide pass/fail only)
 
 
 class Blessing(BaseModel):
@@ -29,6 +57,7 @@ class Blessing(BaseModel):
 
     seconds: float = 0.0
     gate: GateResult
+    outcome: BlessOutcome
     model_name: str
     candidate_path: str
     candidate_sha256: str
@@ -50,6 +79,7 @@ class Registration(BaseModel):
     model_name: str
     version: str
     created: bool
+    outcome: RegistrationOutcome
     action: str                 # what happened to the aliases, in words
     aliases: dict[str, str]
 

@@ -1,7 +1,7 @@
 """Whether a drift verdict may start a retrain, and the record of every such decision.
 
 Teams that wire drift to retraining by hand retrain in loops, on a handful of labels, or all day. Each guard
-here is one rule with its reason in words; `decide` is pure (history and clock passed in), so each rule has a
+here is one rule with its reason in words; `decide_retrain` is pure (history and clock passed in), so each rule has a
 test. The workspace's one-writer rule is a Prefect concurrency limit, taken by the flows (flows/slot.py)."""
 from __future__ import annotations
 
@@ -64,8 +64,9 @@ def utc_day(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).date().isoformat()
 
 
-def decide(gate: GateResult, window: Window, history: list[Decision], rules: RetrainParams, now: float,
-           retrained_versions: set[str] = frozenset(), prediction_only: bool = False) -> tuple[Outcome, list[str]]:
+def decide_retrain(gate: GateResult, window: Window, history: list[Decision], rules: RetrainParams, now: float,
+                   retrained_versions: set[str] = frozenset(),
+                   prediction_only: bool = False) -> tuple[Outcome, list[str]]:
     """fired / suppressed (with every guard that held it back) / no drift.
 
     `retrained_versions`: registered versions a retrain produced; `prediction_only`: the gate failed on the

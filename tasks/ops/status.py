@@ -1,13 +1,12 @@
-"""`torchship status` and `torchship rollback`: the registry state of this project's model as typed rows,
-and putting the previous champion back."""
+"""`torchship status`: the registry state of this project's model as typed rows, and a run's registry changes in
+words. Reading only: the by-hand alias moves are in `tasks.ops.alias_moves`."""
 from __future__ import annotations
 
 from pydantic import BaseModel
 
 from tasks.config import Params
-from tasks.core.errors import TorchshipError
-from tasks.core.registry import aliases, model_version, registry_client
-from tasks.ops.registry import alias_lock, promote, rollback
+from tasks.core.registry import aliases, registry_client
+from tasks.core.verdicts import OUTCOME_TAG
 
 NOTE_TAGS = ("rejected", "previous", "promoted", "stale", "rebaselined")
 
@@ -15,7 +14,7 @@ NOTE_TAGS = ("rejected", "previous", "promoted", "stale", "rebaselined")
 class VersionRow(BaseModel):
     version: str
     aliases: list[str]
-    bless: str
+    bless: str       # pass | warn | fail, and bless's outcome (e.g. "fail: incomparable": rebaseline takes it)
     notes: str       # why it was rejected, replaced or promoted
     git_commit: str
 
@@ -26,19 +25,12 @@ class RegistryStatus(BaseModel):
     versions: list[VersionRow]       # newest first
 
 
-class Rollback(BaseModel):
-    model_name: str
-    restored: str
-    replaced: str
-    poll_seconds: float              # running services follow the alias within this
-
-
 def version_row(version, current: dict[str, str]) -> VersionRow:
     """One registered version (an MLflow ModelVersion) as a row."""
     tags = version.tags
     return VersionRow(version=str(version.version),
                       aliases=[alias for alias, number in current.items() if number == str(version.version)],
-                      bless=tags.get("bless", ""),
+                      bless=": ".join(tags[key] for key in ("bless", OUTCOME_TAG) if tags.get(key)),
                       notes="; ".join(f"{key}: {tags[key]}" for key in NOTE_TAGS if key in tags),
                       git_commit=tags.get("git_commit", "")[:10])
 
@@ -50,78 +42,6 @@ def registry_status(params: Params, limit: int = 10) -> RegistryStatus:
     current = aliases(client, name)
     versions = sorted(client.search_model_versions(f"name='{name}'"), key=lambda v: -int(v.version))[:limit]
     return RegistryStatus(model_name=name, aliases=current, versions=[version_row(v, current) for v in versions])
-
-
-class Promotion(BaseModel):
-    model_name: str
-    promoted: str
-    replaced: str | None
-    forced: bool
-    poll_seconds: float              # running services follow the alias within this
-
-
-def requested_version(params: Params, version: str, reason: str, command: str):
-    """(model name, registry client, the version) for a by-hand alias move, which must say why."""
-    if not reason.strip():
-        raise TorchshipError(f"say why: torchship {command} VERSION --reason \"...\" (recorded on the version)")
-    name = params.data.registered_model_name()
-    client = registry_client(params.tracking)
-    return name, client, model_version(client, name, version)
-
-
-def promote_version(params: Params, version: str, reason: str, force: bool = False) -> Promotion:
-    """Move `champion` to `version` by hand, with a recorded reason; a version bless did not pass is refused
-    unless `force` (then the reason is recorded as the override)."""
-    name, client, found = requested_version(params, version, reason, "promote")
-    verdict = found.tags.get("bless", "")
-    if verdict not in {"pass", "warn"} and not force:
-        why = found.tags.get("bless_reasons", "no blessing recorded")
-        raise TorchshipError(f"v{version} of {name} was not blessed (bless: {verdict or 'none'}: {why}). "
-                             f"Promote it anyway only with --force and a --reason, which is recorded on the version.")
-    with alias_lock(client):
-        if force and verdict not in {"pass", "warn"}:
-            client.set_model_version_tag(name, str(version), "forced", reason)
-        replaced = promote(client, name, str(version), f"by hand{' (forced)' if force else ''}: {reason}")
-    return Promotion(model_name=name, promoted=str(version), replaced=replaced, forced=force and verdict not in
-                     {"pass", "warn"}, poll_seconds=params.serve.poll_seconds)
-
-
-def roll_back(params: Params) -> Rollback:
-    """Move `champion` back to the version tagged `previous`; the replaced one is tagged rejected."""
-    name = params.data.registered_model_name()
-    client = registry_client(params.tracking)
-    try:
-        with alias_lock(client):
-            restored, replaced = rollback(client, name)
-    except LookupError as exc:
-        raise TorchshipError(str(exc)) from None
-    return Rollback(model_name=name, restored=restored, replaced=replaced, poll_seconds=params.serve.poll_seconds)
-
-
-NOT_COMPARABLE = "not comparable"   # the phrase bless's reason carries when the signature differs
-BASELINE_GATE = "scikit-learn"       # ... and when the candidate is worse than the baselines
-
-
-def rebaseline_version(params: Params, version: str, reason: str) -> Promotion:
-    """Make `version` champion when bless could not compare it with the champion (the input signature or the
-    metric changed): an explicit decision, recorded on the version (tag `rebaselined`) and on the registered
-    model (tag `baseline`). A version refused for anything else is not re-baselined: fix it or `promote --force`."""
-    name, client, found = requested_version(params, version, reason, "rebaseline")
-    reasons = found.tags.get("bless_reasons", "")
-    if found.tags.get("bless") in {"pass", "warn"}:
-        raise TorchshipError(f"v{version} was blessed against the champion: nothing to re-baseline; "
-                             f"use `torchship promote {version} --reason ...`.")
-    if NOT_COMPARABLE not in reasons or BASELINE_GATE in reasons:
-        raise TorchshipError(f"v{version} was refused for more than comparability ({reasons or 'no blessing'}); "
-                             "re-baselining only settles a changed signature or metric.")
-    with alias_lock(client):
-        replaced = promote(client, name, str(version), f"rebaselined: {reason}")
-        stamp = f"{reason} (replaces v{replaced}, whose inputs or metric are no longer comparable)"
-        client.set_model_version_tag(name, str(version), "rebaselined", stamp)
-        client.set_registered_model_tag(name, "baseline", f"v{version}: {reason}")
-    return Promotion(model_name=name, promoted=str(version), replaced=replaced, forced=False,
-                     poll_seconds=params.serve.poll_seconds)
-
 
 
 class RegistrySnapshot(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from tasks.core import paths
-from tasks.core.verdicts import BLESS_STAGES, Blessing, CanaryReport, Registration
+from tasks.core.verdicts import BLESS_STAGES, Blessing, CanaryReport, Registration, RegistrationOutcome
 from tasks.ops.reproduce import StageOutcome
 
 
@@ -57,10 +57,10 @@ def summarize(outcomes: list[StageOutcome], blessing: Blessing, registration: Re
         StepRow(step="canary", status=canary.gate.status, seconds=canary.seconds,
                 headline=f"{canary.action}: {'; '.join(canary.gate.reasons)}"),
     ]
-    if registration.created and "rejected" in registration.action:
+    if registration.outcome is RegistrationOutcome.REJECTED:
         verdict = registration.action + ("; the champion keeps serving" if "champion" in canary.aliases
                                          else "; there is no champion yet, so nothing is served")
-    elif not registration.created:
+    elif registration.outcome is RegistrationOutcome.REUSED:
         verdict = f"{registration.action}"
     else:
         verdict = registration.action if canary.action.startswith("smoke test") else canary.action

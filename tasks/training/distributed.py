@@ -11,6 +11,7 @@ import torch.distributed as dist
 from torch import nn
 
 from tasks.config import TrainParams
+from tasks.core.env import LOCAL_RANK_ENV
 
 
 def torchrun_command(params: TrainParams, module: str = "tasks.train", log_dir: str | None = None) -> list[str]:
@@ -58,7 +59,7 @@ def resolve_precision(asked: str, device: torch.device) -> tuple[str, str]:
 
 def init_runtime(params: TrainParams) -> Runtime:
     """Join the process group: nccl on CUDA, gloo on CPU, with the collective timeout from params."""
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_rank = int(os.environ.get(LOCAL_RANK_ENV, 0))
     if torch.cuda.is_available():
         device, backend = torch.device("cuda", local_rank), "nccl"
         torch.cuda.set_device(device)

@@ -25,6 +25,7 @@ from tasks.config import Params, TrainParams
 from tasks.contract import Schema, encode_features, encode_target, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file
+from tasks.core.env import FAULT_ENV, LOCAL_RANK_ENV, OMP_THREADS_ENV, UNBUFFERED
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import Child, running, tee_lines
 from tasks.training import checkpoint
@@ -84,7 +85,7 @@ def threads_per_process(params: TrainParams) -> int:
 
 def launch(job: TrainingJob) -> None:
     """Run the job's module under torchrun; a failure names the rank that failed and its last log lines."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_process(job.train)), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, OMP_THREADS_ENV: str(threads_per_process(job.train)), **UNBUFFERED}
     # torchrun in a session of its own, held under `running`: a SIGTERM to this stage alone (`kill`, a supervisor,
     # `dvc repro` stopped) stops torchrun and its workers too, instead of leaving them training as orphans
     process = subprocess.Popen(torchrun_command(job.train, module=job.module, log_dir=str(job.logs)), env=env,
@@ -172,13 +173,13 @@ class JobTrainer(Trainer):
         """Continue from the newest intact checkpoint of this run (params + data), or forget other runs'."""
         saved = checkpoint.load_latest(self.folder, self.fingerprint)
         if saved is not None:
-            self.load_checkpoint(saved)
+            self.load_checkpoint_state(saved)
         elif self.rank == 0:
             checkpoint.clear(self.folder)
         dist.barrier()  # no rank starts before rank 0 has cleared stale checkpoints
 
     def checkpoint(self) -> None:
-        saved = self.save_checkpoint()  # a collective: every rank gathers, rank 0 writes
+        saved = self.checkpoint_state()  # a collective: every rank gathers, rank 0 writes
         if self.rank == 0:
             checkpoint.save_checkpoint(self.folder, self.state.global_step, saved, self.fingerprint)
 
@@ -244,7 +245,7 @@ def injected_fault(rank: int):
     """TORCHSHIP_FAULT=kind:rank:step makes that rank fail for real at that global step, for the
     reliability tests: `kill` (SIGKILL itself), `hang` (stop answering collectives), `oom` (an
     out-of-memory error once, as CUDA would raise)."""
-    spec = os.environ.get("TORCHSHIP_FAULT")
+    spec = os.environ.get(FAULT_ENV)
     if not spec:
         return None
     kind, fault_rank, fault_step = spec.split(":")
@@ -266,7 +267,7 @@ def injected_fault(rank: int):
 
 def run_job(params: Params, job: TrainingJob) -> None:
     """The launcher outside torchrun; a worker inside it (torchrun sets LOCAL_RANK)."""
-    if "LOCAL_RANK" in os.environ:
+    if LOCAL_RANK_ENV in os.environ:
         worker(params, job)
     else:
         launch(job)

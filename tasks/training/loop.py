@@ -1,4 +1,4 @@
-"""The training recipe: `Trainer` (setup, train, save_checkpoint, load_checkpoint), resumable at any step,
+"""The training recipe: `Trainer` (setup, train, checkpoint_state, load_checkpoint_state), resumable at any step,
 and the small pieces it is made of (schedule, class weights, distillation loss, micro-batching)."""
 from __future__ import annotations
 
@@ -102,9 +102,10 @@ def accumulate(model: nn.Module, loss_fn, features: torch.Tensor, targets: tuple
 
 
 class Trainer:
-    """One training run, torchtune-recipe style: `setup` the model and data, `train`, and `save_checkpoint` /
-    `load_checkpoint` at any step. Sharded batches sliced from pre-collated tensors, AdamW, warmup+cosine,
-    class weights, gradient clipping, early stopping on validation macro-F1 (best weights kept); with
+    """One training run, torchtune-recipe style: `setup` the model and data, `train`, and `checkpoint_state` /
+    `load_checkpoint_state` at any step (writing them to disk is the `checkpoint` hook's job). Sharded batches
+    sliced from pre-collated tensors, AdamW, warmup+cosine, class weights, gradient clipping, early stopping on
+    validation macro-F1 (best weights kept); with
     `soft_targets` = (temperature, alpha) and teacher logits in `train.soft`, the distillation loss.
 
     A subclass persists checkpoints and shows progress by overriding the hooks `checkpoint`, `before_step`,
@@ -137,7 +138,7 @@ class Trainer:
         if self.soft_targets is not None:
             self.loss_fn = distillation_loss(self.loss_fn, *self.soft_targets)
 
-    def save_checkpoint(self) -> dict:
+    def checkpoint_state(self) -> dict:
         """The run so far as tensors and primitives (loads with weights_only=True). A collective under FSDP:
         every rank calls it; rank 0 gets the full (unsharded) state."""
         model_state, optimizer_state = full_state(self.model, self.optimizer)
@@ -145,8 +146,8 @@ class Trainer:
                 "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
                 "rng": torch.get_rng_state()}
 
-    def load_checkpoint(self, saved: dict) -> None:
-        """After `setup`: continue from what `save_checkpoint` returned (same weights, optimizer moments,
+    def load_checkpoint_state(self, saved: dict) -> None:
+        """After `setup`: continue from what `checkpoint_state` returned (same weights, optimizer moments,
         schedule position, RNG and loop state, mid-epoch included)."""
         self.state = LoopState(**saved["loop"])
         load_full_state(self.model, self.optimizer, saved["model"], saved["optimizer"])
@@ -233,7 +234,7 @@ class Trainer:
             state.epoch = self.settings.epochs  # early stop; recorded so a resume does not train on
 
     def checkpoint(self) -> None:
-        """Every `checkpoint_every` steps and at each epoch end, on every rank: persist `save_checkpoint()`."""
+        """Every `checkpoint_every` steps and at each epoch end, on every rank: persist `checkpoint_state()`."""
 
     def before_step(self) -> None:
         """Before each step's forward pass (inside the out-of-memory retry)."""

@@ -1,7 +1,6 @@
 """Every way torchship runs a model, as one shape: encoded rows (N, F) float32 -> logits (N, C)."""
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 
@@ -9,6 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from tasks.core.env import COMPILE_THREADS, set_defaults
 from tasks.core.runtime import Runner, onnx_runner  # noqa: F401  (re-exported: one import for every runner)
 
 
@@ -23,7 +23,7 @@ def eager_runner(model: nn.Module) -> Runner:
 def compiled_runner(model: nn.Module) -> Runner:
     """torch.compile (inductor, static shapes: a dynamic graph was much slower here) as rows -> logits.
     A runtime option, not a file: each new batch size compiles once, then is cached."""
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # parallel compile workers starve 2-core boxes
+    set_defaults(COMPILE_THREADS)
     compiled = torch.compile(model, dynamic=False)
 
     def run(rows: np.ndarray) -> np.ndarray:

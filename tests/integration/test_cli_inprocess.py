@@ -150,12 +150,13 @@ def test_an_alias_moved_by_another_process_shows_in_status_and_a_blessed_version
 def test_rebaseline_is_an_explicit_audited_decision_for_incomparable_versions_only(cli, registry):
     folder, client = registry
     client.create_model_version(MODEL, source=str(folder / "no-artifact"), tags={
-        "bless": "fail", "bless_reasons": "input signature differs from champion v2: not comparable; register "
-                                          "under a new data.model_name or re-baseline explicitly"})
+        "bless": "fail", "bless_outcome": "incomparable", "bless_reasons": "the champion's inputs differ"})
+    # The outcome decides, never the wording: these reasons name comparability, the outcome is the baselines'.
     client.create_model_version(MODEL, source=str(folder / "no-artifact"), tags={
-        "bless": "fail", "bless_reasons": "worse than a few lines of scikit-learn: f1_macro 0.5"})
+        "bless": "fail", "bless_outcome": "below baselines", "bless_reasons": "not comparable with scikit-learn"})
     worse = cli(folder, "rebaseline", "4", "--reason", "new columns")
-    assert worse.exit_code == 2 and "more than comparability" in " ".join(worse.stderr.split()), worse.output
+    said = " ".join(worse.stderr.split())
+    assert worse.exit_code == 2 and "more than comparability (below baselines:" in said, worse.output
     blessed = cli(folder, "rebaseline", "2", "--reason", "why not")
     assert blessed.exit_code == 2 and "torchship promote 2" in " ".join(blessed.stderr.split()), blessed.output
     done = cli(folder, "rebaseline", "3", "--reason", "the table gained a region column")

@@ -41,6 +41,7 @@ def test_first_run_registers_a_champion_with_lineage(tiny_pipeline):
     for section in ("### Data", "### Training", "### Quality on the holdout", "### Gates", "### Serving benchmark",
                     "### Lineage", "logistic regression (scikit-learn)", "'passport.html'"):
         assert section in passport, passport
+    assert tags["bless"] == "pass" and tags["bless_outcome"] == "first model"   # typed: what rebaseline reads
 
 
 def test_reports_exist_and_dvc_is_clean(tiny_pipeline):

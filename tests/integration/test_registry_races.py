@@ -14,7 +14,7 @@ import pytest
 from tasks.config import Params
 from tasks.core.gate import GateResult
 from tasks.core.registry import CHALLENGER, CHAMPION, aliases, registry_client
-from tasks.core.verdicts import Blessing
+from tasks.core.verdicts import Blessing, BlessOutcome, RegistrationOutcome
 from tasks.register import apply_aliases
 
 pytestmark = pytest.mark.integration
@@ -23,8 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def blessed(champion: str | None) -> Blessing:
-    return Blessing(gate=GateResult.decide("bless", []), model_name=NAME, candidate_path="model.onnx",
-                    candidate_sha256="0" * 64, candidate_metrics={"f1_macro": 0.9}, champion_version=champion)
+    return Blessing(gate=GateResult.decide("bless", []), outcome=BlessOutcome.BETTER, model_name=NAME,
+                    candidate_path="model.onnx", candidate_sha256="0" * 64, candidate_metrics={"f1_macro": 0.9},
+                    champion_version=champion)
 
 
 @pytest.fixture()
@@ -64,9 +65,9 @@ def test_two_registrations_at_once_lose_no_update(registry, tmp_path):
                                cwd=REPO, stdout=subprocess.PIPE, text=True) for version in ("1", "2")]
     assert [racer.stdout.readline().strip() for racer in racers] == ["ready", "ready"]
     go.touch()   # both processes are parked at the start line: release them together
-    actions = [json.loads(racer.communicate(timeout=60)[0]) for racer in racers]
-    winners = [a for a in actions if "is champion" in a]
-    losers = [a for a in actions if "registered without an alias" in a]
+    actions = [json.loads(racer.communicate(timeout=60)[0]) for racer in racers]   # [outcome, in words]
+    winners = [action for outcome, action in actions if outcome == RegistrationOutcome.CHAMPION]
+    losers = [action for outcome, action in actions if outcome == RegistrationOutcome.STALE]
     assert len(winners) == 1 and len(losers) == 1, actions
     winner = winners[0].split()[0].lstrip("v")
     assert aliases(client, NAME) == {CHAMPION: winner}
@@ -79,12 +80,14 @@ def test_a_champion_moved_after_bless_keeps_the_new_version_off_the_aliases(regi
     params, client = registry
     client.set_registered_model_alias(NAME, CHAMPION, "1")
     client.set_registered_model_alias(NAME, CHAMPION, "2")          # another pipeline's canary promoted v2
-    action = apply_aliases(client, NAME, "3", blessed("1"))
-    assert action.startswith("v3 registered without an alias") and "v2" in action
+    outcome, action = apply_aliases(client, NAME, "3", blessed("1"))
+    assert outcome is RegistrationOutcome.STALE and "v2" in action
     assert aliases(client, NAME) == {CHAMPION: "2"}
     client.set_registered_model_alias(NAME, CHALLENGER, "1")        # a canary in flight elsewhere
-    action = apply_aliases(client, NAME, "3", blessed("2"))
-    assert "v1 holds `challenger`" in action and aliases(client, NAME) == {CHAMPION: "2", CHALLENGER: "1"}
+    outcome, action = apply_aliases(client, NAME, "3", blessed("2"))
+    assert outcome is RegistrationOutcome.STALE and "v1 holds `challenger`" in action
+    assert aliases(client, NAME) == {CHAMPION: "2", CHALLENGER: "1"}
     client.delete_registered_model_alias(NAME, CHALLENGER)
-    assert apply_aliases(client, NAME, "3", blessed("2")) == "v3 is challenger; the canary decides"
+    assert apply_aliases(client, NAME, "3", blessed("2")) == (RegistrationOutcome.CHALLENGER,
+                                                              "v3 is challenger; the canary decides")
 

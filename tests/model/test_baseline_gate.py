@@ -9,9 +9,10 @@ import torch
 
 from models import build_model
 from tasks.baseline import fit_baselines
-from tasks.bless import decide
+from tasks.bless import judge_candidate
 from tasks.config import BaselineParams, BlessParams
 from tasks.core.metrics import classification_metrics
+from tasks.core.verdicts import BlessOutcome
 from tasks.training.loop import Split, predict_logits, train_model
 from tasks.training.weights import model_spec
 from tests.model.conftest import encode_split
@@ -45,16 +46,17 @@ def test_baselines_learn_the_table(encoded, baselines):
 def test_a_candidate_trained_on_shuffled_labels_is_never_blessed(encoded, tiny_train, baselines):
     shuffled = encoded.train.labels[torch.randperm(len(encoded.train.labels), generator=torch.Generator().manual_seed(0))]
     candidate = holdout_metrics(encoded, shuffled, tiny_train)
-    first = decide(candidate, None, True, RULES, baselines=baselines)
-    assert first.status == "fail" and first.reasons[0].startswith("worse than a few lines of scikit-learn"), first
+    first = judge_candidate(candidate, None, True, RULES, baselines=baselines)
+    assert first.outcome is BlessOutcome.BELOW_BASELINES and first.gate.status == "fail", first
+    assert first.gate.reasons[0].startswith("worse than a few lines of scikit-learn"), first
     champion = {k: v - 0.2 for k, v in candidate.items()}   # even against a champion it would beat
-    assert decide(candidate, champion, True, RULES, "1", baselines).status == "fail"
+    assert judge_candidate(candidate, champion, True, RULES, "1", baselines).outcome is BlessOutcome.BELOW_BASELINES
 
 
 def test_a_candidate_trained_on_the_true_labels_is_blessed(encoded, tiny_train, baselines):
     candidate = holdout_metrics(encoded, encoded.train.labels, tiny_train.model_copy(update={"epochs": 12}))
     best = max(b["f1_macro"] for b in baselines.values())
-    verdict = decide(candidate, None, True, RULES, baselines=baselines)
+    verdict = judge_candidate(candidate, None, True, RULES, baselines=baselines)
     print(f"candidate f1_macro {candidate['f1_macro']:.4f}, best baseline {best:.4f}")
-    assert verdict.status == "pass", (verdict, candidate, best)
-    assert "baselines: logistic regression" in verdict.reasons[0]
+    assert verdict.outcome is BlessOutcome.FIRST_MODEL and verdict.gate.status == "pass", (verdict, candidate, best)
+    assert "baselines: logistic regression" in verdict.gate.reasons[0]

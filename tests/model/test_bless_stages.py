@@ -12,13 +12,13 @@ import torch
 from models import build_model
 from tasks.baseline import fit_baselines
 from tasks.blessing.performance import Timings, assess_performance, confirmed, judge_performance
-from tasks.blessing.quality import HoldoutPredictions, assess_quality, decide, score_slices, slice_groups
+from tasks.blessing.quality import HoldoutPredictions, assess_quality, judge_candidate, score_slices, slice_groups
 from tasks.blessing.service import judge_service, load_figures, request_rows, try_in_service
-from tasks.blessing.stages import combine, run_stages
+from tasks.blessing.stages import combine, combine_outcomes, run_stages
 from tasks.config import BaselineParams, BlessParams, SloParams
 from tasks.core.gate import GateResult
 from tasks.core.metrics import paired_bootstrap
-from tasks.core.verdicts import StageReport
+from tasks.core.verdicts import BlessOutcome, StageReport
 from tasks.training.loop import Split, predict_logits, train_model
 from tasks.training.weights import model_spec
 from tests.model.conftest import encode_split
@@ -37,22 +37,26 @@ def candidate(point: float) -> dict:
 
 # --- quality: the claim rules on the paired interval ------------------------------------------------------------
 
-@pytest.mark.parametrize("point, low, high, status, words", [
-    (0.03, 0.01, 0.05, "pass", "better"),                       # interval above 0: a gain is claimed
-    (0.01, -0.01, 0.03, "pass", "no worse, not shown better"),  # straddles 0, point >= 0: no claim
-    (-0.005, -0.02, 0.01, "warn", "within noise"),              # straddles 0, negative point
-    (-0.008, -0.012, -0.004, "warn", "worse, within"),          # a real but tolerated loss
-    (-0.02, -0.04, 0.001, "fail", "regression beyond bless.max_regression 0.01"),
+WORSE, REGRESSION = BlessOutcome.WORSE_WITHIN_TOLERANCE, BlessOutcome.REGRESSION
+
+
+@pytest.mark.parametrize("point, low, high, outcome, status, words", [
+    (0.03, 0.01, 0.05, BlessOutcome.BETTER, "pass", "better"),           # interval above 0: a gain is claimed
+    (0.01, -0.01, 0.03, BlessOutcome.NO_WORSE, "pass", "no worse, not shown better"),   # straddles 0: no claim
+    (-0.005, -0.02, 0.01, WORSE, "warn", "within noise"),                # straddles 0, negative point
+    (-0.008, -0.012, -0.004, WORSE, "warn", "worse, within"),            # a real but tolerated loss
+    (-0.02, -0.04, 0.001, REGRESSION, "fail", "regression beyond bless.max_regression 0.01"),
 ])
-def test_a_gain_is_claimed_only_when_the_interval_says_so(point, low, high, status, words):
-    result = decide(candidate(point), CHAMPION, True, RULES, "4", gain=gain(point, low, high))
-    assert result.status == status and words in result.reasons[0] and "v4" in result.reasons[0], result
+def test_a_gain_is_claimed_only_when_the_interval_says_so(point, low, high, outcome, status, words):
+    result = judge_candidate(candidate(point), CHAMPION, True, RULES, "4", gain=gain(point, low, high))
+    assert result.outcome is outcome and result.gate.status == status, result
+    assert words in result.gate.reasons[0] and "v4" in result.gate.reasons[0], result
 
 
 def test_max_regression_is_the_tolerated_loss():
     loose = RULES.model_copy(update={"max_regression": 0.05})
-    assert decide(candidate(-0.03), CHAMPION, True, RULES, "1").status == "fail"
-    assert decide(candidate(-0.03), CHAMPION, True, loose, "1").status == "warn"
+    assert judge_candidate(candidate(-0.03), CHAMPION, True, RULES, "1").gate.status == "fail"
+    assert judge_candidate(candidate(-0.03), CHAMPION, True, loose, "1").gate.status == "warn"
 
 
 def test_paired_bootstrap_cancels_what_both_models_share():
@@ -106,10 +110,10 @@ def test_a_slice_below_min_slice_rows_is_reported_but_not_judged():
 def test_a_judged_slice_that_regresses_fails_even_when_the_whole_holdout_does_not():
     rules = RULES.model_copy(update={"max_regression": 0.5})   # overall loss tolerated: only the slice can fail
     report = assess_quality(sliced("premium"), rules, "2")
-    assert report.gate.status == "fail"
+    assert report.gate.status == "fail" and report.outcome is BlessOutcome.SLICE_REGRESSION
     assert any(r.startswith("slice plan=premium (300 rows)") for r in report.gate.reasons), report.gate.reasons
     assert not any("plan=basic" in r for r in report.gate.reasons)
-    assert assess_quality(sliced(None), rules, "2").gate.status == "pass"
+    assert assess_quality(sliced(None), rules, "2").outcome is BlessOutcome.NO_WORSE
 
 
 def test_quality_reports_per_class_figures_for_both_models():
@@ -202,6 +206,20 @@ def test_stages_stop_at_the_first_failure_and_combine_into_one_gate():
     assert passed.status == "pass" and len(passed.reasons) == 3 and calls == ["quality", "performance", "service"]
 
 
+def stage_report(name: str, status: str, outcome: BlessOutcome | None = None) -> StageReport:
+    return StageReport(stage=name, gate=GateResult(gate=name, status=status), outcome=outcome)
+
+
+def test_the_outcome_is_the_first_failed_stage_or_else_quality_decision():
+    better = stage_report("quality", "pass", BlessOutcome.BETTER)
+    slower, down = stage_report("performance", "fail"), stage_report("service", "fail")
+    served, warned = stage_report("service", "pass"), stage_report("performance", "warn")
+    assert combine_outcomes([better, warned, served]) is BlessOutcome.BETTER
+    assert combine_outcomes([better, slower]) is BlessOutcome.PERFORMANCE_FAILED
+    assert combine_outcomes([better, stage_report("performance", "pass"), down]) is BlessOutcome.SERVICE_FAILED
+    assert combine_outcomes([stage_report("quality", "fail", BlessOutcome.INCOMPARABLE)]) is BlessOutcome.INCOMPARABLE
+
+
 # --- real models: shuffled labels never blessed, a better model is --------------------------------------------
 
 def holdout_predictions(encoded, labels: torch.Tensor, params) -> tuple[torch.nn.Module, np.ndarray]:
@@ -234,15 +252,18 @@ def predictions(encoded, trained, candidate: str, champion: str | None) -> Holdo
 def test_a_candidate_trained_on_shuffled_labels_is_never_blessed(encoded, trained):
     first = assess_quality(predictions(encoded, trained, "noise", None), RULES, baselines=trained["baselines"])
     assert first.gate.status == "fail" and first.gate.reasons[0].startswith("worse than a few lines of scikit-learn")
+    assert first.outcome is BlessOutcome.BELOW_BASELINES
     # With the baseline gate off, the champion comparison alone refuses it.
     against = assess_quality(predictions(encoded, trained, "noise", "good"), RULES, "1")
     assert against.gate.status == "fail" and against.gate.reasons[0].startswith("regression beyond"), against.gate
+    assert against.outcome is BlessOutcome.REGRESSION
     assert against.details["gain"]["high"] < 0
 
 
 def test_a_better_candidate_is_blessed_and_claimed_better(encoded, trained):
     report = assess_quality(predictions(encoded, trained, "good", "noise"), RULES, "1", baselines=trained["baselines"])
     assert report.gate.status == "pass" and report.gate.reasons[0].startswith("better: f1_macro"), report.gate
+    assert report.outcome is BlessOutcome.BETTER
     assert report.details["gain"]["low"] > 0
     assert report.details["slices"]["plan"]["slices"]   # the default slice column of the synthetic table
 

@@ -77,7 +77,7 @@ class StopsAtStep(Trainer):
     def checkpoint(self) -> None:
         if self.state.global_step == self.stop_at:
             buffer = io.BytesIO()
-            torch.save(self.save_checkpoint(), buffer)
+            torch.save(self.checkpoint_state(), buffer)
             self.saved = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
             raise Interrupted
 
@@ -102,7 +102,7 @@ def test_a_run_resumed_mid_epoch_from_a_checkpoint_matches_an_uninterrupted_run(
     assert killed.saved["loop"]["epoch"] == 1 and killed.saved["loop"]["step_in_epoch"] > 0  # mid-epoch
     resumed = _trainer(encoded, params, init_seed=7)  # other initial weights: the checkpoint must replace them
     torch.manual_seed(123)                              # other RNG: the checkpoint must restore it
-    resumed.load_checkpoint(killed.saved)
+    resumed.load_checkpoint_state(killed.saved)
     final = resumed.train()
     strip = lambda history: [{k: h[k] for k in HISTORY_KEYS} for h in history]  # noqa: E731
     assert strip(final.history) == strip(uninterrupted.history)

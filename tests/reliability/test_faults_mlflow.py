@@ -40,7 +40,7 @@ REGISTER = textwrap.dedent("""
     from tasks import register
     from tasks.config import load_params
     from tasks.core.gate import GateResult
-    from tasks.core.verdicts import Blessing
+    from tasks.core.verdicts import Blessing, BlessOutcome
     store, sha = sys.argv[1], sys.argv[2]
     register.RETRY_DELAYS_S = (0.2, 0.4, 0.8)
     original = MlflowClient.set_model_version_tag
@@ -54,8 +54,8 @@ REGISTER = textwrap.dedent("""
     params = load_params("params.yaml")
     params = params.model_copy(update={"tracking": params.tracking.model_copy(update={
         "uri": f"sqlite:///{store}/mlflow.db", "artifacts": f"{store}/artifacts"})})
-    blessing = Blessing(gate=GateResult.decide("bless", []), model_name=sys.argv[3], candidate_path="data/profile/model.onnx",
-                        candidate_sha256=sha, candidate_metrics={"f1_macro": 0.5})
+    blessing = Blessing(gate=GateResult.decide("bless", []), outcome=BlessOutcome.FIRST_MODEL, model_name=sys.argv[3],
+                        candidate_path="data/profile/model.onnx", candidate_sha256=sha, candidate_metrics={"f1_macro": 0.5})
     for round in (1, 2):
         if round == 2:
             while not Path(store, "round-2").exists():

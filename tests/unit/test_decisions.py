@@ -1,45 +1,48 @@
-"""The pure decision cores: bless.decide, compress.accuracy_budget, canary.analyse."""
+"""The pure decision cores: bless.judge_candidate, compress.accuracy_budget, canary.analyse."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.bless import decide
+from tasks.bless import judge_candidate
 from tasks.canary import analyse
 from tasks.compress import accuracy_budget
 from tasks.config import BlessParams, CanaryParams, CompressParams
+from tasks.core.verdicts import BlessOutcome
 
 
 def test_first_model_passes():
-    result = decide({"f1_macro": 0.1, "accuracy": 0.5}, None, True, BlessParams())
-    assert result.status == "pass" and "first model" in result.reasons[0]
+    result = judge_candidate({"f1_macro": 0.1, "accuracy": 0.5}, None, True, BlessParams())
+    assert result.outcome is BlessOutcome.FIRST_MODEL and result.gate.status == "pass"
+    assert "first model" in result.gate.reasons[0]
 
 
 @pytest.mark.parametrize("candidate, champion, status", [(0.70, 0.80, "fail"), (0.80, 0.80, "pass"), (0.81, 0.80, "pass")])
 def test_candidate_must_not_lose_on_the_metric(candidate, champion, status):
-    result = decide({"f1_macro": candidate}, {"f1_macro": champion}, True, BlessParams(metric="f1_macro"),
-                    champion_version="3")
-    assert result.status == status
-    assert "v3" in result.reasons[0]
+    result = judge_candidate({"f1_macro": candidate}, {"f1_macro": champion}, True, BlessParams(metric="f1_macro"),
+                             champion_version="3")
+    assert result.gate.status == status
+    assert "v3" in result.gate.reasons[0]
 
 
 def test_the_configured_metric_is_the_one_compared():
     candidate, champion = {"f1_macro": 0.9, "accuracy": 0.6}, {"f1_macro": 0.5, "accuracy": 0.7}
-    assert decide(candidate, champion, True, BlessParams(metric="accuracy")).status == "fail"
-    assert decide(candidate, champion, True, BlessParams(metric="f1_macro")).status == "pass"
+    assert judge_candidate(candidate, champion, True, BlessParams(metric="accuracy")).gate.status == "fail"
+    assert judge_candidate(candidate, champion, True, BlessParams(metric="f1_macro")).gate.status == "pass"
 
 
 def test_incomparable_signature_fails_even_when_better():
-    result = decide({"f1_macro": 0.99}, {}, False, BlessParams(), champion_version="2")
-    assert result.status == "fail" and "signature" in result.reasons[0]
+    result = judge_candidate({"f1_macro": 0.99}, {}, False, BlessParams(), champion_version="2")
+    assert result.outcome is BlessOutcome.INCOMPARABLE and result.gate.status == "fail"
+    assert "signature" in result.gate.reasons[0]
 
 
 @pytest.mark.parametrize("max_regression, candidate, status", [
     (0.01, 0.795, "warn"), (0.01, 0.785, "fail"), (0.0, 0.795, "fail"), (0.01, 0.80, "pass")])
 def test_a_loss_within_max_regression_warns_and_beyond_it_fails(max_regression, candidate, status):
     rules = BlessParams(metric="f1_macro", max_regression=max_regression)
-    assert decide({"f1_macro": candidate}, {"f1_macro": 0.80}, True, rules).status == status
+    assert judge_candidate({"f1_macro": candidate}, {"f1_macro": 0.80}, True, rules).gate.status == status
 
 
 def drop(point: float, low: float | None = None, high: float | None = None) -> dict:

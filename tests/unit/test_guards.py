@@ -34,61 +34,62 @@ def retrained(ts: float, labels_until: float) -> guards.Decision:
 
 
 def test_drift_with_enough_new_labels_fires():
-    assert guards.decide(DRIFT, window(150), [], RULES, NOW) == (
+    assert guards.decide_retrain(DRIFT, window(150), [], RULES, NOW) == (
         "fired", ["every guard passed: 150 new labelled rows (>= 100), no retrain before, 0 of 3 retrains today"])
 
 
 def test_no_drift_never_fires():
-    outcome, _ = guards.decide(GateResult(gate="drift", status="warn", reasons=["2 drifted"]), window(500), [], RULES, NOW)
+    warned = GateResult(gate="drift", status="warn", reasons=["2 drifted"])
+    outcome, _ = guards.decide_retrain(warned, window(500), [], RULES, NOW)
     assert outcome == "no drift"
 
 
 def test_too_few_new_labels_suppresses():
-    outcome, reasons = guards.decide(DRIFT, window(40, unlabelled=900), [], RULES, NOW)
+    outcome, reasons = guards.decide_retrain(DRIFT, window(40, unlabelled=900), [], RULES, NOW)
     assert outcome == "suppressed" and reasons == ["40 new labelled rows < retrain.min_new_labels 100"]
 
 
 def test_cooldown_suppresses_until_it_has_passed():
     recent = [fired(NOW - 30 * 60)]
-    outcome, reasons = guards.decide(DRIFT, window(150), recent, RULES, NOW)
+    outcome, reasons = guards.decide_retrain(DRIFT, window(150), recent, RULES, NOW)
     assert outcome == "suppressed" and reasons[0].startswith("cooldown: the last retrain fired 30.0 min ago")
-    assert guards.decide(DRIFT, window(150), [fired(NOW - 61 * 60)], RULES, NOW)[0] == "fired"
+    assert guards.decide_retrain(DRIFT, window(150), [fired(NOW - 61 * 60)], RULES, NOW)[0] == "fired"
 
 
 def test_daily_budget_counts_todays_retrains_only():
     today = [fired(NOW - h * 3600) for h in (2, 3, 4)]
-    outcome, reasons = guards.decide(DRIFT, window(150), today, RULES, NOW)
+    outcome, reasons = guards.decide_retrain(DRIFT, window(150), today, RULES, NOW)
     assert outcome == "suppressed" and reasons == ["daily budget: 3 retrain(s) fired today (UTC), retrain.max_per_day 3"]
     yesterday = [fired(NOW - 86400 - h * 3600) for h in (2, 3, 4)]
-    assert guards.decide(DRIFT, window(150), yesterday, RULES, NOW)[0] == "fired"
+    assert guards.decide_retrain(DRIFT, window(150), yesterday, RULES, NOW)[0] == "fired"
 
 
 def test_loop_protection_labels_a_retrain_used_do_not_count_again():
     traffic = window(150)
     history = [retrained(NOW - 2 * 3600, labels_until=traffic.end)]   # the last retrain learned from all of them
-    outcome, reasons = guards.decide(DRIFT, traffic, history, RULES, NOW)
+    outcome, reasons = guards.decide_retrain(DRIFT, traffic, history, RULES, NOW)
     assert outcome == "suppressed"
     assert reasons == ["0 new labelled rows < retrain.min_new_labels 100 (150 more were already used by an earlier "
                        "retrain: loop protection)"]
 
 
 def test_loop_protection_a_retrained_models_own_predictions_cannot_trigger():
-    outcome, reasons = guards.decide(DRIFT, window(150, version="5"), [], RULES, NOW, retrained_versions={"5"},
+    outcome, reasons = guards.decide_retrain(DRIFT, window(150, version="5"), [], RULES, NOW, retrained_versions={"5"},
                                      prediction_only=True)
     assert outcome == "suppressed" and reasons[0].startswith("loop protection: only the predictions moved")
     # the same prediction drift on a version that no retrain produced is evidence
-    assert guards.decide(DRIFT, window(150, version="4"), [], RULES, NOW, retrained_versions={"5"},
+    assert guards.decide_retrain(DRIFT, window(150, version="4"), [], RULES, NOW, retrained_versions={"5"},
                          prediction_only=True)[0] == "fired"
 
 
 def test_disabled_retrain_only_reports():
-    outcome, reasons = guards.decide(DRIFT, window(150), [], RULES.model_copy(update={"enabled": False}), NOW)
+    outcome, reasons = guards.decide_retrain(DRIFT, window(150), [], RULES.model_copy(update={"enabled": False}), NOW)
     assert outcome == "suppressed" and reasons == ["retrain.enabled is false: the monitor only reports"]
 
 
 def test_every_guard_that_holds_is_named():
     history = [fired(NOW - 60)] * 3
-    _, reasons = guards.decide(DRIFT, window(10), history, RULES, NOW)
+    _, reasons = guards.decide_retrain(DRIFT, window(10), history, RULES, NOW)
     assert [r.split(":")[0].split(" ")[0] for r in reasons] == ["10", "cooldown", "daily"]
 
 

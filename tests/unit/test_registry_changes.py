@@ -2,7 +2,9 @@
 moved), on failure too: a failure after register leaves a version behind."""
 from __future__ import annotations
 
-from tasks.ops.status import RegistrySnapshot, registry_changes
+from types import SimpleNamespace
+
+from tasks.ops.status import RegistrySnapshot, registry_changes, version_row
 
 
 def snap(versions: list[str], **aliases: str) -> RegistrySnapshot:
@@ -24,3 +26,11 @@ def test_a_promotion_and_a_first_model_are_named():
         "registered v1 of churn; aliases moved: champion none → v1")
     assert registry_changes(snap(["1", "2"], champion="1", challenger="2"), snap(["1", "2"], champion="2")) == (
         "no version of churn was registered; aliases moved: challenger v2 → none, champion v1 → v2")
+
+
+def test_a_status_row_shows_bless_verdict_with_its_outcome():
+    refused = SimpleNamespace(version=3, tags={"bless": "fail", "bless_outcome": "incomparable", "rejected": "bless"})
+    row = version_row(refused, {"champion": "2"})
+    assert row.bless == "fail: incomparable" and row.aliases == [] and row.notes == "rejected: bless"
+    older = SimpleNamespace(version=2, tags={"bless": "pass"})   # registered before outcomes were recorded
+    assert version_row(older, {"champion": "2"}).bless == "pass"

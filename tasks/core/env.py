@@ -1,0 +1,73 @@
+"""Every environment variable torchship reads or sets, named once with its default; every other module imports
+its name from here. Plain constants and small functions (core: imports nothing of torchship). The copies that
+cannot import Python (the Makefile's `export` line, prefect.yaml's job env) are checked against these by
+tests/unit/test_env.py."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import MutableMapping
+
+# Nothing phones home from a run, a test or a service (STACK.md: each library's switch, verified with a socket spy).
+TELEMETRY_OFF = {
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "true",
+    "DVC_NO_ANALYTICS": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "GX_ANALYTICS_ENABLED": "false",
+}
+# Inductor's parallel compile workers fight inference (and each other) for 2 cores.
+COMPILE_THREADS = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+# What a deployed flow run needs beyond the worker's own environment: prefect.yaml's job env is exactly this.
+JOB_ENV = {
+    **TELEMETRY_OFF,
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",   # a bar per tiny download is noise in the run summary
+    **COMPILE_THREADS,
+}
+# Every CLI command besides (a deployment keeps Prefect's log level: its logs are what the UI shows).
+QUIET = {
+    **JOB_ENV,
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+    "PYTHONWARNINGS": "ignore::DeprecationWarning,ignore::FutureWarning",
+    # Prefect waits 20 s for its ephemeral API: a first start migrates the database, which on a busy 2-core box
+    # took longer and failed the whole run ("Timed out while attempting to connect to ephemeral Prefect API").
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+}
+UNBUFFERED = {"PYTHONUNBUFFERED": "1"}   # a child's log lines reach its log file as they are printed
+
+# Concurrency leases on disk, not in the memory of whichever process ran the ephemeral API (flows/slot.py).
+FILE_LEASES = "prefect.server.concurrency.lease_storage.filesystem"
+PREFECT_API_URL = "PREFECT_API_URL"   # a Prefect server to deploy to and send events to (unset: embedded)
+
+TOKEN_ENV = "TORCHSHIP_ADMIN_TOKEN"           # the service's admin endpoints need it; the canary sends it
+PARAMS_ENV, DEFAULT_PARAMS = "TORCHSHIP_PARAMS", "params.yaml"   # the params file `python -m serving` reads
+SERVE_SETTINGS_ENV = "TORCHSHIP_SERVE_SETTINGS"   # serve.workers > 1: the settings each worker builds its app from
+PARENT_RUN_ENV = "TORCHSHIP_PARENT_RUN_ID"    # a stage's MLflow run nests under the pipeline's
+WORKSPACE_LEASE_ENV = "TORCHSHIP_WORKSPACE_LEASE"   # in the environment of the slot holder and all it starts
+FAULT_ENV = "TORCHSHIP_FAULT"                 # kind:rank:step, a real fault injected for the reliability tests
+LOCAL_RANK_ENV = "LOCAL_RANK"                 # set by torchrun: this process is a training worker
+OMP_THREADS_ENV = "OMP_NUM_THREADS"           # set per torchrun worker: the cores divided among them
+
+# Not an environment variable but the same kind of name, shared by the router (serving/front.py) and the canary's
+# replay client: a request's sticky-split key (a user or session id).
+KEY_HEADER = "x-torchship-key"
+
+
+def set_defaults(values: dict[str, str], environ: MutableMapping[str, str] | None = None) -> None:
+    """Set each variable that is not set already (a user's own setting wins); `environ`: os.environ as it is now."""
+    target = os.environ if environ is None else environ
+    for key, value in values.items():
+        target.setdefault(key, value)
+
+
+def prefect_state(folder: Path) -> dict[str, str]:
+    """Prefect's home, database and results inside `folder` (the project's .prefect/, not ~/.prefect)."""
+    return {
+        "PREFECT_HOME": str(folder),
+        "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{folder / 'db' / 'prefect.db'}",
+        "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(folder / "storage"),
+        # A result Prefect persists (a failed run's exception, a cached task's value) is JSON, never a pickle that
+        # would run code when read back (tests/reliability/test_security.py).
+        "PREFECT_RESULTS_DEFAULT_SERIALIZER": "json",
+        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": FILE_LEASES,
+    }
