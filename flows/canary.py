@@ -15,7 +15,7 @@ from tasks import canary
 from tasks.canarying.link import TOKEN_ENV, ServiceLink
 from tasks.config import load_params
 from tasks.core.errors import ConfigError
-from tasks.core.verdicts import CanaryReport, StepVerdict, VariantFigures
+from tasks.core.verdicts import CanaryOutcome, CanaryReport, StepVerdict, VariantFigures
 
 ROLLBACK_EVENT = "torchship.canary.rolled-back"
 
@@ -51,14 +51,14 @@ def record_step(verdict: StepVerdict) -> None:
 def record_decision(report: CanaryReport, model_name: str) -> None:
     """The final decision as an artifact; a rollback also as an event (with a server to hear it)."""
     create_markdown_artifact(key="canary-decision", markdown=decision_markdown(report), description="canary decision")
-    if report.action.startswith("rolled back") and server_configured():
+    if report.outcome is CanaryOutcome.ROLLED_BACK and server_configured():
         from prefect.events import emit_event
 
         last = report.steps[-1]
         emit_event(event=ROLLBACK_EVENT, resource={"prefect.resource.id": f"torchship.model.{model_name}",
                                                    "prefect.resource.name": model_name},
                    payload={"version": last.challenger.version, "step": last.phase, "reasons": last.reasons,
-                            "action": report.action})
+                            "outcome": report.outcome.value, "action": report.action})
 
 
 def live_link(url: str, request_log: str | None, default_log: str) -> ServiceLink:
@@ -80,7 +80,7 @@ def canary_flow(params_file: str = "params.yaml", url: str | None = None, reques
                 ) -> CanaryReport:
     """Canary the current challenger against the champion: on the service at `url` (its live traffic), or, by
     default, on a service started for the occasion with replayed holdout rows. Smoke-tests the champion alone
-    when there is no challenger (embedded only)."""
+    on that service when there is no challenger (embedded only)."""
     params = load_params(params_file)
     link = live_link(url, request_log, params.serve.request_log) if url else None
     with workspace_slot("the canary", params.retrain.workspace_wait_s):

@@ -28,9 +28,6 @@ def parse_args(params: Params, argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model-name", default=params.data.registered_model_name(),
                         help="registered model to serve (default: from data params)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the traffic split (reproducible canaries)")
-    parser.add_argument("--shadow", action="store_true",
-                        help="also score every request with the other variant and return it under 'shadow' (for inspection; "
-                             "the canary's shadow phase logs it to shadow.jsonl and never returns it)")
     parser.add_argument("--model-file", type=Path, default=None,
                         help="serve this local ONNX file as the champion instead of the registry's: no alias poller, "
                              "no request log (how bless tries a candidate before it is registered)")
@@ -74,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
 
     configure_logging()
     settings = ServiceSettings(serve=serve, model_name=args.model_name, tracking=params.tracking, seed=args.seed,
-                               shadow=args.shadow, model_file=args.model_file)
+                               model_file=args.model_file)
     # uvloop and httptools: the C event loop and HTTP parser (bench/results/serving.json); no access log (a line
     # per request on the loop; the request log and metrics already account for every request).
     server = {"host": serve.host, "port": serve.port, "log_level": "warning", "access_log": False, "loop": "uvloop",

@@ -46,8 +46,7 @@ def predict_operation(champion: Variant | None) -> dict:
                   "served_ms": {"type": "number"},
                   "predictions": {"type": "array", "items": {"type": "object", "properties": {
                       "id": {"type": "string", "description": "<request_id>-<row index>: what /feedback names"},
-                      "label": classes, "probabilities": probabilities}}},
-                  "shadow": {"type": "object", "description": "the other variant's labels (canary, --shadow)"}}}
+                      "label": classes, "probabilities": probabilities}}}}}
     return {
         "summary": "Predict",
         "description": f"Scores raw rows with the champion (or, for a share of requests, the challenger). Schema from "

@@ -45,7 +45,6 @@ class ServiceSettings:
     model_name: str
     tracking: TrackingParams
     seed: int | None = None   # of the traffic split: a canary replays reproducibly
-    shadow: bool = False      # also score each request with the other variant (canary analysis on paired rows)
     model_file: Path | None = None   # serve this ONNX file as the champion: no registry, poller or logs (bless)
     share_file: Path | None = None   # serve.workers > 1: the challenger share every worker maps (SharedShare)
 
@@ -57,7 +56,7 @@ class ServiceSettings:
     def to_json(self) -> str:
         """These settings as JSON (handed to worker processes)."""
         return orjson.dumps({"serve": self.serve.model_dump(), "model_name": self.model_name,
-                             "tracking": self.tracking.model_dump(), "seed": self.seed, "shadow": self.shadow,
+                             "tracking": self.tracking.model_dump(), "seed": self.seed,
                              "model_file": str(self.model_file) if self.model_file else None,
                              "share_file": str(self.share_file) if self.share_file else None}).decode()
 
@@ -208,7 +207,7 @@ class Service:
 
     def answer(self, accepted: Accepted, probabilities: np.ndarray, request_id: str) -> bytes:
         """The /predict answer for scored rows (each row gets an id, `<request_id>-<index>`, that feedback names):
-        metered, logged, and (with `shadow`) the other variant's labels beside it. JSON bytes."""
+        metered and logged (a canary's shadow scores it after the answer: score_shadow). JSON bytes."""
         variant = accepted.variant
         classes = variant.schema.classes
         labels = [classes[i] for i in probabilities.argmax(1)]
@@ -222,8 +221,6 @@ class Service:
                       for i, (label, p) in enumerate(zip(labels, probabilities.tolist()))]}
         if self.request_log.path is not None:
             self._log_served(request_id, accepted, labels, probabilities)
-        if self.settings.shadow:  # after served_ms and the latency metric: they measure the answering variant
-            self._score_shadow(answer, accepted)
         return orjson.dumps(answer)
 
     def predict(self, body: bytes, request_id: str, key: bytes | None = None) -> bytes:
@@ -274,18 +271,6 @@ class Service:
         return b"".join(served_bytes(request_id, i, variant.alias, variant.version, features(rows, i), label,
                                      dict(zip(classes, p)), ts=ts)
                         for i, (label, p) in enumerate(zip(labels, rounded)))
-
-    def _score_shadow(self, answer: dict, accepted: Accepted) -> None:
-        shadow = self.router.other(accepted.variant)
-        if shadow is None:
-            return
-        try:   # the body again, by the shadow's own schema
-            probabilities = shadow.score(shadow.decoder.decode(accepted.body))
-            answer["shadow"] = {"variant": shadow.alias, "version": shadow.version,
-                                "labels": [shadow.schema.classes[i] for i in probabilities.argmax(1)]}
-        except Exception as exc:  # a failing shadow must never fail the answer
-            self.metrics.counter(shadow.alias, shadow.version, "shadow-error").inc()
-            log.error("shadow %s v%s failed: %s", shadow.alias, shadow.version, exc)
 
     def feedback(self, items: list) -> dict:
         """Record true labels for served rows: items of {"id": <row id>, "label": <a class of the champion>}.

@@ -3,7 +3,9 @@ No I/O: figures in, verdict out (tasks/canarying/observe.py builds the figures f
 from __future__ import annotations
 
 import math
+
 from tasks.config import CanaryParams
+from tasks.core.gate import GateResult
 from tasks.core.verdicts import StepStatus, StepVerdict, VariantFigures
 
 PSI_FLOOR = 1e-4   # a class one side never predicted: its share is floored so PSI stays finite (and large)
@@ -80,3 +82,19 @@ def judge_step(phase: str, share: float, champion: VariantFigures, challenger: V
     p95 = f", p95 {challenger.p95_ms:.1f} vs {reference:.1f} ms" if challenger.p95_ms is not None and reference else ""
     return verdict("pass", [f"{phase}: {challenger.requests} requests, {challenger.errors} errors{p95}"
                             + (f", PSI {shift:.3f}" if shift is not None else "") + accuracy], shift)
+
+
+def judge_smoke(champion: VariantFigures, rules: CanaryParams) -> GateResult:
+    """No challenger: the champion alone on the replayed rows fails on the error rate a challenger's step may not
+    exceed (canary.max_error_rate); its p95 and accuracy are reported, with nothing to compare them with."""
+    if not champion.requests:
+        return GateResult.decide("canary", ["no request was replayed (the holdout is empty)"])
+    if champion.error_rate > rules.max_error_rate:
+        return GateResult.decide("canary", [
+            f"champion v{champion.version} failed {champion.errors} of {champion.requests} replayed requests "
+            f"({champion.error_rate:.1%} > canary.max_error_rate {rules.max_error_rate:.1%})"])
+    p95 = f", p95 {champion.p95_ms:.1f} ms" if champion.p95_ms is not None else ""
+    accuracy = f", accuracy {champion.accuracy:.3f} on {champion.labelled} labelled" \
+        if champion.accuracy is not None else ""
+    return GateResult.decide("canary", [], passed=f"champion v{champion.version} answered {champion.requests} "
+                                                  f"requests, {champion.errors} errors{p95}{accuracy}")

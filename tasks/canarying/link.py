@@ -4,9 +4,7 @@ posted as feedback)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -19,7 +17,7 @@ import pandas as pd
 from tasks.canarying.observe import Scrape
 from tasks.core.env import KEY_HEADER, TOKEN_ENV
 from tasks.core.errors import TorchshipError
-from tasks.core.procs import free_port, http_ok, running, start_child, wait_until_ready
+from tasks.core.procs import running_service
 
 
 class ServiceUnreachable(TorchshipError):
@@ -112,18 +110,12 @@ class ReplayTraffic:
 
 @contextlib.contextmanager
 def embedded_service(model_name: str, startup_timeout_s: float) -> Iterator[ServiceLink]:
-    """A real `python -m serving` on a free loopback port for the canary: its own request log in a temporary
-    folder (replayed rows are not production traffic), a one-off admin token, share 0; stopped on every way out."""
-    port, token = free_port(), secrets.token_hex(16)
-    url = f"http://127.0.0.1:{port}"
+    """A real `python -m serving` on a free loopback port for the canary (tasks/core/procs.py running_service): its
+    own request log in a temporary folder (replayed rows are not production traffic), a one-off admin token,
+    share 0; stopped on every way out."""
+    token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="torchship-canary-") as folder:
         request_log = Path(folder) / "requests.jsonl"
-        command = [sys.executable, "-m", "serving", "--host", "127.0.0.1", "--port", str(port), "--model-name",
-                   model_name, "--challenger-share", "0", "--request-log", str(request_log), "--poll-seconds", "1",
-                   "--seed", "0"]
-        service = start_child("the canary's service", command, Path(folder) / "service.log",
-                              env={**os.environ, "PYTHONUNBUFFERED": "1", TOKEN_ENV: token})
-        with running([service]):
-            wait_until_ready(service, http_ok(f"{url}/health", accept=lambda health: bool(health.get("champion"))),
-                             startup_timeout_s)
+        flags = ["--challenger-share", "0", "--request-log", str(request_log), "--poll-seconds", "1", "--seed", "0"]
+        with running_service(model_name, flags, startup_timeout_s, "torchship-canary-", env={TOKEN_ENV: token}) as url:
             yield ServiceLink(url, token, request_log)

@@ -120,6 +120,16 @@ def step_figures(delta: Scrape, logs: StepLogs, champion_version: str, challenge
     return figures[0], figures[1]
 
 
+def smoke_figures(delta: Scrape, logs: StepLogs, champion_version: str, sent: int) -> VariantFigures:
+    """The champion alone on `sent` replayed requests: every one it did not answer `ok` is an error (refused before
+    a variant was picked, unavailable, or failed), since all of them were meant for it."""
+    answered = delta.count(CHAMPION, champion_version, "ok")
+    lines = [line for line in logs.served if (line["variant"], line["version"]) == (CHAMPION, champion_version)]
+    figures = VariantFigures(version=champion_version, requests=sent, errors=max(sent - answered, 0),
+                             p95_ms=delta.p95_ms(CHAMPION))
+    return rows_figures(figures, lines, logs.feedback)
+
+
 def challenger_samples(delta: Scrape, version: str, shadow_phase: bool) -> int:
     """How many requests the challenger has answered (or scored in shadow) so far in the step."""
     statuses = ("shadow", "shadow-error") if shadow_phase else ("ok", "error")

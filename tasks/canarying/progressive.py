@@ -2,7 +2,7 @@
 (canary.steps); each step filled to canary.min_samples (by replayed traffic, or by waiting for live traffic) and
 judged (tasks/canarying/analysis.py); then the registry acted on under the alias lock: promote at the end, reject
 at the first failed step, or leave it at an inconclusive step. The traffic goes back to the champion on every way
-out."""
+out. With no challenger, one smoke step: the champion alone answers the replayed rows."""
 from __future__ import annotations
 
 import logging
@@ -11,11 +11,11 @@ from typing import Callable, Protocol
 
 from tasks.canarying.analysis import judge_step, phase_name
 from tasks.canarying.link import ServiceLink
-from tasks.canarying.observe import StepLogs, challenger_samples, read_step_logs, step_figures
+from tasks.canarying.observe import StepLogs, challenger_samples, read_step_logs, smoke_figures, step_figures
 from tasks.config import CanaryParams
 from tasks.core.gate import GateResult
-from tasks.core.registry import CHALLENGER, alias_version
-from tasks.core.verdicts import StepVerdict
+from tasks.core.registry import CHALLENGER, CHAMPION, alias_version
+from tasks.core.verdicts import CanaryOutcome, StepVerdict, VariantFigures
 from tasks.ops.registry import alias_lock, promote, reject
 
 log = logging.getLogger("torchship.canary")
@@ -50,14 +50,15 @@ def fill_step(link: ServiceLink, share: float, shadow_phase: bool, challenger: s
                  rules.min_samples)
 
 
-def step_logs(link: ServiceLink, since: float, expected_rows: int) -> StepLogs:
-    """The step's lines once the service has written them (at least `expected_rows` by the challenger), or what is
-    there after LOG_WAIT_S."""
+def step_logs(link: ServiceLink, since: float, expected_rows: int, variant: str = CHALLENGER,
+              expected_labels: int = 0) -> StepLogs:
+    """The step's lines once the service has written them (at least `expected_rows` by `variant`, and
+    `expected_labels` feedback labels), or what is there after LOG_WAIT_S."""
     deadline = time.monotonic() + LOG_WAIT_S
     while True:
         logs = read_step_logs(link.request_log, since)
-        written = sum(line["variant"] == CHALLENGER for line in logs.served + logs.shadow)
-        if written >= expected_rows or time.monotonic() > deadline:
+        written = sum(line["variant"] == variant for line in logs.served + logs.shadow)
+        if written >= expected_rows and len(logs.feedback) >= expected_labels or time.monotonic() > deadline:
             return logs
         time.sleep(0.2)
 
@@ -88,9 +89,23 @@ def run_steps(link: ServiceLink, champion: str, challenger: str, rules: CanaryPa
     return verdicts
 
 
-def decide(client, name: str, challenger: str, verdicts: list[StepVerdict], rules: CanaryParams) -> tuple[GateResult, str]:
+def smoke_step(link: ServiceLink, champion: str, traffic: Traffic, requests: int) -> VariantFigures:
+    """The champion alone (share 0, no shadow: there is no other variant) answers `requests` replayed rows; its
+    figures from the service's metrics and logs, as a step's are."""
+    link.split(0.0, shadow=False)
+    before, since = link.scrape(), time.time()
+    sent = traffic.send(requests)
+    delta = link.scrape().minus(before)
+    answered = delta.count(CHAMPION, champion, "ok")
+    logs = step_logs(link, since, answered, CHAMPION, expected_labels=answered)   # the replay labels every answer
+    return smoke_figures(delta, logs, champion, sent)
+
+
+def promote_or_roll_back(client, name: str, challenger: str, verdicts: list[StepVerdict], rules: CanaryParams
+                         ) -> tuple[GateResult, CanaryOutcome, str]:
     """Act on the registry under the alias lock (re-checking that `challenger` still names the version): promote
-    after the last step passed, reject at a failed one, record an inconclusive one. Returns (gate, action)."""
+    after the last step passed, reject at a failed one, record an inconclusive one. Returns (gate, outcome, the
+    action in words)."""
     last = verdicts[-1]
     reasons = [f"{v.phase} {v.status}: {'; '.join(v.reasons)}" for v in verdicts]
     if last.status == "short":
@@ -100,17 +115,20 @@ def decide(client, name: str, challenger: str, verdicts: list[StepVerdict], rule
     with alias_lock(client):
         still = alias_version(client, name, CHALLENGER)
         if still is None or str(still.version) != challenger:
-            return gate, (f"nothing moved: `challenger` left v{challenger} during the canary (now "
-                          f"{'v' + str(still.version) if still else 'none'}); its verdict is recorded only here")
+            return gate, CanaryOutcome.SUPERSEDED, (
+                f"nothing moved: `challenger` left v{challenger} during the canary (now "
+                f"{'v' + str(still.version) if still else 'none'}); its verdict is recorded only here")
         if last.status == "fail":
             reject(client, name, challenger, f"canary step {last.phase}: " + "; ".join(last.reasons))
-            return gate, f"rolled back at step {last.phase}: v{challenger} rejected, champion unchanged"
+            return gate, CanaryOutcome.ROLLED_BACK, (f"rolled back at step {last.phase}: v{challenger} rejected, "
+                                                     "champion unchanged")
         if last.status == "short":
             client.set_model_version_tag(name, challenger, INCONCLUSIVE_TAG, "; ".join(last.reasons))
-            return gate, (f"inconclusive at step {last.phase}: traffic back to the champion; v{challenger} stays "
-                          "challenger (run `torchship canary` again when traffic allows, or lower canary.min_samples)")
+            return gate, CanaryOutcome.INCONCLUSIVE, (
+                f"inconclusive at step {last.phase}: traffic back to the champion; v{challenger} stays "
+                "challenger (run `torchship canary` again when traffic allows, or lower canary.min_samples)")
         old = promote(client, name, challenger, f"canary: {len(verdicts)} steps passed up to 100%")
-        return gate, f"promoted v{challenger} to champion (v{old} tagged previous)"
+        return gate, CanaryOutcome.PROMOTED, f"promoted v{challenger} to champion (v{old} tagged previous)"
 
 
 def tag_step(client, name: str, version: str, verdict: StepVerdict) -> None:

@@ -136,9 +136,11 @@ def running(children: list[Child]) -> Iterator[list[Child]]:
 
 
 @contextlib.contextmanager
-def running_service(model_name: str, flags: list[str], startup_timeout_s: float, prefix: str) -> Iterator[str]:
-    """A real `python -m serving` process on a free loopback port, ready once /health names a champion;
-    stopped by PID (its whole process group) on every way out. Yields its base URL."""
+def running_service(model_name: str, flags: list[str], startup_timeout_s: float, prefix: str,
+                    env: dict[str, str] | None = None) -> Iterator[str]:
+    """A real `python -m serving` process on a free loopback port (`env` added to this process's environment),
+    ready once /health names a champion; stopped by PID (its whole process group) on every way out. Yields its
+    base URL."""
     import tempfile
 
     port = free_port()
@@ -147,7 +149,7 @@ def running_service(model_name: str, flags: list[str], startup_timeout_s: float,
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix=prefix) as folder:
         service = start_child("the service", command, Path(folder) / "service.log",
-                              env={**os.environ, **UNBUFFERED})
+                              env={**os.environ, **UNBUFFERED, **(env or {})})
         with running([service]):
             wait_until_ready(service, http_ok(f"{url}/health", accept=lambda health: bool(health.get("champion"))),
                              startup_timeout_s)

@@ -84,15 +84,6 @@ class Registration(BaseModel):
     aliases: dict[str, str]
 
 
-class VariantTraffic(BaseModel):
-    version: str
-    requests: int
-    errors: int
-    accuracy: float
-    p50_ms: float
-    p95_ms: float
-
-
 StepStatus = Literal["pass", "fail", "short"]
 
 
@@ -132,13 +123,26 @@ class StepVerdict(BaseModel):
     seconds: float = 0.0
 
 
+class CanaryOutcome(StrEnum):
+    """What a canary did: code branches on this; `CanaryReport.action` says it in words for people."""
+
+    PROMOTED = "promoted"              # every step passed: the challenger is champion
+    ROLLED_BACK = "rolled back"        # a step failed: the challenger is rejected, the champion unchanged
+    INCONCLUSIVE = "inconclusive"      # a step got too little traffic: nothing moved, still challenger
+    SUPERSEDED = "superseded"          # `challenger` moved to another version during the canary: nothing moved
+    NOT_COMPARABLE = "not comparable"  # another input signature or classes than the champion's: not run
+    SMOKE_TESTED = "smoke tested"      # no challenger: the champion alone answered the replayed rows
+    NOT_CANARIED = "not canaried"      # nothing to canary: no champion, or no challenger on a live service
+
+
 class CanaryReport(BaseModel):
-    """canary: the gate, the promotion or rollback it led to, and what led there: the smoke test's traffic per
-    variant (no challenger), or each step of the progressive canary."""
+    """canary: the gate, what it did (`outcome`; `action` in words), and what led there: each step of the
+    progressive canary, or the champion's figures in the smoke test (no challenger)."""
 
     seconds: float = 0.0
     gate: GateResult
+    outcome: CanaryOutcome
     action: str
-    traffic: dict[str, VariantTraffic] = {}
     steps: list[StepVerdict] = []
+    smoke: VariantFigures | None = None
     aliases: dict[str, str] = {}

@@ -19,7 +19,7 @@ ROWS_PER_REQUEST = 50
 
 @contextlib.contextmanager
 def running_demo_service(params: Params) -> Iterator[str]:
-    """The project's service with its request log on (the canary's runs without one)."""
+    """The project's service with the project's request log (the canary's keeps its own, in a temporary folder)."""
     flags = ["--request-log", params.serve.request_log or "data/serve/requests.jsonl"]
     with running_service(params.data.registered_model_name(), flags, params.canary.startup_timeout_s,
                          "torchship-demo-") as url:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from tasks.core import paths
-from tasks.core.verdicts import BLESS_STAGES, Blessing, CanaryReport, Registration, RegistrationOutcome
+from tasks.core.verdicts import BLESS_STAGES, Blessing, CanaryOutcome, CanaryReport, Registration, RegistrationOutcome
 from tasks.ops.reproduce import StageOutcome
 
 
@@ -63,6 +63,6 @@ def summarize(outcomes: list[StageOutcome], blessing: Blessing, registration: Re
     elif registration.outcome is RegistrationOutcome.REUSED:
         verdict = f"{registration.action}"
     else:
-        verdict = registration.action if canary.action.startswith("smoke test") else canary.action
+        verdict = registration.action if canary.outcome is CanaryOutcome.SMOKE_TESTED else canary.action
     return PipelineSummary(model_name=registration.model_name, steps=steps, version=registration.version, aliases=canary.aliases,
                            verdict=verdict, pipeline_run=pipeline_run, reports=REPORTS)

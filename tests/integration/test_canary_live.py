@@ -26,6 +26,7 @@ from tasks.config import CanaryParams, TrackingParams, load_params
 from tasks.contract import load_schema
 from tasks.core.procs import free_port, http_ok, start_child, wait_until_ready
 from tasks.core.registry import CHALLENGER, CHAMPION, registry_client
+from tasks.core.verdicts import CanaryOutcome
 from tests.helpers import registry_restored
 
 pytestmark = pytest.mark.integration
@@ -204,6 +205,7 @@ def test_a_faulty_challenger_is_rolled_back_at_its_first_step_and_the_champion_i
     first = "50%" if fault == "slow" else "shadow"
     assert [(s.phase, s.status) for s in report.steps][-1] == (first, "fail"), [s.reasons for s in report.steps]
     assert all(s.status == "pass" for s in report.steps[:-1])
+    assert report.outcome is CanaryOutcome.ROLLED_BACK, report.action
     assert report.action.startswith(f"rolled back at step {first}: v{version} rejected"), report.action
     assert report.steps[-1].challenger.requests >= RULES.min_samples
     assert any(reason in r for r in report.steps[-1].reasons), report.steps[-1].reasons
@@ -222,6 +224,7 @@ def test_a_good_challenger_is_promoted_step_by_step(live, tmp_path, monkeypatch)
     report = run_canary(project, link, params)
     assert [(s.phase, s.status) for s in report.steps] == [("shadow", "pass"), ("50%", "pass"), ("100%", "pass")], \
         [s.reasons for s in report.steps]
+    assert report.outcome is CanaryOutcome.PROMOTED, report.action
     assert report.action == f"promoted v{version} to champion (v{old} tagged previous)"
     assert all(s.challenger.requests >= RULES.min_samples and s.psi == 0.0 for s in report.steps)
     # feedback is joined where it landed in time (the log is flushed every serve.log_flush_seconds, and a step may be
@@ -244,6 +247,7 @@ def test_a_candidate_with_another_input_signature_is_not_canaried(live, tmp_path
     entry.value = json.dumps(schema)
     version = register_challenger(client, model, tmp_path)
     report = run_canary(project, link, params, traffic=False)
+    assert report.outcome is CanaryOutcome.NOT_COMPARABLE, report.action
     assert report.action.startswith(f"not run: v{version}'s input signature differs from champion v{champion}'s")
     assert report.gate.status == "fail" and report.steps == []
     aliases = {alias: str(v) for alias, v in client.get_registered_model(MODEL).aliases.items()}
@@ -258,7 +262,8 @@ def test_a_step_without_enough_traffic_ends_the_canary_inconclusive(live, tmp_pa
     quiet = params.model_copy(update={"canary": RULES.model_copy(update={"step_max_s": 1.0})})
     report = run_canary(project, link, quiet, traffic=False)
     assert [(s.phase, s.status) for s in report.steps] == [("shadow", "short")]   # no client sent anything
-    assert report.gate.status == "warn" and report.action.startswith("inconclusive at step shadow")
+    assert report.outcome is CanaryOutcome.INCONCLUSIVE and report.gate.status == "warn", report.action
+    assert report.action.startswith("inconclusive at step shadow")
     assert "0 of the 20 requests" in report.steps[0].reasons[0]
     assert str(client.get_registered_model(MODEL).aliases[CHALLENGER]) == version   # not rejected: no evidence
     assert "canary_inconclusive" in client.get_model_version(MODEL, version).tags

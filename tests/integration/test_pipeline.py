@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -42,6 +43,32 @@ def test_first_run_registers_a_champion_with_lineage(tiny_pipeline):
                     "### Lineage", "logistic regression (scikit-learn)", "'passport.html'"):
         assert section in passport, passport
     assert tags["bless"] == "pass" and tags["bless_outcome"] == "first model"   # typed: what rebaseline reads
+
+
+def summary_row(stdout: str, step: str) -> tuple[str, str]:
+    """(status, headline) of a step in the end-of-run table, the headline's wrapped lines joined."""
+    status, headline, inside = "", [], False
+    for line in stdout.splitlines():
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if len(cells) != 4:
+            continue
+        if cells[0]:
+            inside = cells[0] == step
+            status = cells[1] if inside else status
+        if inside:
+            headline.append(cells[3])
+    return status, " ".join(headline)
+
+
+def test_the_first_run_smoke_tests_the_champion_on_the_canary_service_with_labelled_replayed_rows(tiny_pipeline):
+    _, first = tiny_pipeline
+    status, headline = summary_row(first.stdout, "canary")
+    # No challenger on a first run: the champion alone answers holdout rows replayed to the canary's own service,
+    # their labels posted back as feedback and joined from its logs (every answered row labelled).
+    answered = re.search(r"smoke test only \(no challenger\): champion v1 answered (\d+) requests, 0 errors, "
+                         r"p95 [\d.]+ ms, accuracy [\d.]+ on (\d+) labelled", headline)
+    assert status == "pass" and answered, headline
+    assert int(answered[1]) == int(answered[2]) > 0, headline
 
 
 def test_reports_exist_and_dvc_is_clean(tiny_pipeline):

@@ -1,7 +1,7 @@
 """The service in-process (FastAPI's TestClient, lifespan included) over the tiny pipeline's real MLflow
 registry: predictions and their ids, schema errors, admin token, metrics, the buffered request log and
-feedback labels, routing and shadow scoring, hot swaps after a promotion by another process, a broken new
-version, and parity with the eager model."""
+feedback labels, routing and shadow scoring (to the shadow log), hot swaps after a promotion by another process,
+a broken new version, and parity with the eager model."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ from serving.app import TOKEN_ENV, create_app
 from serving.service import ServiceSettings
 from tasks.config import Params, ServeParams, TrackingParams
 from tasks.core.registry import CHALLENGER, CHAMPION, aliases, registry_client
-from tasks.core.servelog import feedback_path
+from tasks.core.servelog import feedback_path, shadow_path
 from tests.helpers import champion_bytes, holdout_rows, promote_by_hand
 
 with warnings.catch_warnings():  # starlette 1.x asks for httpx2 behind its TestClient; httpx still works
@@ -80,11 +80,11 @@ def test_the_canary_flags_override_the_serve_params_and_bad_ones_are_refused():
 
     params = Params()
     canary = ["--host", "127.0.0.1", "--port", "8123", "--model-name", "m", "--challenger-share", "0.25",
-              "--request-log", "", "--seed", "0", "--shadow"]
+              "--request-log", "", "--seed", "0"]
     args = parse_args(params, canary)
     assert serve_params(params.serve, args) == params.serve.model_copy(
         update={"port": 8123, "challenger_share": 0.25, "request_log": ""})
-    assert (args.model_name, args.seed, args.shadow) == ("m", 0, True)
+    assert (args.model_name, args.seed) == ("m", 0)
     with pytest.raises(SystemExit, match="challenger_share"):
         serve_params(params.serve, parse_args(params, ["--challenger-share", "1.5"]))
 
@@ -210,17 +210,23 @@ def test_no_champion_answers_503_and_health_says_so(service, tmp_path):
         assert client.post("/feedback", json={"labels": [{"id": "x-0", "label": "yes"}]}).status_code == 503
 
 
-def test_share_routes_to_the_challenger_and_shadow_scores_the_other(service, registry):
+def test_share_routes_to_the_challenger_and_the_other_variant_shadows_it_in_the_shadow_log(service, registry, tmp_path):
     project, _, _ = service
     registry.set_registered_model_alias(MODEL, CHALLENGER, aliases(registry, MODEL)[CHAMPION])
-    row = holdout_rows(project)
-    with TestClient(create_app(settings(project, share=0.5, seed=0, shadow=True))) as client:
+    row, request_log = holdout_rows(project), tmp_path / "requests.jsonl"
+    with TestClient(create_app(settings(project, request_log, share=0.5, seed=0))) as client:
+        assert client.post("/admin/share", params={"share": 0.5, "shadow": "true"}, headers=ADMIN).status_code == 200
         answers = [client.post("/predict", json={"rows": row}).json() for _ in range(20)]
         assert {a["variant"] for a in answers} == {CHAMPION, CHALLENGER}
-        assert all({a["variant"], a["shadow"]["variant"]} == {CHAMPION, CHALLENGER} for a in answers)
-        assert all(a["shadow"]["labels"] == [a["predictions"][0]["label"]] for a in answers)  # same bytes
-        client.post("/admin/share", params={"share": 0.0}, headers=ADMIN)
+        assert all("shadow" not in a for a in answers)   # a shadow answer is logged, never returned
+        client.post("/admin/share", params={"share": 0.0, "shadow": "false"}, headers=ADMIN)
         assert {client.post("/predict", json={"rows": row}).json()["variant"] for _ in range(10)} == {CHAMPION}
+    shadows = {line["id"]: line for line in map(json.loads, shadow_path(request_log).read_text().splitlines())}
+    assert len(shadows) == len(answers)   # every shadowed answer, and none once the shadow was switched off
+    for answer in answers:   # the other variant scored the same bytes under the answered row's id
+        prediction = answer["predictions"][0]
+        assert {answer["variant"], shadows[prediction["id"]]["variant"]} == {CHAMPION, CHALLENGER}
+        assert shadows[prediction["id"]]["prediction"] == prediction["label"]
 
 
 def serve_until(client, row: dict, version: str, timeout: float = 30.0) -> list[int]:

@@ -1,4 +1,4 @@
-"""The real service: `python -m serving` under uvicorn on 127.0.0.1, started with the canary's own flags.
+"""The real service: `python -m serving` under uvicorn on 127.0.0.1, all traffic to the champion.
 One prediction, and a promotion done by hand in the registry followed without a failed request. Everything
 else about the service is tested in-process (test_service_inprocess.py)."""
 from __future__ import annotations
@@ -24,7 +24,7 @@ def service(tiny_pipeline, tmp_path_factory):
     project, _ = tiny_pipeline
     port = free_port()
     command = [sys.executable, "-m", "serving", "--host", "127.0.0.1", "--port", str(port), "--model-name", MODEL,
-               "--challenger-share", "0", "--request-log", "", "--seed", "0", "--shadow", "--poll-seconds", "0.5"]
+               "--challenger-share", "0", "--request-log", "", "--seed", "0", "--poll-seconds", "0.5"]
     child = start_child("service", command, tmp_path_factory.mktemp("serve") / "service.log", cwd=project.root,
                         env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONUNBUFFERED": "1"})
     url = f"http://127.0.0.1:{port}"
@@ -41,7 +41,7 @@ def test_predict_through_the_real_server(service):
     response = httpx.post(f"{url}/predict", json={"rows": holdout_rows(project)})
     assert response.status_code == 200, response.text
     body = response.json()
-    assert body["variant"] == "champion" and "shadow" not in body   # no challenger: nothing to shadow
+    assert body["variant"] == "champion"
     assert abs(sum(body["predictions"][0]["probabilities"].values()) - 1) < 1e-5
 
 

@@ -1,6 +1,7 @@
 """The progressive canary's pure core (tasks/canarying/analysis.py) and what it reads of a service
-(tasks/canarying/observe.py): PSI, the histogram quantile, the step verdict, the metrics delta, paired rows; and the
-service's sticky split (serving/variants.py)."""
+(tasks/canarying/observe.py): PSI, the histogram quantile, the step verdict, the metrics delta, paired rows, the
+champion's smoke test, the pipeline's verdict from the canary's outcome; and the service's sticky split
+(serving/variants.py)."""
 from __future__ import annotations
 
 import math
@@ -8,10 +9,12 @@ import math
 import pytest
 
 from serving.variants import Router, sticky_bucket
-from tasks.canarying.analysis import histogram_quantile, judge_step, psi
-from tasks.canarying.observe import Scrape, StepLogs, step_figures
+from tasks.canarying.analysis import histogram_quantile, judge_smoke, judge_step, psi
+from tasks.canarying.observe import Scrape, StepLogs, smoke_figures, step_figures
 from tasks.config import CanaryParams
-from tasks.core.verdicts import VariantFigures
+from tasks.core.gate import GateResult
+from tasks.core.verdicts import (Blessing, BlessOutcome, CanaryOutcome, CanaryReport, Registration,
+                                 RegistrationOutcome, VariantFigures)
 
 RULES = CanaryParams(min_samples=20, max_error_rate=0.0, max_p95_ratio=3.0, p95_slack_ms=5.0, max_psi=0.2,
                      max_metric_drop=0.02)
@@ -85,6 +88,42 @@ def test_step_figures_are_the_delta_of_the_scrapes_and_the_paired_rows():
     assert challenger.p95_ms == pytest.approx(1 + 99 * (19 - 0) / 20)   # all 20 new answers in (1, 100] ms
     assert challenger.labels == {"yes": 3} and champion.labels == {"no": 3}   # r3 has no shadow: unpaired
     assert (challenger.labelled, challenger.correct, champion.correct) == (2, 1, 1)
+
+
+def test_smoke_figures_count_every_replayed_request_the_champion_did_not_answer_as_an_error():
+    before = Scrape({("champion", "1", "ok"): 5.0}, {"champion": {0.001: 5.0, 0.1: 5.0, math.inf: 5.0}})
+    after = Scrape({("champion", "1", "ok"): 12.0, ("champion", "1", "error"): 1.0, ("-", "", "unavailable"): 2.0},
+                   {"champion": {0.001: 5.0, 0.1: 12.0, math.inf: 12.0}})
+    served = [{"ts": 1.0, "id": f"r{i}", "variant": "champion", "version": "1", "prediction": "no"} for i in range(7)]
+    smoke = smoke_figures(after.minus(before), StepLogs(served, [], {"r0": "no", "r1": "yes", "x": "no"}), "1", 10)
+    assert (smoke.requests, smoke.errors) == (10, 3)          # 7 answered of the 10 sent: the failed one and two 503s
+    assert smoke.p95_ms == pytest.approx(1 + 99 * (6.65 - 0) / 7)   # the 7 new answers, all in (1, 100] ms
+    assert smoke.labels == {"no": 7} and (smoke.labelled, smoke.correct) == (2, 1)
+
+
+def test_the_smoke_test_fails_on_the_error_rate_a_challenger_step_may_not_exceed():
+    passed = judge_smoke(figures(requests=60, errors=0, labelled=60, correct=45), RULES)
+    assert passed.status == "pass" and passed.reasons == [
+        "champion v1 answered 60 requests, 0 errors, p95 2.0 ms, accuracy 0.750 on 60 labelled"]
+    failed = judge_smoke(figures(requests=60, errors=1), RULES)
+    assert failed.status == "fail" and "failed 1 of 60 replayed requests" in failed.reasons[0], failed.reasons
+    tolerant = RULES.model_copy(update={"max_error_rate": 0.05})
+    assert judge_smoke(figures(requests=60, errors=1), tolerant).status == "pass"
+    assert judge_smoke(figures(requests=0, labelled=0, correct=0), RULES).status == "fail"
+
+
+@pytest.mark.parametrize("outcome, verdict", [(CanaryOutcome.SMOKE_TESTED, "v2 is challenger; the canary decides"),
+                                              (CanaryOutcome.PROMOTED, "the canary's own words")])
+def test_the_pipeline_verdict_follows_the_canary_outcome_not_its_wording(outcome, verdict):
+    from tasks.ops.summary import summarize
+
+    passed = GateResult(gate="canary", status="pass")
+    blessing = Blessing(gate=passed, outcome=BlessOutcome.BETTER, model_name="m", candidate_path="x", candidate_sha256="0", candidate_metrics={})
+    registration = Registration(model_name="m", version="2", created=True,
+                                outcome=RegistrationOutcome.CHALLENGER, aliases={"champion": "1", "challenger": "2"},
+                                action="v2 is challenger; the canary decides")
+    report = CanaryReport(gate=passed, outcome=outcome, action="the canary's own words")
+    assert summarize([], blessing, registration, report, "run").verdict == verdict
 
 
 def test_the_split_is_sticky_by_key_as_the_share_grows():

@@ -29,8 +29,7 @@ def spelled_out(path: Path, names: set[str]) -> list[str]:
 
 
 def test_no_module_but_env_spells_out_an_environment_name():
-    # PYTHONUNBUFFERED is Python's own switch; the canary's replay client still spells it out.
-    names = known_names() - {"PYTHONUNBUFFERED"}
+    names = known_names()
     found = [hit for folder in CODE for path in sorted((REPO / folder).rglob("*.py"))
              if path != REPO / "tasks" / "core" / "env.py" for hit in spelled_out(path, names)]
     assert not found, "import these names from tasks/core/env.py:\n" + "\n".join(found)
