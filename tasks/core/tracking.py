@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from tasks.config import TrackingParams
+from tasks.core.params_spec import TrackingParams
 
 PARENT_RUN_ENV = "TORCHSHIP_PARENT_RUN_ID"
 

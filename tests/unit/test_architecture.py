@@ -1,46 +1,38 @@
 """The layout rules of ARCHITECTURE.md, read from the source (every import, module-level or inside a
-function): break one and a test names the file and the import."""
+function, through tasks/ops/code_graph.py): break one and a test names the file and the import."""
 from __future__ import annotations
 
-import ast
 import sys
-from functools import cache
-from pathlib import Path
 
 import pytest
-from ruamel.yaml import YAML
 
-REPO = Path(__file__).resolve().parents[2]
+from tasks.ops.code_graph import REPO, imports_of, import_cycles, module_name, project_files, project_modules
+
 PROJECT_PACKAGES = {"tasks", "models", "serving", "flows"}
+
+# The layers, lowest first: a module may import its own layer and the ones below, never one above. A module
+# belongs to the layer with the longest prefix that names it (tasks.core.errors is a spec, tasks.core.paths core).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("models", ("models",)),                                   # nn.Modules and their configs: torch only
+    ("specs", ("tasks.core.errors", "tasks.core.contract_spec", "tasks.core.params_spec",
+               "tasks.core.schema_spec")),                     # typed specs and errors
+    ("core", ("tasks.core",)),                                 # building blocks on the specs
+    ("loaders", ("tasks.config", "tasks.contract")),           # params.yaml and the data contract, loaded
+    ("shared", ("tasks.training", "tasks.variants", "tasks.blessing", "tasks.monitoring", "tasks.canarying",
+                "tasks.ops")),                                 # what several steps share, by concern
+    ("steps", ("tasks",)),                                     # tasks/<step>.py, one per stage or step
+    ("serving", ("serving",)),                                 # the service (narrower still: see below)
+    ("flows", ("flows",)),                                     # Prefect flows and the CLI
+)
 SHARED_TOP_LEVEL = {"tasks.config", "tasks.contract"}   # the two top-level modules of tasks/ that are not steps
-SUBPACKAGES = {"core", "training", "variants", "ops", "monitoring", "blessing"}
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def project_files(package: str) -> list[Path]:
-    return sorted((REPO / package).rglob("*.py"))
-
-
-@cache
-def imports_of(path: Path) -> tuple[str, ...]:
-    """Every module `path` imports, resolved to its full dotted name (`from tasks import x` -> tasks.x)."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found += [f"{node.module}.{alias.name}" if _is_module(f"{node.module}.{alias.name}") else node.module
-                      for alias in node.names]
-    return tuple(found)
-
-
-def _is_module(name: str) -> bool:
-    base = REPO.joinpath(*name.split("."))
-    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
+def layer_of(module: str) -> int:
+    """The rank in LAYERS of the layer that holds `module`."""
+    ranked = [(len(prefix), rank) for rank, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes
+              if module == prefix or module.startswith(prefix + ".")]
+    assert ranked, f"{module} is in no layer: add it to LAYERS"
+    return max(ranked)[1]
 
 
 def step_modules() -> set[str]:
@@ -59,27 +51,33 @@ def violations(package: str, allowed) -> list[str]:
     return found
 
 
+def test_every_project_module_is_in_a_layer_and_the_layers_have_names():
+    assert [name for name, _ in LAYERS][:4] == ["models", "specs", "core", "loaders"]
+    assert {layer_of(module) for module in project_modules()} == set(range(len(LAYERS)))
+    assert LAYERS[layer_of("tasks.core.errors")][0] == "specs"
+    assert LAYERS[layer_of("tasks.core.paths")][0] == "core"
+    assert LAYERS[layer_of("tasks.train")][0] == "steps"
+
+
+@pytest.mark.parametrize("package", sorted(PROJECT_PACKAGES))
+def test_no_module_imports_a_layer_above_its_own(package):
+    def allowed(importer: str, imported: str) -> bool:
+        return layer_of(imported) <= layer_of(importer)
+
+    assert violations(package, allowed) == []
+
+
+def test_there_is_no_import_cycle_among_project_modules():
+    """Function-level imports included: hiding an import inside a function hides a cycle, it does not break it."""
+    assert import_cycles() == []
+
+
 def test_a_step_never_imports_another_step():
     steps = step_modules()
     assert {"tasks.prepare", "tasks.train", "tasks.bless", "tasks.canary"} <= steps
 
     def allowed(importer: str, imported: str) -> bool:
         return not any(imported == step or imported.startswith(step + ".") for step in steps - {importer})
-
-    assert violations("tasks", allowed) == []
-
-
-def test_shared_subpackages_never_import_steps_and_core_imports_nothing_above_it():
-    steps = step_modules()
-
-    def allowed(importer: str, imported: str) -> bool:
-        if importer.split(".")[1] not in SUBPACKAGES and importer not in SHARED_TOP_LEVEL:
-            return True
-        if any(imported == step or imported.startswith(step + ".") for step in steps):
-            return False
-        if importer.startswith("tasks.core") or importer in SHARED_TOP_LEVEL:
-            return imported.startswith("tasks.core") or imported in SHARED_TOP_LEVEL
-        return True
 
     assert violations("tasks", allowed) == []
 
@@ -99,10 +97,10 @@ def test_models_import_torch_only():
     assert outside == []
 
 
-def test_serving_imports_only_models_config_contract_and_core():
+def test_serving_imports_only_models_specs_core_and_the_loaders():
     def allowed(importer: str, imported: str) -> bool:
-        return (imported.split(".")[0] in {"models", "serving"} or imported in SHARED_TOP_LEVEL
-                or imported == "tasks.core" or imported.startswith("tasks.core."))
+        return imported.split(".")[0] == "serving" or LAYERS[layer_of(imported)][0] in {"models", "specs", "core",
+                                                                                         "loaders"}
 
     assert violations("serving", allowed) == []
 
@@ -112,39 +110,19 @@ def test_nothing_imports_flows(package):
     assert violations(package, lambda importer, imported: imported.split(".")[0] != "flows") == []
 
 
-def closure(module: str) -> set[str]:
-    """The project modules `module` runs, directly or through others (packages' __init__ included)."""
-    seen, todo = set(), [module]
-    while todo:
-        name = todo.pop()
-        if name in seen or not _is_module(name):
-            continue
-        seen.add(name)
-        parts = name.split(".")
-        # importing a.b.c runs a and a.b (an __init__ holding only a docstring runs nothing worth a dep)
-        todo += [".".join(parts[:i]) for i in range(1, len(parts)) if not _docstring_only(".".join(parts[:i]))]
-        base = REPO.joinpath(*parts)
-        path = base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
-        todo += [m for m in imports_of(path) if m.split(".")[0] in PROJECT_PACKAGES]
-    return seen
-
-
-def _docstring_only(package: str) -> bool:
-    body = ast.parse(REPO.joinpath(*package.split("."), "__init__.py").read_text()).body
-    return all(isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) for node in body)
-
-
 def test_every_dvc_stage_depends_on_all_the_code_it_runs():
     """A stage whose code changes must re-run: each project module a stage imports is a dvc.yaml dep
     (its file, or a folder above it)."""
+    from ruamel.yaml import YAML
+
+    from tasks.ops.code_graph import closure, module_path
+
     stages = YAML(typ="safe").load((REPO / "dvc.yaml").read_text())["stages"]
     uncovered = {}
     for name, stage in stages.items():
         deps = [d.rstrip("/") for d in stage.get("deps", []) if not d.startswith("data/")]
         for module in closure(f"tasks.{name}"):
-            base = REPO.joinpath(*module.split("."))
-            path = (base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py")
-            relative = path.relative_to(REPO).as_posix()
+            relative = module_path(module).relative_to(REPO).as_posix()
             if not any(relative == dep or relative.startswith(dep + "/") for dep in deps):
                 uncovered.setdefault(name, []).append(relative)
     assert uncovered == {}
