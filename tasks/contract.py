@@ -34,7 +34,8 @@ def parse_table(raw: pd.DataFrame, target: str, origin: str,
                 found: list[Problem] = ()) -> tuple[pd.DataFrame, dict[str, str]]:
     """Strictly type a raw table: numbers where a column is numeric, text elsewhere. A column whose share of
     non-numeric cells is above 0 but at most `max_non_numeric_share` is "mostly numeric" and refused (0: such a
-    column is text; default: validate.max_non_numeric_share's). Every problem (with those already `found` while reading) is reported in one refusal.
+    column is text; default: validate.max_non_numeric_share's). Every problem (with those already `found` while
+    reading) is reported in one refusal.
 
     Returns the typed table (index still holds file lines) and each feature's kind.
     """

@@ -52,6 +52,22 @@ def imports_of(path: Path, root: Path = REPO) -> tuple[str, ...]:
     return _parsed_imports(path.resolve(), root.resolve())
 
 
+@cache
+def _run_by_name(path: Path) -> tuple[str, ...]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.List, ast.Tuple)):
+            items = [item.value if isinstance(item, ast.Constant) else None for item in node.elts]
+            found += [module for flag, module in zip(items, items[1:]) if flag == "-m" and isinstance(module, str)]
+    return tuple(found)
+
+
+def modules_run_by_name(path: Path) -> tuple[str, ...]:
+    """The modules a file starts as `python -m <module>` (an argument list holding "-m", "<module>"): code that
+    runs without being imported, e.g. the torchrun launcher."""
+    return _run_by_name(path.resolve())
+
+
 def project_imports(module: str, root: Path = REPO) -> set[str]:
     """The project modules `module` imports directly."""
     path = module_path(module, root)
@@ -60,8 +76,8 @@ def project_imports(module: str, root: Path = REPO) -> set[str]:
 
 
 def closure(module: str, root: Path = REPO) -> set[str]:
-    """The project modules `module` runs, directly or through others (packages' __init__ included, except one
-    that holds only a docstring: it runs nothing worth a dep)."""
+    """The project modules `module` runs, directly or through others: what they import, what they start as
+    `python -m`, and packages' __init__ (except one that holds only a docstring: it runs nothing worth a dep)."""
     seen, todo = set(), [module]
     while todo:
         name = todo.pop()
@@ -70,7 +86,10 @@ def closure(module: str, root: Path = REPO) -> set[str]:
         seen.add(name)
         parts = name.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts)) if not _docstring_only(".".join(parts[:i]), root)]
-        todo += sorted(project_imports(name, root))
+        # `-m serving` (tasks/core/procs.py's running_service) starts the service only in Prefect-only steps
+        # (bless, canary): followed, it would make every stage that imports procs depend on all of serving/
+        todo += sorted(project_imports(name, root)) + [run for run in modules_run_by_name(module_path(name, root))
+                                                      if run.startswith("tasks.")]
     return seen
 
 

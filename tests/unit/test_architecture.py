@@ -2,11 +2,13 @@
 function, through tasks/ops/code_graph.py): break one and a test names the file and the import."""
 from __future__ import annotations
 
+import shutil
 import sys
 
 import pytest
 
-from tasks.ops.code_graph import REPO, imports_of, import_cycles, module_name, project_files, project_modules
+from tasks.ops.code_graph import REPO, import_cycles, imports_of, module_name, project_files, project_modules
+from tasks.ops.stage_deps import code_deps, stale_code_deps, write_code_deps
 
 PROJECT_PACKAGES = {"tasks", "models", "serving", "flows"}
 
@@ -110,19 +112,36 @@ def test_nothing_imports_flows(package):
     assert violations(package, lambda importer, imported: imported.split(".")[0] != "flows") == []
 
 
-def test_every_dvc_stage_depends_on_all_the_code_it_runs():
-    """A stage whose code changes must re-run: each project module a stage imports is a dvc.yaml dep
-    (its file, or a folder above it)."""
-    from ruamel.yaml import YAML
 
-    from tasks.ops.code_graph import closure, module_path
+def test_every_dvc_stage_lists_exactly_the_code_it_runs():
+    """dvc.yaml's code deps are the import closure of each stage (`torchship dvc-deps` writes them): a missing
+    file would leave the stage stale when that code changes, a superfluous one would re-run it for nothing."""
+    assert stale_code_deps() == {}
 
-    stages = YAML(typ="safe").load((REPO / "dvc.yaml").read_text())["stages"]
-    uncovered = {}
-    for name, stage in stages.items():
-        deps = [d.rstrip("/") for d in stage.get("deps", []) if not d.startswith("data/")]
-        for module in closure(f"tasks.{name}"):
-            relative = module_path(module).relative_to(REPO).as_posix()
-            if not any(relative == dep or relative.startswith(dep + "/") for dep in deps):
-                uncovered.setdefault(name, []).append(relative)
-    assert uncovered == {}
+
+def test_a_model_named_in_params_is_a_dep_of_the_stages_that_build_models(tmp_path):
+    for folder in ("tasks", "models"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "models" / "mine.py").write_text("from torch import nn\n\n\nclass Net(nn.Module):\n    pass\n")
+    (tmp_path / "params.yaml").write_text("train:\n  model: models.mine:Net\n")
+    assert "models/mine.py" in code_deps("train", tmp_path)
+    assert "models/mine.py" in code_deps("profile", tmp_path)
+    assert "models/mine.py" not in code_deps("prepare", tmp_path)   # it never builds a model
+    (tmp_path / "params.yaml").write_text("train:\n  model: mlp\n")
+    assert "models/mine.py" not in code_deps("train", tmp_path)
+
+
+def test_the_deps_writer_fixes_a_missing_and_a_superfluous_dep_and_keeps_comments_and_data(tmp_path):
+    for entry in ("tasks", "models", "params.yaml", "dvc.yaml"):
+        copy = shutil.copytree if (REPO / entry).is_dir() else shutil.copy
+        copy(REPO / entry, tmp_path / entry)
+    current = (REPO / "dvc.yaml").read_text()
+    broken = current.replace("      - tasks/core/sources.py\n", "", 1).replace(
+        "      - tasks/baseline.py\n", "      - tasks/baseline.py\n      - tasks/core/servelog.py\n", 1)
+    (tmp_path / "dvc.yaml").write_text(broken)
+    assert stale_code_deps(tmp_path) == {
+        "source": {"missing": ["tasks/core/sources.py"], "superfluous": []},
+        "baseline": {"missing": [], "superfluous": ["tasks/core/servelog.py"]}}
+    assert write_code_deps(tmp_path) == ["source", "baseline"]
+    assert (tmp_path / "dvc.yaml").read_text() == current     # comments, data and params deps as they were
+    assert stale_code_deps(tmp_path) == {}
