@@ -8,18 +8,16 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from tasks.core.errors import ConfigError
-from tasks.core.params_spec import (AUTO, MODEL_ARGS, BaselineParams, BlessParams, CanaryParams, CompressParams,
-                                    DataParams, DistillParams, ExportParams, FTTransformerArgs, MLPArgs, MonitorParams,
-                                    Params, PrepareParams, ProfileParams, RetrainParams, RuntimeParams, Section,
-                                    ServeParams, SloParams, TrackingParams, TrainParams, ValidateParams, known_model,
-                                    model_kwargs)
+from tasks.core.params_spec import (AUTO, BaselineParams, BlessParams, CanaryParams, CompressParams, DataParams,
+                                    DistillParams, ExportParams, MonitorParams, Params, PrepareParams, ProfileParams,
+                                    RetrainParams, RuntimeParams, Section, ServeParams, SloParams, TrackingParams,
+                                    TrainParams, ValidateParams)
 
 # The specs are re-exported: `tasks.config` stays the one place stages, flows and serving take their sections from.
-__all__ = ["AUTO", "MODEL_ARGS", "BaselineParams", "BlessParams", "CanaryParams", "CompressParams",
-           "DataParams", "DistillParams", "ExportParams", "FTTransformerArgs", "MLPArgs", "MonitorParams",
-           "Params", "PrepareParams", "ProfileParams", "RetrainParams", "RuntimeParams", "Section",
-           "ServeParams", "SloParams", "TrackingParams", "TrainParams", "ValidateParams", "known_model",
-           "model_kwargs", "PARAMS_FILE", "load_params", "parse_params", "read_params_file"]
+__all__ = ["AUTO", "BaselineParams", "BlessParams", "CanaryParams", "CompressParams", "DataParams", "DistillParams",
+           "ExportParams", "MonitorParams", "Params", "PrepareParams", "ProfileParams", "RetrainParams",
+           "RuntimeParams", "Section", "ServeParams", "SloParams", "TrackingParams", "TrainParams",
+           "ValidateParams", "PARAMS_FILE", "load_params", "parse_params", "read_params_file"]
 
 PARAMS_FILE = "params.yaml"
 

@@ -64,32 +64,6 @@ class ValidateParams(Section):
                     "refused (prepare), naming the text cells; above it, the column is categorical. 0: never refuse.")
 
 
-class MLPArgs(Section):
-    """`train.model_args` of the `mlp` model."""
-
-    hidden: list[int] = Field([128, 64], min_length=1, description="Hidden layer widths.")
-    embedding_dim: int = Field(8, ge=1, description="Embedding width per categorical column.")
-    dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout after each hidden layer.")
-
-
-class FTTransformerArgs(Section):
-    """`train.model_args` of the `ft_transformer` model (feature tokens + transformer + CLS head)."""
-
-    d_token: int = Field(32, ge=1, description="Width of each feature token (a multiple of heads).")
-    layers: int = Field(2, ge=1, description="Transformer blocks.")
-    heads: int = Field(4, ge=1, description="Attention heads per block.")
-    dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout in attention and feed-forward layers.")
-    ffn_factor: int = Field(2, ge=1, description="Feed-forward width as a multiple of d_token.")
-
-    @model_validator(mode="after")
-    def _heads_divide_tokens(self) -> "FTTransformerArgs":
-        if self.d_token % self.heads:
-            raise ValueError(f"d_token {self.d_token} must be a multiple of heads {self.heads}")
-        return self
-
-
-# Built-in model name -> its typed arguments; a `package.module:Class` model takes its own dict.
-MODEL_ARGS: dict[str, type[Section]] = {"mlp": MLPArgs, "ft_transformer": FTTransformerArgs}
 AUTO = "auto"
 
 
@@ -104,7 +78,7 @@ class TrainParams(Section):
     max_epochs: int = Field(200, ge=1, description="With `adapt`: the most epochs `min_steps` may raise `epochs` to.")
     epochs: int = Field(8, ge=1, description="Epochs (at least, with `adapt`); early stopping may end sooner.")
     batch_size: int = Field(512, ge=1, description="Global batch size (split across processes); with `adapt`, the largest.")
-    lr: float | None = Field(None, gt=0.0, description="Peak AdamW learning rate; null = the model's own (mlp 3e-3, ft_transformer 1e-3, yours 1e-3).")
+    lr: float | None = Field(None, gt=0.0, description="Peak AdamW learning rate; null = the model's own (`default_lr` in its file in models/; 1e-3 for yours without one).")
     weight_decay: float = Field(1e-4, ge=0.0, description="AdamW weight decay.")
     warmup_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="Share of steps spent warming the learning rate up.")
     patience: int = Field(3, ge=1, description="Epochs without validation improvement before early stopping (stretched with epochs under `adapt`); the best epoch's weights are kept.")
@@ -131,40 +105,6 @@ class TrainParams(Section):
                 raise ValueError(f"model_args is keyed by model name, e.g. {{mlp: {{{flat[0]}: ...}}}}; "
                                  f"{flat} look like one model's own arguments")
         return value
-
-    @model_validator(mode="after")
-    def _args_fit_their_models(self) -> "TrainParams":
-        if self.model != AUTO:
-            known_model(self.model)
-        for name, args in self.model_args.items():
-            model_kwargs(name, args)
-        return self
-
-    def model_kwargs(self) -> dict[str, Any]:
-        """The chosen model's constructor arguments (defaults filled in for a built-in model)."""
-        if self.model == AUTO:
-            raise ValueError("train.model is auto: resolve it for the data first (tasks/training/adapt.py)")
-        return model_kwargs(self.model, self.model_args.get(self.model, {}))
-
-
-def known_model(name: str) -> None:
-    if ":" not in name and name not in MODEL_ARGS:
-        raise ValueError(f"unknown model '{name}'; known: {AUTO}, {', '.join(MODEL_ARGS)} "
-                         "(or package.module:Class for your own nn.Module)")
-
-
-def model_kwargs(name: str, args: dict[str, Any]) -> dict[str, Any]:
-    """A built-in model's typed arguments with defaults filled in, or a user model's dict as given. A key the
-    model does not take is an error, never ignored."""
-    known_model(name)
-    if ":" in name:
-        return dict(args)
-    kind = MODEL_ARGS[name]
-    unknown = sorted(set(args) - set(kind.model_fields))
-    if unknown:
-        raise ValueError(f"model_args.{name} {unknown} are not arguments of {name} (it takes: "
-                         f"{', '.join(kind.model_fields)})")
-    return kind.model_validate(args).model_dump()
 
 
 class RuntimeParams(Section):
