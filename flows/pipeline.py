@@ -1,5 +1,5 @@
-"""The pipeline flow, step by step as in the diagram: six DVC stages (DVC skips what is unchanged), then
-bless -> register -> canary against the live registry. Each step lives in tasks/<step>.py."""
+"""The pipeline flow, step by step as in the diagram: the DVC stages in dvc.yaml's order (DVC skips what is
+unchanged), then bless -> register -> canary against the live registry. Each step lives in tasks/<step>.py."""
 from __future__ import annotations
 
 from prefect import flow, get_run_logger, task
@@ -51,7 +51,8 @@ def publish_summary(params: Params, parent_run: str, summary: PipelineSummary) -
 
 @flow(name="torchship-pipeline", log_prints=True)
 def pipeline(params_file: str = "params.yaml", trigger: dict[str, str] | None = None) -> PipelineSummary:
-    """prepare -> validate -> train -> export -> compress -> profile -> bless -> register -> canary.
+    """dvc.yaml's stages, one call each in its order (tests/unit/test_paths.py checks), then bless -> register ->
+    canary.
     `trigger`: tags naming why this run happened (a retrain's window), put on the run and a new version."""
     params = load_params(params_file)
     check_source(params)

@@ -1,4 +1,7 @@
-"""Model definitions and the name -> constructor registry (torch only: no I/O, no tracking)."""
+"""Model definitions and the name -> constructor registry (torch only: no I/O, no tracking).
+
+Each model file declares what is known about its model beside it: a `Config` dataclass (its hyper-parameters,
+their defaults and rules: `train.model_args.<name>`) and a `default_lr`."""
 from __future__ import annotations
 
 import importlib
@@ -6,30 +9,41 @@ from typing import Any, Callable
 
 from torch import nn
 
-from models.ft_transformer import FTTransformer
-from models.tabular import FeatureLayout, TabularMLP, TabularPreprocessor
+from models.ft_transformer import FTTransformer, FTTransformerConfig
+from models.tabular import FeatureLayout, MLPConfig, TabularMLP, TabularPreprocessor
 
 MODELS: dict[str, Callable[..., nn.Module]] = {
     "mlp": TabularMLP,
     "ft_transformer": FTTransformer,
 }
+# AdamW's usual peak learning rate, for a `package.module:Class` model that declares no `default_lr` of its own.
+FALLBACK_LR = 1e-3
 
 
-def build_model(name: str, layout: FeatureLayout, **kwargs: Any) -> nn.Module:
-    """Construct a registered model, or a user's `package.module:Class` called as Class(layout, **kwargs).
-    Unknown names list the known ones."""
+def model_class(name: str) -> Callable[..., nn.Module]:
+    """A registered model, or a user's `package.module:Class`. Unknown names list the known ones."""
     if ":" in name:
         module_name, _, class_name = name.partition(":")
         try:
-            constructor = getattr(importlib.import_module(module_name), class_name)
+            return getattr(importlib.import_module(module_name), class_name)
         except (ImportError, AttributeError) as exc:
             raise KeyError(f"model '{name}' cannot be imported ({exc}); give package.module:Class on the "
                            "Python path, or one of: " + ", ".join(sorted(MODELS))) from None
-        return constructor(layout, **kwargs)
     if name not in MODELS:
         raise KeyError(f"unknown model '{name}'; known models: {', '.join(sorted(MODELS))} "
                        "(or package.module:Class for your own nn.Module)")
-    return MODELS[name](layout, **kwargs)
+    return MODELS[name]
 
 
-__all__ = ["FTTransformer", "FeatureLayout", "MODELS", "TabularMLP", "TabularPreprocessor", "build_model"]
+def build_model(name: str, layout: FeatureLayout, **kwargs: Any) -> nn.Module:
+    """Construct a model by name, called as Class(layout, **kwargs)."""
+    return model_class(name)(layout, **kwargs)
+
+
+def default_lr(name: str) -> float:
+    """The model's own peak learning rate (`default_lr` on its class), else FALLBACK_LR."""
+    return float(getattr(model_class(name), "default_lr", FALLBACK_LR))
+
+
+__all__ = ["FALLBACK_LR", "FTTransformer", "FTTransformerConfig", "FeatureLayout", "MLPConfig", "MODELS",
+           "TabularMLP", "TabularPreprocessor", "build_model", "default_lr", "model_class"]

@@ -3,11 +3,34 @@ the CLS token classifies. A stronger (and slower) tabular model than the MLP: th
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
 from models.tabular import FeatureLayout, TabularPreprocessor
+
+
+@dataclass(frozen=True)
+class FTTransformerConfig:
+    """`train.model_args` of the `ft_transformer` model (feature tokens + transformer + CLS head)."""
+
+    d_token: int = field(default=32, metadata={"doc": "Width of each feature token (a multiple of heads)."})
+    layers: int = field(default=2, metadata={"doc": "Transformer blocks."})
+    heads: int = field(default=4, metadata={"doc": "Attention heads per block."})
+    dropout: float = field(default=0.1, metadata={"doc": "Dropout in attention and feed-forward layers."})
+    ffn_factor: int = field(default=2, metadata={"doc": "Feed-forward width as a multiple of d_token."})
+
+    def __post_init__(self):
+        small = [f"{name} {getattr(self, name)}" for name in ("d_token", "layers", "heads", "ffn_factor")
+                 if getattr(self, name) < 1]
+        if small:
+            raise ValueError(f"{', '.join(small)}: each must be at least 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout {self.dropout} must be in [0, 1)")
+        if self.d_token % self.heads:
+            raise ValueError(f"d_token {self.d_token} must be a multiple of heads {self.heads}")
 
 
 class Block(nn.Module):
@@ -39,17 +62,23 @@ class FTTransformer(nn.Module):
     """Preprocessor -> feature tokens (numeric: x * w_j + b_j; categorical: embeddings) + CLS ->
     transformer blocks -> LayerNorm -> linear head on CLS -> logits (B, n_classes)."""
 
-    def __init__(self, layout: FeatureLayout, d_token: int = 32, layers: int = 2, heads: int = 4,
-                 dropout: float = 0.1, ffn_factor: int = 2):
+    Config = FTTransformerConfig
+    # The peak AdamW learning rate that trained it best in the measurements behind `auto`
+    # (bench/results/auto_model.json); `train.lr` overrides it.
+    default_lr = 1e-3
+
+    def __init__(self, layout: FeatureLayout, **hyper: Any):
+        """`hyper`: FTTransformerConfig's fields; its defaults fill the rest."""
         super().__init__()
-        if d_token % heads:
-            raise ValueError(f"d_token {d_token} must be divisible by heads {heads}")
+        config = FTTransformerConfig(**hyper)
+        d_token = config.d_token
         self.preprocess = TabularPreprocessor(layout, embedding_dim=d_token)
         n_numeric = len(layout.numeric_index)
         self.numeric_weight = nn.Parameter(torch.randn(n_numeric, d_token) / math.sqrt(d_token))
         self.numeric_bias = nn.Parameter(torch.zeros(n_numeric, d_token))
         self.cls = nn.Parameter(torch.zeros(1, 1, d_token))
-        self.blocks = nn.ModuleList(Block(d_token, heads, dropout, ffn_factor) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(d_token, config.heads, config.dropout, config.ffn_factor)
+                                    for _ in range(config.layers))
         self.norm = nn.LayerNorm(d_token)
         self.head = nn.Linear(d_token, layout.n_classes)
 

@@ -1,7 +1,8 @@
 """Tabular classifiers whose preprocessing lives inside the module, so every export carries it."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -57,16 +58,40 @@ class TabularPreprocessor(nn.Module):
         return torch.cat(([numbers] if numbers is not None else []) + embedded, dim=1)
 
 
+@dataclass(frozen=True)
+class MLPConfig:
+    """`train.model_args` of the `mlp` model."""
+
+    hidden: list[int] = field(default_factory=lambda: [128, 64], metadata={"doc": "Hidden layer widths."})
+    embedding_dim: int = field(default=8, metadata={"doc": "Embedding width per categorical column."})
+    dropout: float = field(default=0.1, metadata={"doc": "Dropout after each hidden layer."})
+
+    def __post_init__(self):
+        if not self.hidden or min(self.hidden) < 1:
+            raise ValueError(f"hidden {self.hidden}: at least one layer, each at least 1 wide")
+        if self.embedding_dim < 1:
+            raise ValueError(f"embedding_dim {self.embedding_dim} must be at least 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout {self.dropout} must be in [0, 1)")
+
+
 class TabularMLP(nn.Module):
     """Preprocessor -> [Linear, ReLU, Dropout]* -> logits (B, n_classes)."""
 
-    def __init__(self, layout: FeatureLayout, hidden: list[int], embedding_dim: int = 8, dropout: float = 0.1):
+    Config = MLPConfig
+    # The peak AdamW learning rate that trained it best in the measurements behind `auto`
+    # (bench/results/auto_model.json); `train.lr` overrides it.
+    default_lr = 3e-3
+
+    def __init__(self, layout: FeatureLayout, **hyper: Any):
+        """`hyper`: MLPConfig's fields; its defaults fill the rest."""
         super().__init__()
-        self.preprocess = TabularPreprocessor(layout, embedding_dim)
+        config = MLPConfig(**hyper)
+        self.preprocess = TabularPreprocessor(layout, config.embedding_dim)
         layers: list[nn.Module] = []
         width = self.preprocess.out_features
-        for size in hidden:
-            layers += [nn.Linear(width, size), nn.ReLU(), nn.Dropout(dropout)]
+        for size in config.hidden:
+            layers += [nn.Linear(width, size), nn.ReLU(), nn.Dropout(config.dropout)]
             width = size
         layers.append(nn.Linear(width, layout.n_classes))
         self.body = nn.Sequential(*layers)

@@ -17,7 +17,7 @@ from tasks.contract import Schema, encode_features, encode_target, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
 from tasks.core.metrics import classification_metrics
-from tasks.core.stage import stage_main
+from tasks.ops.stage import stage_main
 
 log = logging.getLogger("torchship.baseline")
 

@@ -25,7 +25,7 @@ from tasks.core.gate import GateResult
 from tasks.core.holdout import Holdout, load_holdout
 from tasks.core.metrics import bootstrap_drop, classification_metrics, predict
 from tasks.core.runtime import Runner, onnx_runner
-from tasks.core.stage import stage_main
+from tasks.ops.stage import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.exporters import export_onnx
 from tasks.variants.parity import probe_rows, publish_variant

@@ -14,7 +14,7 @@ from tasks.config import Params
 from tasks.contract import load_schema
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
-from tasks.core.stage import stage_main
+from tasks.ops.stage import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.exporters import export_onnx, export_program
 from tasks.variants.parity import probe_rows, publish_variant

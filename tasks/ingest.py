@@ -10,9 +10,9 @@ from tasks.config import Params
 from tasks.contract import load_schema
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
-from tasks.core.batch_door import accept_batch, contract_from_schema, judge_batch
 from tasks.core.gate import GateResult
 from tasks.core.quarantine import quarantine_move
+from tasks.monitoring.batch_door import accept_batch, contract_from_schema, judge_batch
 
 log = logging.getLogger("torchship.ingest")
 

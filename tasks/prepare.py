@@ -16,10 +16,11 @@ from tasks.core import paths
 from tasks.core.artifacts import write_atomic, write_json_atomic
 from tasks.core.contract_spec import Contract
 from tasks.core.errors import DataError
+from tasks.core.params_spec import MAX_NON_NUMERIC_SHARE
 from tasks.core.problems import Problem
 from tasks.core.quarantine import quarantine_copy
 from tasks.core.sources import read_source, resolve_target, source_path
-from tasks.core.stage import stage_main
+from tasks.ops.stage import stage_main
 
 log = logging.getLogger("torchship.prepare")
 
@@ -34,7 +35,7 @@ class PreparedData:
 
 def prepare_tables(raw: pd.DataFrame, target: str, origin: str, params: PrepareParams,
                    contract: Contract | None = None, found: list[Problem] = (),
-                   max_non_numeric_share: float | None = None) -> PreparedData:
+                   max_non_numeric_share: float = MAX_NON_NUMERIC_SHARE) -> PreparedData:
     """Pure core: strict parse (by the contract when there is one), stratified three-way split, schema
     fitted on the training split. Every problem of the table (with those `found` while reading it) is reported
     in one refusal."""

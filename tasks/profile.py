@@ -22,7 +22,7 @@ from tasks.core.holdout import load_holdout
 from tasks.core.metrics import evaluate
 from tasks.core.plots import plot_latency
 from tasks.core.runtime import Runner, open_onnx
-from tasks.core.stage import stage_main
+from tasks.ops.stage import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.parity import check_raw_parity, raw_probe_rows
 from tasks.variants.preprocess import compose_raw_model

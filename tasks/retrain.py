@@ -15,9 +15,9 @@ from tasks.config import Params
 from tasks.contract import Schema, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
-from tasks.core.batch_door import accept_batch, contract_from_schema, judge_rows
 from tasks.core.gate import GateResult
 from tasks.core.quarantine import quarantine_folder
+from tasks.monitoring.batch_door import accept_batch, contract_from_schema, judge_rows
 from tasks.monitoring.window import LABEL, Window
 
 log = logging.getLogger("torchship.retrain")

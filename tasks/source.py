@@ -11,7 +11,7 @@ import logging
 from tasks.config import Params
 from tasks.core import paths
 from tasks.core.sources import write_source_fingerprint
-from tasks.core.stage import stage_main
+from tasks.ops.stage import stage_main
 
 log = logging.getLogger("torchship.source")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tasks.config import Params
 from tasks.core import paths
-from tasks.core.stage import stage_main
+from tasks.ops.stage import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.job import TrainingJob, run_job, split_rows
 from tasks.training.weights import model_spec

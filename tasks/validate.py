@@ -17,7 +17,7 @@ from tasks.core.expectations import validate_frames
 from tasks.core.gate import GateResult
 from tasks.core.quarantine import quarantine_copy
 from tasks.core.sources import source_path
-from tasks.core.stage import stage_main
+from tasks.ops.stage import stage_main
 
 log = logging.getLogger("torchship.validate")
 

@@ -49,5 +49,6 @@ app.command()(canary.canary)
 app.add_typer(data.contract_app, name="contract")
 app.add_typer(loop.demo_app, name="demo")
 app.command("config-docs", hidden=True)(workspace.config_docs)
+app.command("dvc-deps", hidden=True)(workspace.dvc_deps)
 
 __all__ = ["app"]

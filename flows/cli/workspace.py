@@ -1,4 +1,5 @@
-"""`torchship clean` and `torchship config-docs`: the project folder's local state and generated docs."""
+"""`torchship clean`, `torchship config-docs` and `torchship dvc-deps`: the project folder's local state and generated
+files."""
 from __future__ import annotations
 
 import typer
@@ -33,3 +34,14 @@ def config_docs() -> None:
     from tasks.ops.workspace import write_configuration_docs
 
     console.print(f"wrote {write_configuration_docs(root).relative_to(root)}")
+
+
+def dvc_deps() -> None:
+    """Rewrite each DVC stage's code deps in dvc.yaml: every file the stage runs (its import closure, and the
+    model file `train.model` names), so a change re-runs exactly the stages whose code changed."""
+    root = enter_project()
+    from tasks.ops.stage_deps import write_code_deps
+
+    changed = write_code_deps(root)
+    console.print(f"dvc.yaml: code deps rewritten for {', '.join(changed)}" if changed
+                  else "dvc.yaml: code deps are current")

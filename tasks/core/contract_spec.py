@@ -74,14 +74,29 @@ def suggest_contract(typed: pd.DataFrame, kinds: dict[str, str], target: str, ma
             observed = values.dropna().astype(str).value_counts()
             columns[name] = ColumnRule(**common, categories=sorted(observed.index[:max_categories]),
                                        on_violation="warn" if len(observed) > max_categories else "fail")
-    from tasks.contract import label_strings
-
     labels = label_strings(typed[target])  # the same text form prepare gives labels (1.0 -> "1")
     shares = labels.value_counts(normalize=True)
     columns[target] = ColumnRule(type="categorical", nullable=False, max_null_share=0.0,
                                  categories=sorted(shares.index))
     return Contract(target=target, classes=sorted(shares.index), min_class_share=_floor(shares.min() / 2, 3),
                     min_rows=max(1, len(typed) // 10), columns=columns)
+
+
+def class_labels(target: pd.Series) -> list[str]:
+    """Sorted class labels as text (numerically when the labels are numbers)."""
+    numbers = pd.to_numeric(target, errors="coerce")
+    if numbers.notna().all():
+        return [str(int(v)) for v in sorted(numbers.unique())]
+    return sorted(target.astype(str).unique())
+
+
+
+def label_strings(target: pd.Series) -> pd.Series:
+    """Labels in the same text form as `class_labels`."""
+    numbers = pd.to_numeric(target, errors="coerce")
+    if numbers.notna().all():
+        return numbers.astype("int64").astype(str)
+    return target.astype(str)
 
 
 def _round(value: float) -> float:

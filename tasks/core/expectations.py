@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.config import ValidateParams
-from tasks.contract import Schema
 from tasks.core.contract_spec import Contract
 from tasks.core.gate import GateResult
+from tasks.core.params_spec import ValidateParams
+from tasks.core.schema_spec import Schema
 
 WARN = {"on_violation": "warn"}  # expectation meta: a violation warns instead of failing
 

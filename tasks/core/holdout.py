@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.contract import Schema, encode_features, encode_target
 from tasks.core import paths
+from tasks.core.encoding import encode_features, encode_target
+from tasks.core.schema_spec import Schema
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from tasks.config import TrackingParams
-from tasks.contract import Schema, schema_from_metadata
 from tasks.core.errors import TorchshipError
+from tasks.core.params_spec import TrackingParams
 from tasks.core.runtime import open_onnx
+from tasks.core.schema_spec import Schema, schema_from_metadata
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 SHA_TAG = "artifact_sha256"

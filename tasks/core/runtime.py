@@ -6,6 +6,8 @@ from typing import Callable
 
 import numpy as np
 
+from tasks.core.encoding import encode_features, raw_columns
+
 Runner = Callable[[np.ndarray], np.ndarray]   # encoded rows (N, F) float32 -> logits (N, C)
 RAW_INPUTS = {"torchship.inputs": "raw"}   # metadata of a graph with one input per feature column
 
@@ -52,8 +54,6 @@ def takes_raw_rows(session) -> bool:
 def predict_proba(session, schema, rows) -> np.ndarray:
     """Raw rows (a DataFrame with the schema's feature columns) -> class probabilities (N, C), from either kind
     of torchship model: a composed graph takes `raw_columns`, a bare one the encoded matrix."""
-    from tasks.contract import encode_features, raw_columns
-
     if takes_raw_rows(session):
         return session.run(["probabilities"], raw_columns(rows, schema))[0]
     return softmax(session.run(None, {"x": encode_features(rows, schema)})[0])

@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.config import DataParams
-from tasks.contract import read_table, require_target, table_columns
 from tasks.core import paths
+from tasks.core.contract_spec import Contract
 from tasks.core.errors import ConfigError, DataError
+from tasks.core.params_spec import DataParams
 from tasks.core.problems import Problem, raise_if_any
+from tasks.core.tables import read_table, require_target, table_columns
 
 SKLEARN_SETS = ("breast_cancer", "digits", "iris", "wine")
 SYNTHETIC_TARGET = "churned"
@@ -71,7 +72,7 @@ def load_sklearn(name: str) -> pd.DataFrame:
     return getattr(datasets, f"load_{name}")(as_frame=True).frame
 
 
-def resolve_target(data: DataParams, contract=None) -> str:
+def resolve_target(data: DataParams, contract: Contract | None = None) -> str:
     """The target column: the contract's when there is one, else explicit, else the built-in source's own."""
     if contract is not None:
         return contract.target

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from tasks.config import TrackingParams
 from tasks.core.env import PARENT_RUN_ENV, TELEMETRY_OFF, set_defaults
+from tasks.core.params_spec import TrackingParams
 
 
 def configure_mlflow(tracking: TrackingParams) -> str:

@@ -2,13 +2,17 @@
 type, default and meaning, so the docs can never drift from the code (a test compares them)."""
 from __future__ import annotations
 
+import dataclasses
+
 from pydantic import BaseModel
 
-from tasks.config import MODEL_ARGS, Params
+from tasks.config import Params
 
 
 def configuration_markdown() -> str:
     """docs/configuration.md, generated from the typed model: every key, type, default, meaning."""
+    from tasks.training.model_args import model_configs  # imports torch: only when the docs are built
+
     lines = ["# Configuration (`params.yaml`)", "",
              "Generated from `tasks/config.py` by `torchship config-docs`; do not edit by hand.",
              "Override any key for one run with `torchship run --set section.key=value`.", ""]
@@ -22,8 +26,8 @@ def configuration_markdown() -> str:
             continue
         lines += _section_table(section_field.alias or section_name, section)
         if section_name == "train":
-            for model, arguments in MODEL_ARGS.items():
-                lines += _section_table(f"train.model_args.{model}", arguments, f"`train.model_args.{model}`")
+            for model, config in model_configs().items():
+                lines += _config_table(f"train.model_args.{model}", config)
     return "\n".join(lines)
 
 
@@ -34,4 +38,14 @@ def _section_table(key: str, section: type[BaseModel], title: str | None = None)
         kind = (str(field.annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
                 .replace(" | ", " or "))
         lines.append(f"| `{key}.{name}` | `{kind}` | `{field.default!r}` | {field.description or ''} |")
+    return lines + [""]
+
+
+def _config_table(key: str, config: type) -> list[str]:
+    """A model's Config dataclass (models/<model>.py): its fields, defaults and `doc` metadata."""
+    lines = [f"## `{key}`", "", (config.__doc__ or "").strip(), "",
+             "| key | type | default | meaning |", "|---|---|---|---|"]
+    for field in dataclasses.fields(config):
+        default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+        lines.append(f"| `{key}.{field.name}` | `{field.type}` | `{default!r}` | {field.metadata.get('doc', '')} |")
     return lines + [""]

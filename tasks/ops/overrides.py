@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from tasks.config import PARAMS_FILE, Params, parse_params, read_params_file
+from tasks.config import AUTO, PARAMS_FILE, Params, parse_params, read_params_file
 from tasks.core import paths
 from tasks.core.artifacts import write_bytes_atomic
 from tasks.core.errors import ConfigError
@@ -55,7 +55,14 @@ def resolve(assignments: list[str], params_file: str | None = None, base_file: s
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {text!r}: '{part}' is not a section.")
         node[path[-1]] = value
-    return raw, parse_params(raw, origin="params (after --params/--set)")
+    parsed = parse_params(raw, origin="params (after --params/--set)")
+    if parsed.train.model != AUTO or parsed.train.model_args:
+        # a named model or its arguments are checked against models/ before anything runs; that imports torch,
+        # which loading params never does, so only when there is something to check
+        from tasks.training.model_args import check_model_args
+
+        check_model_args(parsed.train)
+    return raw, parsed
 
 
 def write_params(raw: dict, target: str = PARAMS_FILE) -> bool:

@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from tasks.core.sources import write_source_fingerprint
 from tasks.ops.overrides import applied_overrides, resolve
-from tasks.ops.reproduce import DVC_STAGES, stage_changes
+from tasks.ops.reproduce import dvc_stages, stage_changes
 
 LIVE_STEPS = ("bless", "register", "canary")  # compared with the live registry, never cached
 
@@ -17,10 +17,10 @@ class PlannedStep(BaseModel):
     why: str
 
 
-def plan_steps(changes: dict[str, list[str]]) -> list[PlannedStep]:
-    """Pure core: DVC's reasons per stage -> one row per step of the pipeline, in order."""
+def plan_steps(stages: list[str], changes: dict[str, list[str]]) -> list[PlannedStep]:
+    """Pure core: dvc.yaml's stages and DVC's reasons per stage -> one row per step of the pipeline, in order."""
     rows, upstream_runs = [], False
-    for stage in DVC_STAGES:
+    for stage in stages:
         reasons = changes.get(stage)
         if reasons:
             rows.append(PlannedStep(step=stage, would="run", why="; ".join(reasons)))
@@ -39,4 +39,4 @@ def plan_run(assignments: list[str], params_file: str | None) -> list[PlannedSte
     raw, parsed = resolve(assignments, params_file)
     with applied_overrides(raw, keep=False):
         write_source_fingerprint(parsed.data)
-        return plan_steps(stage_changes())
+        return plan_steps(dvc_stages(), stage_changes())

@@ -22,12 +22,12 @@ from tasks.config import Params
 from tasks.core.artifacts import read_json
 from tasks.core.errors import TorchshipError
 from tasks.core.registry import inside, model_version, refuse_climbing, registry_client
-from tasks.ops.reproduce import StageOutcome, reproduce, stage_environment
+from tasks.ops.reproduce import StageOutcome, dvc_stages, reproduce, stage_environment
 
 LINEAGE = "lineage"   # artifact folder of the version's run
 LINEAGE_FILES = ("params.yaml", "dvc.lock", "data/source.json", "data/batches.dvc")
-# prepare's outputs come from the DVC remote (the recorded data, md5-checked); everything after is rebuilt.
-REBUILT = ("validate", "baseline", "train", "export", "compress", "profile")
+# prepare's outputs come from the DVC remote (the recorded data, md5-checked); every stage after it is rebuilt.
+PULLED = "prepare"
 METRICS = ("accuracy", "f1_macro")
 METRIC_TAG = "holdout_{}"
 
@@ -86,8 +86,8 @@ def rebuild_version(params: Params, version: str, tolerance: float = 0.01, keep:
         _point_remote_at(root.resolve(), workspace)
         echo.write(f"── rebuild v{version} ── commit {commit[:10]}, restored {', '.join(restored)}; "
                    "dvc pull of the prepared data\n")
-        _dvc(workspace, "pull", "--quiet", "prepare")
-        stages = [reproduce(stage, echo=echo, cwd=workspace, force=True) for stage in REBUILT]
+        _dvc(workspace, "pull", "--quiet", PULLED)
+        stages = [reproduce(stage, echo=echo, cwd=workspace, force=True) for stage in rebuilt_stages(workspace)]
         profile = read_json(workspace / "data/profile/report.json")
         chosen = profile["variants"][profile["selected"]]
         rebuilt = {m: float(chosen[m]) for m in registered if m in chosen}
@@ -98,6 +98,12 @@ def rebuild_version(params: Params, version: str, tolerance: float = 0.01, keep:
     return RebuildReport(model_name=name, version=str(version), commit=commit, workspace=str(workspace),
                          registered=registered, rebuilt=rebuilt, tolerance=tolerance, matched=matched, stages=stages,
                          seconds=time.perf_counter() - started)
+
+
+def rebuilt_stages(workspace: Path) -> list[str]:
+    """The stages after the pulled one, in the order of the checked-out commit's dvc.yaml."""
+    stages = dvc_stages(workspace)
+    return stages[stages.index(PULLED) + 1:]
 
 
 def _checkout(root: Path, commit: str, workspace: Path) -> None:

@@ -24,7 +24,7 @@ from tasks.core.procs import Child, tee_lines
 # Always changed for DVC (it fingerprints the source for plain `dvc repro`); torchship's run and plan write
 # that fingerprint themselves first, so for them it is never a reason to run anything.
 REFRESHED_BY_TORCHSHIP = ("source",)
-DVC_STAGES = ("source", "prepare", "validate", "baseline", "train", "export", "compress", "profile")
+DVC_FILE = Path("dvc.yaml")
 LOCK_FILE = Path("dvc.lock")
 
 
@@ -46,6 +46,19 @@ def read_lock(cwd: Path = Path(".")) -> dict:
 
     lock = cwd / LOCK_FILE
     return (YAML(typ="safe").load(lock.read_text()) or {}).get("stages") or {} if lock.exists() else {}
+
+
+def dvc_stages(cwd: Path = Path(".")) -> list[str]:
+    """dvc.yaml's stages, in order: the one stage list (tests/unit/test_paths.py checks the pipeline flow's
+    calls against it)."""
+    from ruamel.yaml import YAML
+
+    return list(YAML(typ="safe").load((cwd / DVC_FILE).read_text())["stages"])
+
+
+def pipeline_stages(cwd: Path = Path(".")) -> list[str]:
+    """The stages the pipeline runs through `dvc repro`, in order: all but the ones torchship refreshes itself."""
+    return [stage for stage in dvc_stages(cwd) if stage not in REFRESHED_BY_TORCHSHIP]
 
 
 def stage_environment(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tasks.ops.config_docs import configuration_markdown
 from tasks.core import paths
+from tasks.ops.config_docs import configuration_markdown
+from tasks.ops.reproduce import pipeline_stages
 
-STAGE_OUTPUTS = (paths.PREPARE, paths.VALIDATE, paths.BASELINE, paths.TRAIN, paths.EXPORT, paths.COMPRESS, paths.PROFILE)
 RUNTIME_DATA = (paths.QUARANTINE, paths.SERVE, paths.MONITOR, paths.BATCHES)   # data/batches.dvc is committed: kept
 KEPT = {".gitignore", ".gitkeep"}  # written by DVC / committed with the project: the folders stay tracked
 CONFIGURATION_DOCS = Path("docs") / "configuration.md"
@@ -16,12 +16,18 @@ CONFIGURATION_DOCS = Path("docs") / "configuration.md"
 def local_state(root: Path, cache: bool = False) -> list[Path]:
     """What exists of: stage outputs, quarantined/served/accepted data, the MLflow store, Prefect's state
     (and the DVC cache when asked) that holds any file; each stage folder and mlflow/ keep their committed marker files."""
-    candidates = [p for folder in STAGE_OUTPUTS for p in sorted((root / folder).glob("*")) if p.name not in KEPT]
+    candidates = [p for folder in stage_folders(root) for p in sorted((root / folder).glob("*")) if p.name not in KEPT]
     candidates += [root / folder for folder in RUNTIME_DATA]
     candidates += [p for p in sorted((root / "mlflow").glob("*")) if p.name not in KEPT] + [root / ".prefect"]
     if cache:
         candidates.append(root / ".dvc" / "cache")
     return [p for p in candidates if holds_files(p)]
+
+
+def stage_folders(root: Path) -> list[Path]:
+    """data/<stage>/ of each stage the pipeline runs (dvc.yaml's; the source stage writes data/source.json only,
+    which clean keeps)."""
+    return [paths.DATA / stage for stage in pipeline_stages(root)]
 
 
 def holds_files(path: Path) -> bool:

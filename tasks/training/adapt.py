@@ -12,13 +12,11 @@ import math
 
 from pydantic import BaseModel
 
+from models import default_lr
 from tasks.config import AUTO, TrainParams
 
 MIN_BATCHES_PER_EPOCH = 16
 MIN_BATCH = 32
-# Peak learning rates that trained each built-in model best in the measurements behind `auto`
-# (bench/results/auto_model.json); a user model starts from AdamW's usual 1e-3.
-DEFAULT_LR = {"mlp": 3e-3, "ft_transformer": 1e-3}
 
 
 class FittedTraining(BaseModel):
@@ -67,7 +65,7 @@ def fit_training(settings: TrainParams, train_rows: int) -> FittedTraining:
             patience = max(patience, math.ceil(patience * needed / epochs))
             reasons.append(f"patience {settings.patience} -> {patience} epochs")
             epochs = needed
-    lr = settings.lr if settings.lr is not None else DEFAULT_LR.get(model, 1e-3)
+    lr = settings.lr if settings.lr is not None else default_lr(model)   # each model file declares its own
     return FittedTraining(model=model, batch_size=batch, epochs=epochs, patience=patience, lr=lr,
                           train_rows=train_rows, steps_per_epoch=max(1, math.ceil(train_rows / batch)),
                           reasons=reasons)

@@ -14,6 +14,7 @@ from tasks.config import TrainParams
 from tasks.contract import Schema
 from tasks.core.artifacts import write_atomic
 from tasks.core.errors import TorchshipError
+from tasks.training.model_args import chosen_model_kwargs
 
 
 def fit_layout(features: np.ndarray, schema: Schema) -> FeatureLayout:
@@ -32,7 +33,7 @@ def fit_layout(features: np.ndarray, schema: Schema) -> FeatureLayout:
 
 def model_spec(params: TrainParams) -> dict:
     """Name and constructor arguments, saved beside the weights so export can rebuild the model."""
-    return {"name": params.model, "kwargs": params.model_kwargs()}
+    return {"name": params.model, "kwargs": chosen_model_kwargs(params)}
 
 
 def save_trained(path: Path, model: nn.Module, layout: FeatureLayout, spec: dict, classes: list[str]) -> None:

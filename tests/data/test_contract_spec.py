@@ -74,7 +74,7 @@ def test_infinite_numbers_are_refused_by_column_and_line(customers):
 def test_ingest_door_gate_lists_every_problem(customers, suggested, tmp_path):
     """The batch door's gate JSON has one reason per problem: a ragged row and text in two numeric columns."""
     from tasks.config import Params
-    from tasks.core.batch_door import judge_batch
+    from tasks.monitoring.batch_door import judge_batch
 
     path = tmp_path / "batch.csv"
     customers.head(50).to_csv(path, index=False)

@@ -6,17 +6,20 @@ import re
 
 import pytest
 
+from tasks.ops.plan import LIVE_STEPS
+from tasks.ops.reproduce import pipeline_stages
+from tests.conftest import REPO
 from tests.helpers import dvc_clean, workspace_restored
 
 pytestmark = pytest.mark.integration
 
 MODEL = "synthetic-churn"
-STAGES = ["prepare", "validate", "baseline", "train", "export", "compress", "profile"]
+STAGES = pipeline_stages(REPO)
 
 
 def test_first_run_registers_a_champion_with_lineage(tiny_pipeline):
     project, first = tiny_pipeline
-    for step in STAGES + ["bless", "register", "canary"]:
+    for step in STAGES + list(LIVE_STEPS):
         assert step in first.stdout
     # The closing line: what this run did to the registry.
     assert f"Registry: registered v1 of {MODEL}; aliases moved: champion none → v1." in " ".join(first.stdout.split())

@@ -7,6 +7,7 @@ import pytest
 
 from tasks.config import TrainParams
 from tasks.training.adapt import MIN_BATCHES_PER_EPOCH, fit_training, fitted_settings
+from tasks.training.model_args import chosen_model_kwargs
 
 pytestmark = pytest.mark.model
 
@@ -40,5 +41,5 @@ def test_everything_stays_overridable():
 def test_fitted_settings_leave_nothing_to_resolve():
     settings = fitted_settings(TrainParams(), fit_training(TrainParams(), 1257))
     assert settings.model == "mlp" and settings.lr == 3e-3 and not settings.adapt
-    assert settings.model_kwargs()["hidden"] == [128, 64]
+    assert chosen_model_kwargs(settings)["hidden"] == [128, 64]   # MLPConfig's defaults
     assert fit_training(settings, 1257) == fit_training(settings, 1257)   # idempotent: workers agree

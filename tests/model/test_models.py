@@ -1,12 +1,13 @@
 """models/: shapes, robustness to missing and unseen inputs, the registry."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
-from models import MODELS, FeatureLayout, TabularMLP, build_model
+from models import FALLBACK_LR, MODELS, FeatureLayout, TabularMLP, build_model, default_lr
 
 LAYOUT = FeatureLayout(numeric_index=[0, 2], categorical_index=[1, 3], cardinalities=[3, 5],
                        numeric_mean=[10.0, -1.0], numeric_std=[2.0, 0.5], n_classes=4)
@@ -86,6 +87,23 @@ def test_build_model_unknown_name_lists_the_known():
         build_model("transformer", LAYOUT, hidden=[8])
     message = str(caught.value)
     assert "transformer" in message and all(name in message for name in MODELS)
+
+
+def test_each_model_declares_its_config_and_learning_rate_and_its_defaults_build_it():
+    for name, model in MODELS.items():
+        config = model.Config()   # every hyper-parameter has a default in the model's own file
+        built = build_model(name, LAYOUT, **dataclasses.asdict(config))
+        assert isinstance(built, model) and model.default_lr > 0 and default_lr(name) == model.default_lr
+    assert isinstance(build_model("mlp", LAYOUT), TabularMLP)   # the constructor takes the same defaults
+    assert (default_lr("mlp"), default_lr("ft_transformer")) == (3e-3, 1e-3)   # bench/results/auto_model.json
+    assert default_lr("torch.nn:Identity") == FALLBACK_LR   # a model of yours that declares none
+
+
+def test_a_config_refuses_values_its_model_cannot_take():
+    with pytest.raises(ValueError, match="multiple of heads"):
+        MODELS["ft_transformer"](LAYOUT, d_token=10, heads=4)
+    with pytest.raises(ValueError, match="hidden"):
+        MODELS["mlp"].Config(hidden=[])
 
 
 def test_models_package_imports_no_pipeline_libraries():

@@ -21,11 +21,12 @@ import psutil
 import pytest
 from ruamel.yaml import YAML
 
-from tests.conftest import BIN, Project, make_project
+from tasks.ops.reproduce import pipeline_stages
+from tests.conftest import BIN, REPO, Project, make_project
 from tests.helpers import dvc_clean
 
 pytestmark = pytest.mark.reliability
-DVC_STAGES = ("prepare", "validate", "baseline", "train", "export", "compress", "profile")
+DVC_STAGES = tuple(pipeline_stages(REPO))
 # A few more epochs than the session's tiny run, so train can be killed between two of them; no distilled student
 # (a second torchrun job in compress: the same engine train's rung already kills).
 LADDER = {"train": {"epochs": 4, "checkpoint_every": 0}, "distill": {"enabled": False}}

@@ -1,46 +1,40 @@
 """The layout rules of ARCHITECTURE.md, read from the source (every import, module-level or inside a
-function): break one and a test names the file and the import."""
+function, through tasks/ops/code_graph.py): break one and a test names the file and the import."""
 from __future__ import annotations
 
-import ast
+import shutil
 import sys
-from functools import cache
-from pathlib import Path
 
 import pytest
-from ruamel.yaml import YAML
 
-REPO = Path(__file__).resolve().parents[2]
+from tasks.ops.code_graph import REPO, import_cycles, imports_of, module_name, project_files, project_modules
+from tasks.ops.stage_deps import code_deps, stale_code_deps, write_code_deps
+
 PROJECT_PACKAGES = {"tasks", "models", "serving", "flows"}
+
+# The layers, lowest first: a module may import its own layer and the ones below, never one above. A module
+# belongs to the layer with the longest prefix that names it (tasks.core.errors is a spec, tasks.core.paths core).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("models", ("models",)),                                   # nn.Modules and their configs: torch only
+    ("specs", ("tasks.core.errors", "tasks.core.contract_spec", "tasks.core.params_spec",
+               "tasks.core.schema_spec")),                     # typed specs and errors
+    ("core", ("tasks.core",)),                                 # building blocks on the specs
+    ("loaders", ("tasks.config", "tasks.contract")),           # params.yaml and the data contract, loaded
+    ("shared", ("tasks.training", "tasks.variants", "tasks.blessing", "tasks.monitoring", "tasks.canarying",
+                "tasks.ops")),                                 # what several steps share, by concern
+    ("steps", ("tasks",)),                                     # tasks/<step>.py, one per stage or step
+    ("serving", ("serving",)),                                 # the service (narrower still: see below)
+    ("flows", ("flows",)),                                     # Prefect flows and the CLI
+)
 SHARED_TOP_LEVEL = {"tasks.config", "tasks.contract"}   # the two top-level modules of tasks/ that are not steps
-SUBPACKAGES = {"core", "training", "variants", "ops", "monitoring", "blessing"}
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def project_files(package: str) -> list[Path]:
-    return sorted((REPO / package).rglob("*.py"))
-
-
-@cache
-def imports_of(path: Path) -> tuple[str, ...]:
-    """Every module `path` imports, resolved to its full dotted name (`from tasks import x` -> tasks.x)."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found += [f"{node.module}.{alias.name}" if _is_module(f"{node.module}.{alias.name}") else node.module
-                      for alias in node.names]
-    return tuple(found)
-
-
-def _is_module(name: str) -> bool:
-    base = REPO.joinpath(*name.split("."))
-    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
+def layer_of(module: str) -> int:
+    """The rank in LAYERS of the layer that holds `module`."""
+    ranked = [(len(prefix), rank) for rank, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes
+              if module == prefix or module.startswith(prefix + ".")]
+    assert ranked, f"{module} is in no layer: add it to LAYERS"
+    return max(ranked)[1]
 
 
 def step_modules() -> set[str]:
@@ -59,27 +53,33 @@ def violations(package: str, allowed) -> list[str]:
     return found
 
 
+def test_every_project_module_is_in_a_layer_and_the_layers_have_names():
+    assert [name for name, _ in LAYERS][:4] == ["models", "specs", "core", "loaders"]
+    assert {layer_of(module) for module in project_modules()} == set(range(len(LAYERS)))
+    assert LAYERS[layer_of("tasks.core.errors")][0] == "specs"
+    assert LAYERS[layer_of("tasks.core.paths")][0] == "core"
+    assert LAYERS[layer_of("tasks.train")][0] == "steps"
+
+
+@pytest.mark.parametrize("package", sorted(PROJECT_PACKAGES))
+def test_no_module_imports_a_layer_above_its_own(package):
+    def allowed(importer: str, imported: str) -> bool:
+        return layer_of(imported) <= layer_of(importer)
+
+    assert violations(package, allowed) == []
+
+
+def test_there_is_no_import_cycle_among_project_modules():
+    """Function-level imports included: hiding an import inside a function hides a cycle, it does not break it."""
+    assert import_cycles() == []
+
+
 def test_a_step_never_imports_another_step():
     steps = step_modules()
     assert {"tasks.prepare", "tasks.train", "tasks.bless", "tasks.canary"} <= steps
 
     def allowed(importer: str, imported: str) -> bool:
         return not any(imported == step or imported.startswith(step + ".") for step in steps - {importer})
-
-    assert violations("tasks", allowed) == []
-
-
-def test_shared_subpackages_never_import_steps_and_core_imports_nothing_above_it():
-    steps = step_modules()
-
-    def allowed(importer: str, imported: str) -> bool:
-        if importer.split(".")[1] not in SUBPACKAGES and importer not in SHARED_TOP_LEVEL:
-            return True
-        if any(imported == step or imported.startswith(step + ".") for step in steps):
-            return False
-        if importer.startswith("tasks.core") or importer in SHARED_TOP_LEVEL:
-            return imported.startswith("tasks.core") or imported in SHARED_TOP_LEVEL
-        return True
 
     assert violations("tasks", allowed) == []
 
@@ -99,10 +99,10 @@ def test_models_import_torch_only():
     assert outside == []
 
 
-def test_serving_imports_only_models_config_contract_and_core():
+def test_serving_imports_only_models_specs_core_and_the_loaders():
     def allowed(importer: str, imported: str) -> bool:
-        return (imported.split(".")[0] in {"models", "serving"} or imported in SHARED_TOP_LEVEL
-                or imported == "tasks.core" or imported.startswith("tasks.core."))
+        return imported.split(".")[0] == "serving" or LAYERS[layer_of(imported)][0] in {"models", "specs", "core",
+                                                                                         "loaders"}
 
     assert violations("serving", allowed) == []
 
@@ -112,39 +112,36 @@ def test_nothing_imports_flows(package):
     assert violations(package, lambda importer, imported: imported.split(".")[0] != "flows") == []
 
 
-def closure(module: str) -> set[str]:
-    """The project modules `module` runs, directly or through others (packages' __init__ included)."""
-    seen, todo = set(), [module]
-    while todo:
-        name = todo.pop()
-        if name in seen or not _is_module(name):
-            continue
-        seen.add(name)
-        parts = name.split(".")
-        # importing a.b.c runs a and a.b (an __init__ holding only a docstring runs nothing worth a dep)
-        todo += [".".join(parts[:i]) for i in range(1, len(parts)) if not _docstring_only(".".join(parts[:i]))]
-        base = REPO.joinpath(*parts)
-        path = base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
-        todo += [m for m in imports_of(path) if m.split(".")[0] in PROJECT_PACKAGES]
-    return seen
+
+def test_every_dvc_stage_lists_exactly_the_code_it_runs():
+    """dvc.yaml's code deps are the import closure of each stage (`torchship dvc-deps` writes them): a missing
+    file would leave the stage stale when that code changes, a superfluous one would re-run it for nothing."""
+    assert stale_code_deps() == {}
 
 
-def _docstring_only(package: str) -> bool:
-    body = ast.parse(REPO.joinpath(*package.split("."), "__init__.py").read_text()).body
-    return all(isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) for node in body)
+def test_a_model_named_in_params_is_a_dep_of_the_stages_that_build_models(tmp_path):
+    for folder in ("tasks", "models"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "models" / "mine.py").write_text("from torch import nn\n\n\nclass Net(nn.Module):\n    pass\n")
+    (tmp_path / "params.yaml").write_text("train:\n  model: models.mine:Net\n")
+    assert "models/mine.py" in code_deps("train", tmp_path)
+    assert "models/mine.py" in code_deps("profile", tmp_path)
+    assert "models/mine.py" not in code_deps("prepare", tmp_path)   # it never builds a model
+    (tmp_path / "params.yaml").write_text("train:\n  model: mlp\n")
+    assert "models/mine.py" not in code_deps("train", tmp_path)
 
 
-def test_every_dvc_stage_depends_on_all_the_code_it_runs():
-    """A stage whose code changes must re-run: each project module a stage imports is a dvc.yaml dep
-    (its file, or a folder above it)."""
-    stages = YAML(typ="safe").load((REPO / "dvc.yaml").read_text())["stages"]
-    uncovered = {}
-    for name, stage in stages.items():
-        deps = [d.rstrip("/") for d in stage.get("deps", []) if not d.startswith("data/")]
-        for module in closure(f"tasks.{name}"):
-            base = REPO.joinpath(*module.split("."))
-            path = (base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py")
-            relative = path.relative_to(REPO).as_posix()
-            if not any(relative == dep or relative.startswith(dep + "/") for dep in deps):
-                uncovered.setdefault(name, []).append(relative)
-    assert uncovered == {}
+def test_the_deps_writer_fixes_a_missing_and_a_superfluous_dep_and_keeps_comments_and_data(tmp_path):
+    for entry in ("tasks", "models", "params.yaml", "dvc.yaml"):
+        copy = shutil.copytree if (REPO / entry).is_dir() else shutil.copy
+        copy(REPO / entry, tmp_path / entry)
+    current = (REPO / "dvc.yaml").read_text()
+    broken = current.replace("      - tasks/core/sources.py\n", "", 1).replace(
+        "      - tasks/baseline.py\n", "      - tasks/baseline.py\n      - tasks/core/servelog.py\n", 1)
+    (tmp_path / "dvc.yaml").write_text(broken)
+    assert stale_code_deps(tmp_path) == {
+        "source": {"missing": ["tasks/core/sources.py"], "superfluous": []},
+        "baseline": {"missing": [], "superfluous": ["tasks/core/servelog.py"]}}
+    assert write_code_deps(tmp_path) == ["source", "baseline"]
+    assert (tmp_path / "dvc.yaml").read_text() == current     # comments, data and params deps as they were
+    assert stale_code_deps(tmp_path) == {}

@@ -1,6 +1,8 @@
 """tasks/config.py: params.yaml loads, typos and bad values are refused by name, docs stay generated."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,19 +92,38 @@ def test_configuration_docs_list_every_key():
 
 
 def test_model_args_are_checked_against_their_models():
-    """Airtight: arguments are keyed by model name and each entry is checked against its model, so a key
-    is never silently ignored, nor applied to a model `auto` picked instead."""
-    params = parse_params({"train": {"model": "mlp", "model_args": {"mlp": {"hidden": [16]}, "ft_transformer": {}}}})
-    assert params.train.model_kwargs() == {"hidden": [16], "embedding_dim": 8, "dropout": 0.1}
-    assert parse_params({"train": {"model": "ft_transformer"}}).train.model_kwargs()["d_token"] == 32  # defaults
+    """Airtight: arguments are keyed by model name and each entry is checked against its model's Config (in its
+    file in models/), so a key is never silently ignored, nor applied to a model `auto` picked instead."""
+    from tasks.training.model_args import check_model_args, chosen_model_kwargs
+
+    def checked(train: dict) -> TrainParams:
+        params = parse_params({"train": train}).train
+        check_model_args(params)
+        return params
+
+    params = checked({"model": "mlp", "model_args": {"mlp": {"hidden": [16]}, "ft_transformer": {}}})
+    assert chosen_model_kwargs(params) == {"hidden": [16], "embedding_dim": 8, "dropout": 0.1}
+    assert chosen_model_kwargs(checked({"model": "ft_transformer"}))["d_token"] == 32  # defaults
     with pytest.raises(ConfigError) as caught:
-        parse_params({"train": {"model_args": {"ft_transformer": {"hidden": [16]}}}})
+        checked({"model_args": {"ft_transformer": {"hidden": [16]}}})
     assert "not arguments of ft_transformer" in str(caught.value) and "d_token" in str(caught.value)
     with pytest.raises(ConfigError, match="multiple of heads"):
-        parse_params({"train": {"model_args": {"ft_transformer": {"d_token": 10, "heads": 4}}}})
+        checked({"model_args": {"ft_transformer": {"d_token": 10, "heads": 4}}})
+    with pytest.raises(ConfigError, match="dropout"):
+        checked({"model_args": {"mlp": {"dropout": 1.5}}})
     with pytest.raises(ConfigError, match="keyed by model name"):
         parse_params({"train": {"model_args": {"hidden": [16]}}})
     with pytest.raises(ConfigError, match="unknown model 'transformer'"):
-        parse_params({"train": {"model": "transformer"}})
-    user = parse_params({"train": {"model": "mypackage.nets:MyNet", "model_args": {"mypackage.nets:MyNet": {"width": 3}}}})
-    assert user.train.model_kwargs() == {"width": 3}
+        checked({"model": "transformer"})
+    user = checked({"model": "mypackage.nets:MyNet", "model_args": {"mypackage.nets:MyNet": {"width": 3}}})
+    assert chosen_model_kwargs(user) == {"width": 3}
+
+
+def test_loading_params_never_imports_torch():
+    """The models' Configs are checked apart from the params: most steps and the service load params without
+    ever importing torch (seconds at every start)."""
+    code = ("import sys; from tasks.config import parse_params; import tasks.contract, tasks.core.registry; "
+            "parse_params({'train': {'model': 'mlp', 'model_args': {'mlp': {'hidden': [8]}}}}); "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('models')))")
+    shown = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == "[]"

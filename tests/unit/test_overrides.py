@@ -61,7 +61,12 @@ def test_resolve_applies_and_validates(params_file):
     raw, params = resolve(["train.epochs=2", "train.model=mlp", "train.model_args={mlp: {hidden: [16]}}"],
                           base_file=str(params_file))
     assert raw["train"]["epochs"] == 2 and params.train.epochs == 2
-    assert params.train.model_kwargs()["hidden"] == [16]
+    assert params.train.model_args["mlp"]["hidden"] == [16]
+
+
+def test_resolve_checks_a_named_models_arguments_against_its_config(params_file):
+    with pytest.raises(ConfigError, match="not arguments of mlp"):
+        resolve(["train.model=mlp", "train.model_args={mlp: {layers: 3}}"], base_file=str(params_file))
 
 
 def test_resolve_merges_a_params_file_before_the_sets(params_file, tmp_path):

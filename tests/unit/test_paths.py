@@ -1,12 +1,14 @@
-"""tasks/core/paths.py and the DVC stage list stay in step with dvc.yaml."""
+"""tasks/core/paths.py and the pipeline flow's steps stay in step with dvc.yaml (the one stage list)."""
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from ruamel.yaml import YAML
 
 from tasks.core import paths
-from tasks.ops.reproduce import DVC_STAGES
+from tasks.ops import reproduce
+from tasks.ops.plan import LIVE_STEPS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,8 +46,28 @@ def test_stage_metrics_point_at_each_stages_metrics_file():
         assert path.as_posix() in [entry_path(e) for e in stages[name].get("metrics", [])]
 
 
-def test_dvc_stages_follow_dvc_yaml_order():
-    assert tuple(dvc_stages()) == DVC_STAGES
+def flow_calls() -> list[ast.Call]:
+    """The calls in the pipeline flow's body, in source order."""
+    tree = ast.parse((REPO / "flows" / "pipeline.py").read_text())
+    body = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "pipeline")
+    calls = [node for node in ast.walk(body) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)]
+    return sorted(calls, key=lambda call: (call.lineno, call.col_offset))
+
+
+def test_the_flow_calls_each_dvc_stage_once_in_dvc_yaml_order_then_the_prefect_only_steps():
+    """The flow keeps one explicit call per step (STYLE); dvc.yaml is the one stage list they must match."""
+    calls = flow_calls()
+    names = [call.func.id for call in calls]
+    asked_dvc = [call.args[0].value for call in calls if call.func.id == "dvc_stage"]
+    assert reproduce.dvc_stages(REPO) == list(dvc_stages())
+    assert asked_dvc == reproduce.pipeline_stages(REPO)
+    # the stage torchship refreshes itself (check_source writes the fingerprint and records the stage) comes first
+    refreshed = [stage for stage in reproduce.dvc_stages(REPO) if stage not in asked_dvc]
+    assert refreshed == list(reproduce.REFRESHED_BY_TORCHSHIP) == ["source"]
+    assert names.index("check_source") < names.index("dvc_stage")
+    prefect_only = [name.removesuffix("_step") for name in names if name.endswith("_step")]
+    assert prefect_only == list(LIVE_STEPS)
+    assert names.index("dvc_stage") < names.index(f"{LIVE_STEPS[0]}_step")
 
 
 def test_each_stage_runs_its_own_module():
