@@ -38,6 +38,8 @@ UNBUFFERED = {"PYTHONUNBUFFERED": "1"}   # a child's log lines reach its log fil
 # Concurrency leases on disk, not in the memory of whichever process ran the ephemeral API (flows/slot.py).
 FILE_LEASES = "prefect.server.concurrency.lease_storage.filesystem"
 PREFECT_API_URL = "PREFECT_API_URL"   # a Prefect server to deploy to and send events to (unset: embedded)
+PREFECT_UI_URL = "PREFECT_UI_URL"     # where that server's UI is, when not the API URL less its /api
+MLFLOW_STORE_ENV = "MLFLOW_BACKEND_STORE_URI"   # `mlflow server --backend-store-uri`, off the command line
 
 TOKEN_ENV = "TORCHSHIP_ADMIN_TOKEN"           # the service's admin endpoints need it; the canary sends it
 PARAMS_ENV, DEFAULT_PARAMS = "TORCHSHIP_PARAMS", "params.yaml"   # the params file `python -m serving` reads

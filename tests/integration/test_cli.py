@@ -56,8 +56,8 @@ def test_serve_answers_with_the_champion_and_stops_by_pid(tiny_pipeline, tmp_pat
         httpx.get(f"{url}/health", timeout=2)
 
 
-def test_ui_starts_mlflow_and_prefect_on_loopback(tiny_pipeline):
-    project, _ = tiny_pipeline
+def test_ui_starts_mlflow_and_prefect_on_loopback(fresh_project):
+    project = fresh_project   # the embedded default (no PREFECT_API_URL, a SQLite store): both start here
     mlflow_port, prefect_port = free_port(), free_port()
     result = project.torchship("ui", "--check", "--mlflow-port", str(mlflow_port), "--prefect-port", str(prefect_port),
                                timeout=300)
@@ -75,8 +75,8 @@ def _gone(pid: int) -> bool:
     return False
 
 
-def test_ui_stops_both_servers_on_sigterm(tiny_pipeline, tmp_path):
-    project, _ = tiny_pipeline
+def test_ui_stops_both_servers_on_sigterm(fresh_project, tmp_path):
+    project = fresh_project
     ports = {"MLflow": free_port(), "Prefect": free_port()}
     ui = start_torchship(project, tmp_path / "ui.log", "ui", "--mlflow-port", str(ports["MLflow"]),
                          "--prefect-port", str(ports["Prefect"]))

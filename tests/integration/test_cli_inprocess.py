@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 from ruamel.yaml import YAML
@@ -204,3 +205,36 @@ def test_clean_removes_local_state_and_keeps_what_git_tracks(cli, tmp_path):
     tracked = subprocess.run(["git", "status", "--porcelain"], cwd=project.root, capture_output=True, text=True)
     assert tracked.stdout == "", "clean must never remove a tracked file:\n" + tracked.stdout
     assert "Nothing to clean." in cli(project.root, "clean", "--yes").stdout
+
+
+SPAWNS: list[str] | None = None   # while a list: the audit hook below records every process this one starts
+
+
+def _record_spawns(event: str, args: tuple) -> None:
+    if SPAWNS is not None and event in ("subprocess.Popen", "os.posix_spawn", "os.fork", "os.exec", "os.system"):
+        SPAWNS.append(f"{event} {args[:2]}")
+
+
+def test_ui_names_the_configured_servers_and_starts_none(cli, tmp_path, monkeypatch):
+    global SPAWNS
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    params = yaml.load((REPO / "params.yaml").read_text())
+    params["tracking"]["uri"] = "https://mlflow.team.example:5443"
+    with (tmp_path / "params.yaml").open("w") as handle:
+        yaml.dump(params, handle)
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    monkeypatch.setenv("PREFECT_API_URL", "http://prefect.team.example:4200/api")
+    sys.addaudithook(_record_spawns)   # a hook cannot be removed: it records only while SPAWNS is a list
+    SPAWNS = []
+    try:
+        result = cli(tmp_path, "ui", "--check")   # --check: a wrongly started server is stopped again
+        spawned = list(SPAWNS)
+    finally:
+        SPAWNS = None
+    assert spawned == []
+    assert result.exit_code == 0, result.output
+    assert "MLflow  https://mlflow.team.example:5443 (configured; nothing started)" in result.stdout
+    assert "Prefect http://prefect.team.example:4200 (configured; nothing started)" in result.stdout
+    assert "ready" not in result.stdout and not (tmp_path / ".prefect" / "ui-logs").exists()

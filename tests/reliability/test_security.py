@@ -108,7 +108,7 @@ def test_every_server_binds_loopback_unless_configured(tmp_path):
 
     params = Params()
     assert serve_params(params.serve, parse_args(params, ["--model-name", "m"])).host == "127.0.0.1"
-    for server in ui_servers(TrackingParams(), 5000, 4200):
+    for server in ui_servers(TrackingParams(), 5000, 4200, environ={}):   # the embedded default
         assert server.command[server.command.index("--host") + 1] == "127.0.0.1", server.name
     source = (REPO / "tasks" / "core" / "procs.py").read_text()
     assert '"--host", "127.0.0.1"' in source        # the bless/canary/demo service
