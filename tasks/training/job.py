@@ -25,12 +25,12 @@ from tasks.config import Params, TrainParams
 from tasks.contract import Schema, encode_features, encode_target, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file
-from tasks.core.env import FAULT_ENV, LOCAL_RANK_ENV, OMP_THREADS_ENV, UNBUFFERED
+from tasks.core.env import FAULT_ENV, LOCAL_RANK_ENV, OMP_THREADS_ENV, RESTART_COUNT_ENV, UNBUFFERED
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import Child, running, tee_lines
 from tasks.training import checkpoint
 from tasks.training.adapt import FittedTraining
-from tasks.training.distributed import Runtime, init_runtime, torchrun_command, wrap_model
+from tasks.training.distributed import Runtime, broadcast_state, init_runtime, torchrun_command, wrap_model
 from tasks.training.loop import Split, Trainer, predict_logits
 from tasks.training.report import TrainingProgress, report_training
 from tasks.training.weights import fit_layout, load_trained, save_trained
@@ -107,6 +107,9 @@ WORKER_PREFIX = re.compile(r"^(\[(default|rank)\d+\]:\s?)+")
 # "Watchdog caught collective operation timeout".
 COLLECTIVE_TIMEOUT = re.compile(r"Timed out waiting \d+\s*ms|Application timeout caused pair closure"
                                 r"|collective operation timeout")
+# How a lost peer reads in gloo: "Connection closed by peer [10.0.0.2]:41234" or "Read error [10.0.0.2]:41234:
+# Connection reset by peer": the address is that of the node whose rank went away.
+LOST_PEER = re.compile(r"(?:Connection closed by peer|(?:Read|Write) error) \[([^\]]+)\]:\d+")
 
 
 def describe_failure(lines: list[str], code: int, logs_folder: Path = paths.TRAIN_LOGS,
@@ -127,7 +130,8 @@ def describe_failure(lines: list[str], code: int, logs_folder: Path = paths.TRAI
 
 
 def _how_it_failed(text: str, root: str, rank: str, last: list[str], timeout_s: int | None) -> str:
-    """torchrun's signal, else a collective timeout (gloo/nccl say so in the error), else the exit code."""
+    """torchrun's signal, else a collective timeout (gloo/nccl say so in the error), else a peer that went away
+    (named by its address), else the exit code."""
     signal_name = re.search(r"traceback\s*:\s*Signal \d+ \((\w+)\)", root)
     if signal_name:
         return f"killed by {signal_name[1]}"
@@ -141,6 +145,10 @@ def _how_it_failed(text: str, root: str, rank: str, last: list[str], timeout_s: 
                   "a rank that stopped answering")
         after = f" after {timeout_s} s" if timeout_s else ""
         return f"a collective timed out{after} (train.collective_timeout_s) waiting for {waited}"
+    lost = LOST_PEER.search("\n".join([text, *last]))
+    if lost:
+        return (f"it lost its connection to the node at {lost[1]}, whose rank stopped (killed, crashed, or that "
+                "machine or its network went down)")
     exit_code = re.search(r"exitcode\s*:\s*(-?\d+)", root)
     return f"exit code {exit_code[1]}" if exit_code else "unknown cause"
 
@@ -170,13 +178,15 @@ class JobTrainer(Trainer):
         self.progress = TrainingProgress(job.train.epochs, job.stage) if runtime.rank == 0 else None
 
     def resume(self) -> None:
-        """Continue from the newest intact checkpoint of this run (params + data), or forget other runs'."""
-        saved = checkpoint.load_latest(self.folder, self.fingerprint)
+        """Continue from the newest intact checkpoint of this run (params + data), or forget other runs'. Rank 0
+        reads it and sends it to the others: on another machine, a rank has no copy of rank 0's disk."""
+        saved = checkpoint.load_latest(self.folder, self.fingerprint) if self.rank == 0 else None
+        if self.rank == 0 and saved is None:
+            checkpoint.clear(self.folder)
+        # A collective: no rank starts before rank 0 has cleared stale checkpoints.
+        saved = broadcast_state(saved, self.rank, self.world, self.device)
         if saved is not None:
             self.load_checkpoint_state(saved)
-        elif self.rank == 0:
-            checkpoint.clear(self.folder)
-        dist.barrier()  # no rank starts before rank 0 has cleared stale checkpoints
 
     def checkpoint(self) -> None:
         saved = self.checkpoint_state()  # a collective: every rank gathers, rank 0 writes
@@ -244,9 +254,10 @@ def summed_peak_rss_mb() -> float:
 def injected_fault(rank: int):
     """TORCHSHIP_FAULT=kind:rank:step makes that rank fail for real at that global step, for the
     reliability tests: `kill` (SIGKILL itself), `hang` (stop answering collectives), `oom` (an
-    out-of-memory error once, as CUDA would raise)."""
+    out-of-memory error once, as CUDA would raise). Only on a worker's first attempt: one that torchrun
+    restarted (train.max_restarts) runs clean, as after a transient fault."""
     spec = os.environ.get(FAULT_ENV)
-    if not spec:
+    if not spec or os.environ.get(RESTART_COUNT_ENV, "0") != "0":   # a worker torchrun restarted runs clean
         return None
     kind, fault_rank, fault_step = spec.split(":")
     fired = []
