@@ -118,9 +118,10 @@ def describe_failure(lines: list[str], code: int, logs_folder: Path = paths.TRAI
     and the rank it waited on), its own error and the last lines it logged."""
     text = "\n".join(WORKER_PREFIX.sub("", line) for line in lines)
     root = text[text.find("Root Cause"):] if "Root Cause" in text else text
-    found = re.search(r"rank\s*:\s*(\d+)", root)
+    # "rank      : 1 (local_rank: 0)": this node's log folders are named by the local rank
+    found = re.search(r"rank\s*:\s*(\d+)(?:\s*\(local_rank:\s*(\d+)\))?", root)
     rank = found[1] if found else "?"
-    last = _last_log_lines(logs_folder, rank)
+    last = _last_log_lines(logs_folder, (found[2] or found[1]) if found else "0")
     how = _how_it_failed(text, root, rank, last, collective_timeout_s)
     own = [line for line in text.splitlines() if line.startswith("torchship ") and " failed: " in line]
     return (f"rank {rank} of the torchrun job failed first: {how} (torchrun exit {code}). "
@@ -153,9 +154,9 @@ def _how_it_failed(text: str, root: str, rank: str, last: list[str], timeout_s: 
     return f"exit code {exit_code[1]}" if exit_code else "unknown cause"
 
 
-def _last_log_lines(logs_folder: Path, rank: str, count: int = 5) -> list[str]:
-    """The last non-empty lines of the rank's newest torchrun log file (this node's ranks only)."""
-    logs = sorted(logs_folder.glob(f"**/attempt_*/{rank if rank.isdigit() else 0}/*.log"),
+def _last_log_lines(logs_folder: Path, local_rank: str, count: int = 5) -> list[str]:
+    """The last non-empty lines of the newest torchrun log file of this node's `local_rank`."""
+    logs = sorted(logs_folder.glob(f"**/attempt_*/{local_rank}/*.log"),
                   key=lambda p: p.stat().st_mtime)
     lines = logs[-1].read_text(errors="replace").splitlines() if logs else []
     return [WORKER_PREFIX.sub("", line) for line in lines if line.strip()][-count:]

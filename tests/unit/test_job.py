@@ -44,3 +44,14 @@ def test_an_injected_fault_fires_on_the_first_attempt_only(monkeypatch):
     assert injected_fault(1) is not None
     monkeypatch.setenv(RESTART_COUNT_ENV, "1")   # torchrun restarted the worker: it runs clean
     assert injected_fault(1) is None
+
+
+def test_the_last_lines_come_from_the_failed_rank_s_folder_on_its_node(tmp_path):
+    # On node 1 of a two-node job, global rank 1 is local rank 0: torchrun names the log folder by the local rank.
+    folder = tmp_path / "logs" / "torchship_x" / "attempt_0" / "0"
+    folder.mkdir(parents=True)
+    (folder / "stdout.log").write_text("epoch 1 done\nstep 30\n")
+    lines = [CLOSED, *ROOT_CAUSE.replace("rank      : 0 (local_rank: 0)", "rank      : 1 (local_rank: 0)").splitlines()]
+    message = describe_failure(lines, 1, tmp_path / "logs")
+    assert message.startswith("rank 1 of the torchrun job failed first") and "Its last log lines: epoch 1 done | " \
+        "step 30." in message, message
