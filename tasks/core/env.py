@@ -49,6 +49,12 @@ WORKSPACE_LEASE_ENV = "TORCHSHIP_WORKSPACE_LEASE"   # in the environment of the 
 FAULT_ENV = "TORCHSHIP_FAULT"                 # kind:rank:step, a real fault injected for the reliability tests
 LOCAL_RANK_ENV = "LOCAL_RANK"                 # set by torchrun: this process is a training worker
 OMP_THREADS_ENV = "OMP_NUM_THREADS"           # set per torchrun worker: the cores divided among them
+RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"   # set by torchrun: 0 on a worker's first attempt, then 1, 2...
+# The interface gloo / nccl offer the other nodes (tasks/training/launch.py sets them to the one toward the rendezvous).
+NODE_INTERFACE_ENVS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+# torchrun shares its rendezvous store with the workers without a per-attempt prefix: after a restart a worker can
+# read the previous attempt's addresses and fail to connect (pytorch/pytorch#135712, still so in torch 2.13).
+UNSHARED_STORE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 # Not an environment variable but the same kind of name, shared by the router (serving/front.py) and the canary's
 # replay client: a request's sticky-split key (a user or session id).

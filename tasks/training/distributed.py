@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import io
 import os
 import sys
 from dataclasses import dataclass
@@ -119,3 +120,23 @@ def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, model_st
     options = StateDictOptions(full_state_dict=True)
     set_model_state_dict(model, model_state, options=options)
     set_optimizer_state_dict(model, optimizer, optimizer_state, options=options)
+
+
+def broadcast_state(state: dict | None, rank: int, world: int, device: torch.device) -> dict | None:
+    """Rank 0's `state` (tensors and primitives, or None) on every rank: sent as `torch.save` bytes and loaded
+    weights-only, so nothing received is unpickled; a rank on another machine cannot read rank 0's disk."""
+    if world == 1:
+        return state
+    data = b""
+    if rank == 0 and state is not None:
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        data = buffer.getvalue()
+    size = torch.tensor([len(data)], dtype=torch.int64, device=device)
+    dist.broadcast(size, src=0)
+    if int(size) == 0:
+        return None
+    payload = (torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device) if rank == 0
+               else torch.empty(int(size), dtype=torch.uint8, device=device))
+    dist.broadcast(payload, src=0)
+    return state if rank == 0 else torch.load(io.BytesIO(payload.cpu().numpy().tobytes()), weights_only=True)

@@ -25,12 +25,12 @@ from tasks.config import Params, TrainParams
 from tasks.contract import Schema, encode_features, encode_target, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file
-from tasks.core.env import FAULT_ENV, LOCAL_RANK_ENV, OMP_THREADS_ENV, UNBUFFERED
+from tasks.core.env import FAULT_ENV, LOCAL_RANK_ENV, OMP_THREADS_ENV, RESTART_COUNT_ENV, UNBUFFERED
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import Child, running, tee_lines
 from tasks.training import checkpoint
 from tasks.training.adapt import FittedTraining
-from tasks.training.distributed import Runtime, init_runtime, torchrun_command, wrap_model
+from tasks.training.distributed import Runtime, broadcast_state, init_runtime, torchrun_command, wrap_model
 from tasks.training.loop import Split, Trainer, predict_logits
 from tasks.training.report import TrainingProgress, report_training
 from tasks.training.weights import fit_layout, load_trained, save_trained
@@ -107,6 +107,9 @@ WORKER_PREFIX = re.compile(r"^(\[(default|rank)\d+\]:\s?)+")
 # "Watchdog caught collective operation timeout".
 COLLECTIVE_TIMEOUT = re.compile(r"Timed out waiting \d+\s*ms|Application timeout caused pair closure"
                                 r"|collective operation timeout")
+# How a lost peer reads in gloo: "Connection closed by peer [10.0.0.2]:41234" or "Read error [10.0.0.2]:41234:
+# Connection reset by peer": the address is that of the node whose rank went away.
+LOST_PEER = re.compile(r"(?:Connection closed by peer|(?:Read|Write) error) \[([^\]]+)\]:\d+")
 
 
 def describe_failure(lines: list[str], code: int, logs_folder: Path = paths.TRAIN_LOGS,
@@ -115,9 +118,10 @@ def describe_failure(lines: list[str], code: int, logs_folder: Path = paths.TRAI
     and the rank it waited on), its own error and the last lines it logged."""
     text = "\n".join(WORKER_PREFIX.sub("", line) for line in lines)
     root = text[text.find("Root Cause"):] if "Root Cause" in text else text
-    found = re.search(r"rank\s*:\s*(\d+)", root)
+    # "rank      : 1 (local_rank: 0)": this node's log folders are named by the local rank
+    found = re.search(r"rank\s*:\s*(\d+)(?:\s*\(local_rank:\s*(\d+)\))?", root)
     rank = found[1] if found else "?"
-    last = _last_log_lines(logs_folder, rank)
+    last = _last_log_lines(logs_folder, (found[2] or found[1]) if found else "0")
     how = _how_it_failed(text, root, rank, last, collective_timeout_s)
     own = [line for line in text.splitlines() if line.startswith("torchship ") and " failed: " in line]
     return (f"rank {rank} of the torchrun job failed first: {how} (torchrun exit {code}). "
@@ -127,7 +131,8 @@ def describe_failure(lines: list[str], code: int, logs_folder: Path = paths.TRAI
 
 
 def _how_it_failed(text: str, root: str, rank: str, last: list[str], timeout_s: int | None) -> str:
-    """torchrun's signal, else a collective timeout (gloo/nccl say so in the error), else the exit code."""
+    """torchrun's signal, else a collective timeout (gloo/nccl say so in the error), else a peer that went away
+    (named by its address), else the exit code."""
     signal_name = re.search(r"traceback\s*:\s*Signal \d+ \((\w+)\)", root)
     if signal_name:
         return f"killed by {signal_name[1]}"
@@ -141,13 +146,17 @@ def _how_it_failed(text: str, root: str, rank: str, last: list[str], timeout_s: 
                   "a rank that stopped answering")
         after = f" after {timeout_s} s" if timeout_s else ""
         return f"a collective timed out{after} (train.collective_timeout_s) waiting for {waited}"
+    lost = LOST_PEER.search("\n".join([text, *last]))
+    if lost:
+        return (f"it lost its connection to the node at {lost[1]}, whose rank stopped (killed, crashed, or that "
+                "machine or its network went down)")
     exit_code = re.search(r"exitcode\s*:\s*(-?\d+)", root)
     return f"exit code {exit_code[1]}" if exit_code else "unknown cause"
 
 
-def _last_log_lines(logs_folder: Path, rank: str, count: int = 5) -> list[str]:
-    """The last non-empty lines of the rank's newest torchrun log file (this node's ranks only)."""
-    logs = sorted(logs_folder.glob(f"**/attempt_*/{rank if rank.isdigit() else 0}/*.log"),
+def _last_log_lines(logs_folder: Path, local_rank: str, count: int = 5) -> list[str]:
+    """The last non-empty lines of the newest torchrun log file of this node's `local_rank`."""
+    logs = sorted(logs_folder.glob(f"**/attempt_*/{local_rank}/*.log"),
                   key=lambda p: p.stat().st_mtime)
     lines = logs[-1].read_text(errors="replace").splitlines() if logs else []
     return [WORKER_PREFIX.sub("", line) for line in lines if line.strip()][-count:]
@@ -170,13 +179,15 @@ class JobTrainer(Trainer):
         self.progress = TrainingProgress(job.train.epochs, job.stage) if runtime.rank == 0 else None
 
     def resume(self) -> None:
-        """Continue from the newest intact checkpoint of this run (params + data), or forget other runs'."""
-        saved = checkpoint.load_latest(self.folder, self.fingerprint)
+        """Continue from the newest intact checkpoint of this run (params + data), or forget other runs'. Rank 0
+        reads it and sends it to the others: on another machine, a rank has no copy of rank 0's disk."""
+        saved = checkpoint.load_latest(self.folder, self.fingerprint) if self.rank == 0 else None
+        if self.rank == 0 and saved is None:
+            checkpoint.clear(self.folder)
+        # A collective: no rank starts before rank 0 has cleared stale checkpoints.
+        saved = broadcast_state(saved, self.rank, self.world, self.device)
         if saved is not None:
             self.load_checkpoint_state(saved)
-        elif self.rank == 0:
-            checkpoint.clear(self.folder)
-        dist.barrier()  # no rank starts before rank 0 has cleared stale checkpoints
 
     def checkpoint(self) -> None:
         saved = self.checkpoint_state()  # a collective: every rank gathers, rank 0 writes
@@ -244,9 +255,10 @@ def summed_peak_rss_mb() -> float:
 def injected_fault(rank: int):
     """TORCHSHIP_FAULT=kind:rank:step makes that rank fail for real at that global step, for the
     reliability tests: `kill` (SIGKILL itself), `hang` (stop answering collectives), `oom` (an
-    out-of-memory error once, as CUDA would raise)."""
+    out-of-memory error once, as CUDA would raise). Only on a worker's first attempt: one that torchrun
+    restarted (train.max_restarts) runs clean, as after a transient fault."""
     spec = os.environ.get(FAULT_ENV)
-    if not spec:
+    if not spec or os.environ.get(RESTART_COUNT_ENV, "0") != "0":   # a worker torchrun restarted runs clean
         return None
     kind, fault_rank, fault_step = spec.split(":")
     fired = []

@@ -1,6 +1,8 @@
 """The torch.distributed rendezvous stays on this machine by default: torchrun is started through
 tasks/training/launch.py, whose stores listen on 127.0.0.1 only for a one-node job or a loopback endpoint
-(torch's own TCPStore listens on every interface, whatever host it is given, and has no authentication)."""
+(torch's own TCPStore listens on every interface, whatever host it is given, and has no authentication).
+Across machines, each node tells torchrun its own address, found from the route to the endpoint
+(tests/integration/test_two_nodes.py runs two nodes over a veth pair)."""
 from __future__ import annotations
 
 import socket
@@ -10,7 +12,8 @@ import pytest
 
 from tasks.config import TrainParams
 from tasks.training.distributed import torchrun_command
-from tasks.training.launch import loopback_store_class, stays_on_this_machine
+from tasks.training.launch import (address_toward, interface_with, loopback_store_class, node_arguments,
+                                   rendezvous_endpoint, stays_on_this_machine)
 
 
 def listening_addresses(port: int) -> set[str]:
@@ -61,3 +64,30 @@ def test_a_store_served_for_a_local_job_listens_on_loopback_only():
     with pytest.raises(RuntimeError, match="cannot host the store"):   # torch then joins as a client
         loopback_store_class()("localhost", taken.getsockname()[1], is_master=True)
     taken.close()
+
+
+@pytest.mark.parametrize("argv,endpoint", [
+    (["--rdzv_endpoint=10.0.0.1:29500"], ("10.0.0.1", 29500)),
+    (["--rdzv-endpoint=trainer-0.cluster"], ("trainer-0.cluster", 29400)),
+    (["--rdzv_endpoint=[fd00::1]:29501"], ("fd00::1", 29501)),
+    (["--rdzv_endpoint=fd00::1"], ("fd00::1", 29400)),
+    (["--standalone"], None),
+])
+def test_the_rendezvous_endpoint_is_read_from_torchrun_arguments(argv, endpoint):
+    assert rendezvous_endpoint(argv) == endpoint
+
+
+def test_a_node_tells_torchrun_its_own_address_and_the_endpoint_node_hosts_the_store():
+    argv = ["--nnodes=2", "--rdzv_endpoint=10.9.9.1:29500", "-m", "tasks.train"]
+    host = node_arguments(argv, "10.9.9.1", "10.9.9.1")
+    other = node_arguments(argv, "10.9.9.2", "10.9.9.1")
+    assert host[:2] == ["--local_addr=10.9.9.1", "--rdzv_conf=is_host=1"] and host[2:] == argv
+    assert other == ["--local_addr=10.9.9.2", *argv]   # torch decides: it joins as a client
+    given = ["--local-addr=10.0.0.7", "--rdzv_conf=is_host=0", *argv]
+    assert node_arguments(given, "10.9.9.1", "10.9.9.1") == given   # what the user passed wins
+
+
+def test_the_address_toward_a_host_comes_from_the_routing_table():
+    assert address_toward("127.0.0.1", 29400) == ("127.0.0.1", "127.0.0.1")
+    assert interface_with("127.0.0.1") == "lo"
+    assert interface_with("192.0.2.1") is None   # TEST-NET-1: on no interface here
