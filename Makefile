@@ -9,8 +9,8 @@ export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true PREFEC
 .PHONY: install prometheus pipeline test test-fast bench bench-tables docs clean
 
 # Many tests wait on subprocesses and servers, so three workers overlap well on two cores; tests that share
-# a project stay on one worker (`--dist loadgroup` and their `xdist_group`).
-XDIST := -n 3 --dist loadgroup
+# a module (or a named group) stay on one worker (`--dist loadgroup`), taken in the order tests/conftest.py sorts.
+XDIST := -n 3 --dist loadgroup --no-loadscope-reorder
 
 # Debian packages, as command:package pairs: only the missing ones are installed, after one quiet
 # `apt-get update` (a fresh machine has no package index, and `apt-get install` alone fails there).
