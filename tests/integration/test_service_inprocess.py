@@ -212,8 +212,11 @@ def test_no_champion_answers_503_and_health_says_so(service, tmp_path):
 
 def test_share_routes_to_the_challenger_and_shadow_scores_the_other(service, registry):
     project, _, _ = service
-    registry.set_registered_model_alias(MODEL, CHALLENGER, aliases(registry, MODEL)[CHAMPION])
     row = holdout_rows(project)
+    with TestClient(create_app(settings(project, share=0.5, seed=0, shadow=True))) as client:
+        alone = client.post("/predict", json={"rows": row}).json()
+        assert alone["variant"] == CHAMPION and "shadow" not in alone   # no challenger: nothing to shadow
+    registry.set_registered_model_alias(MODEL, CHALLENGER, aliases(registry, MODEL)[CHAMPION])
     with TestClient(create_app(settings(project, share=0.5, seed=0, shadow=True))) as client:
         answers = [client.post("/predict", json={"rows": row}).json() for _ in range(20)]
         assert {a["variant"] for a in answers} == {CHAMPION, CHALLENGER}
