@@ -39,6 +39,7 @@ TINY = {  # every key here is one the default models really read (params are air
 
 SUITES = ("unit", "data", "model", "integration", "reliability")
 IN_MEMORY = ("unit", "data", "model")
+SHARED_BUILD_TIMEOUT_S = 1200
 
 
 def xdist_group_in_nodeid(item) -> None:
@@ -69,6 +70,12 @@ def pytest_collection_modifyitems(config, items) -> None:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(Path(item.nodeid.split("::")[0]).with_suffix("").as_posix()
                                                     .removeprefix("tests/")))   # unit/test_gate
+        if "tiny_pipeline" in item.fixturenames:
+            # a worker's first test on the shared pipeline builds it or waits for another worker to (~5 min alone on
+            # 2 cores, more beside the other workers), in its setup: twice the usual 600 s, or its own if longer
+            own = item.get_closest_marker("timeout")
+            seconds = max(SHARED_BUILD_TIMEOUT_S, own.args[0] if own and own.args else 0)
+            item.add_marker(pytest.mark.timeout(seconds), append=False)
         if getattr(config.option, "loadgroup", False) and hasattr(item, "_id"):   # an xdist worker, pytest >= 9.2
             xdist_group_in_nodeid(item)
 
