@@ -9,6 +9,15 @@ export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true DVC_NO_ANALYTICS=1 PREFEC
 
 .PHONY: install prometheus pipeline test test-fast bench bench-tables docs clean
 
+# Many tests wait on subprocesses and servers, so three workers overlap well on two cores; tests that share
+# a module (or a named group) stay on one worker (`--dist loadgroup`), taken in the order tests/conftest.py sorts.
+XDIST := -n 3 --dist loadgroup --no-loadscope-reorder
+
+# Debian packages, as command:package pairs: only the missing ones are installed, after one quiet
+# `apt-get update` (a fresh machine has no package index, and `apt-get install` alone fails there).
+apt_install = missing=; for pair in $(1); do command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair\#*:}"; done; \
+	[ -z "$$missing" ] || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $$missing >/dev/null 2>&1; }
+
 install: $(STAMP)
 
 # Where there is no NVIDIA GPU, install the CPU build of torch first (a local wheel on our machines):
@@ -24,17 +33,17 @@ pipeline: install
 
 # promtool (alert-rule tests) and prometheus (bench/bench_dashboard.py) come with Debian's `prometheus` package.
 prometheus:
-	command -v promtool >/dev/null || apt-get install -y -q prometheus >/dev/null 2>&1 || echo "Debian's prometheus package could not be installed: the promtool tests skip (they fail where CI=true)"
+	$(call apt_install,promtool:prometheus) || echo "Debian's prometheus package could not be installed: the promtool tests skip (they fail where CI=true)"
 
 test: install prometheus
-	$(VENV)/bin/python -m pytest -q --durations=15
+	$(VENV)/bin/python -m pytest -q $(XDIST) --durations=15
 
 test-fast: install prometheus
 	$(VENV)/bin/python -m pytest -q -m "unit or data or model"
 
 # Every bench but the per-table accuracy one (below: 15 pipeline runs).
-bench: install prometheus
-	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null 2>&1 || echo "wrk could not be installed: bench/bench_serving.py needs it"
+bench: install
+	$(call apt_install,promtool:prometheus wrk:wrk) || echo "prometheus or wrk could not be installed: bench/bench_dashboard.py and bench/bench_serving.py need them"
 	for script in bench/bench_*.py; do [ $$script = bench/bench_tables.py ] || $(PY) $$script || exit 1; done
 	$(PY) bench/render_table.py
 

@@ -1,6 +1,7 @@
 """Shared fixtures: tiny seeded data, and one tiny pipeline run per test session in a project copy."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -37,15 +38,53 @@ TINY = {  # every key here is one the default models really read (params are air
 
 
 SUITES = ("unit", "data", "model", "integration", "reliability")
+IN_MEMORY = ("unit", "data", "model")
+SHARED_BUILD_TIMEOUT_S = 1200
 
 
-def pytest_collection_modifyitems(items) -> None:
-    """Each test carries the marker of the folder it lives in (tests/<suite>/...): `make test-fast`
-    selects unit, data and model; integration and reliability run real processes and servers."""
+def xdist_group_in_nodeid(item) -> None:
+    """What pytest-xdist 3.8 does on a worker under --dist loadgroup, for pytest 9.2: it writes the group into
+    `item._nodeid` ("<nodeid>@<group>", which the controller splits into work units), but pytest 9.2 reads a node's
+    id from `item._id`, so the group never reached the controller and the tests of one group ran on several
+    workers. (Once xdist writes `_id` itself, its suffix comes second and the controller reads the last one.)"""
+    from _pytest.nodeid import NodeId
+
+    names = {str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+             for mark in item.iter_markers("xdist_group")}
+    item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(sorted(names))}")
+
+
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items) -> None:
+    """Each test carries the marker of the folder it lives in (tests/<suite>/...): `make test-fast` selects unit,
+    data and model; integration and reliability run real processes and servers.
+
+    Under `pytest -n N --dist loadgroup`, the tests of one module run on one worker (they share its module
+    fixtures: a service, a project), unless a test names its own `xdist_group`. Workers take modules in this
+    order: first those that build projects of their own (while the first worker to need it builds the shared
+    tiny pipeline), then those on the tiny pipeline, then the in-memory suites, which fill the gaps at the end."""
     for item in items:
         suite = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0]
         if suite in SUITES:
             item.add_marker(suite)
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(Path(item.nodeid.split("::")[0]).with_suffix("").as_posix()
+                                                    .removeprefix("tests/")))   # unit/test_gate
+        if "tiny_pipeline" in item.fixturenames:
+            # a worker's first test on the shared pipeline builds it or waits for another worker to (~5 min alone on
+            # 2 cores, more beside the other workers), in its setup: twice the usual 600 s, or its own if longer
+            own = item.get_closest_marker("timeout")
+            seconds = max(SHARED_BUILD_TIMEOUT_S, own.args[0] if own and own.args else 0)
+            item.add_marker(pytest.mark.timeout(seconds), append=False)
+        if getattr(config.option, "loadgroup", False) and hasattr(item, "_id"):   # an xdist worker, pytest >= 9.2
+            xdist_group_in_nodeid(item)
+
+    def start_order(item) -> int:
+        if any(item.get_closest_marker(suite) for suite in IN_MEMORY):
+            return 2
+        return 1 if "tiny_pipeline" in item.fixturenames else 0
+
+    items.sort(key=start_order)   # stable: the modules keep their tests' order
 
 
 SUITE_SECONDS: dict[str, float] = {}
@@ -100,24 +139,24 @@ class Project:
         return subprocess.run([str(BIN / "torchship"), *args], cwd=self.root, capture_output=True, text=True,
                               timeout=timeout, env={**self.env(), **(env or {})})
 
-    def python(self, code: str) -> str:
-        """Run code in a separate interpreter in the project (e.g. an independent MLflow client)."""
+    def python(self, code: str, env: dict[str, str] | None = None) -> str:
+        """Run code in a separate interpreter in the project (e.g. an independent MLflow client), in this
+        process's environment unless given one."""
         result = subprocess.run([sys.executable, "-c", code], cwd=self.root, capture_output=True, text=True,
-                                timeout=300, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+                                timeout=300, env={**(env or os.environ), "MLFLOW_DISABLE_TELEMETRY": "true"})
         assert result.returncode == 0, result.stderr[-3000:]
         return result.stdout
 
     def registry(self, name: str) -> dict:
-        """Versions, tags and aliases, read by a fresh MLflow client in another process."""
-        out = self.python(
-            "import json, mlflow\n"
-            "from mlflow import MlflowClient\n"
-            "mlflow.set_tracking_uri('sqlite:///mlflow/mlflow.db')\n"
-            "c = MlflowClient()\n"
-            f"vs = c.search_model_versions(\"name='{name}'\")\n"
-            f"aliases = {{k: str(v) for k, v in c.get_registered_model('{name}').aliases.items()}} if vs else {{}}\n"
-            "print(json.dumps({'aliases': aliases, 'versions': {str(v.version): dict(v.tags) for v in vs}}))\n")
-        return json.loads(out.strip().splitlines()[-1])
+        """Versions, tags and aliases, read in this process by an MLflow client on the project's SQLite store
+        (by absolute URI, so no global MLflow state is set; a fresh interpreter per read cost ~3 s)."""
+        from mlflow import MlflowClient
+
+        uri = f"sqlite:///{self.root / 'mlflow' / 'mlflow.db'}"
+        client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+        versions = client.search_model_versions(f"name='{name}'")
+        aliases = {k: str(v) for k, v in client.get_registered_model(name).aliases.items()} if versions else {}
+        return {"aliases": aliases, "versions": {str(v.version): dict(v.tags) for v in versions}}
 
     def dvc(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=self.root, capture_output=True, text=True,
@@ -187,17 +226,62 @@ def plant_dvc_credentials(project: Project) -> None:
         f"    password = {DVC_REMOTE_PASSWORD}\n")
 
 
-@pytest.fixture(scope="session")
-def tiny_pipeline(tmp_path_factory, prefect_server) -> tuple[Project, subprocess.CompletedProcess]:
-    """One full pipeline run on tiny params, shared by the integration tests of a session. Its first run uses
-    the embedded default (an ephemeral Prefect API, as `make pipeline` does); later runs use the server. It
-    runs as a user's shell would give it secrets: an admin token, MLflow and cloud credentials in the
-    environment, DVC remote credentials in .dvc/config.local (none may leak: test_secrets.py)."""
-    project = make_project(tmp_path_factory.mktemp("project"), {"export": {"compile": True, "onnx_exporter": "dynamo"}})
+def run_folder(tmp_path_factory) -> Path:
+    """A folder every pytest-xdist worker of this test run shares: the controller's basetemp, which holds each
+    worker's own (popen-gwN); without xdist, this session's basetemp."""
+    basetemp = tmp_path_factory.getbasetemp()
+    return basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
+
+
+def build_tiny_pipeline(folder: Path) -> None:
+    """The tiny pipeline's first run, as `make pipeline` does it (an ephemeral Prefect API), into
+    folder/project; its output goes to folder/first-run.json, whether it passed or not."""
+    project = make_project(folder / "project", {"export": {"compile": True, "onnx_exporter": "dynamo"}})
     plant_dvc_credentials(project)
     first = project.torchship("run", env=SECRET_ENV)
+    (folder / "first-run.json").write_text(json.dumps(
+        {"args": first.args, "returncode": first.returncode, "stdout": first.stdout, "stderr": first.stderr}))
+
+
+def repoint_mlflow_store(root: Path, old_root: Path) -> None:
+    """MLflow keeps absolute artifact locations (experiments, runs, model version sources) in its database:
+    a copied project's must name its own artifacts, or its writes would land in the original."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(root / "mlflow" / "mlflow.db")) as db, db:
+        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            for column in [row[1] for row in db.execute(f'PRAGMA table_info("{table}")')
+                           if any(kind in row[2].upper() for kind in ("CHAR", "TEXT", "CLOB"))]:
+                db.execute(f'UPDATE "{table}" SET "{column}" = replace("{column}", ?, ?) WHERE instr("{column}", ?)',
+                           (str(old_root), str(root), str(old_root)))
+
+
+def copy_project(source: Path, target: Path, prefect: PrefectServer | None = None) -> Project:
+    """A copy of a project with its DVC cache, remote, registry and Prefect state, that writes only to itself."""
+    shutil.copytree(source, target, symlinks=True)
+    repoint_mlflow_store(target, source)
+    return Project(target, prefect)
+
+
+@pytest.fixture(scope="session")
+def tiny_pipeline(tmp_path_factory, prefect_server) -> tuple[Project, subprocess.CompletedProcess]:
+    """One full pipeline run on tiny params, shared by the integration tests. It runs once per test run, under
+    a file lock, however many xdist workers ask (the first builds it, the others wait), as a user's shell would
+    give it secrets: an admin token, MLflow and cloud credentials in the environment, DVC remote credentials in
+    .dvc/config.local (none may leak: test_secrets.py). Each worker's session gets its own copy, so tests that
+    change the project (and put it back after) never meet another worker's changes; later runs there use the
+    session's Prefect server."""
+    from filelock import FileLock
+
+    built = run_folder(tmp_path_factory) / "tiny-pipeline"
+    with FileLock(f"{built}.lock"):
+        if not (built / "first-run.json").exists():
+            built.mkdir(exist_ok=True)
+            build_tiny_pipeline(built)
+    first = subprocess.CompletedProcess(**json.loads((built / "first-run.json").read_text()))
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
-    project.prefect = prefect_server
+    project = copy_project(built / "project", tmp_path_factory.mktemp("tiny-pipeline") / "project", prefect_server)
     return project, first
 
 

@@ -1,15 +1,20 @@
 """The whole pipeline through the real CLI, in a throwaway clone: Prefect, DVC, MLflow, GX, a real service."""
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import shutil
+import subprocess
 
 import pytest
+from ruamel.yaml import YAML
 
+from tasks.core.registry import download_onnx
 from tasks.ops.plan import LIVE_STEPS
 from tasks.ops.reproduce import pipeline_stages
 from tests.conftest import REPO
-from tests.helpers import dvc_clean, workspace_restored
+from tests.helpers import dvc_clean, project_registry, workspace_restored
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +22,7 @@ MODEL = "synthetic-churn"
 STAGES = pipeline_stages(REPO)
 
 
-def test_first_run_registers_a_champion_with_lineage(tiny_pipeline):
+def test_first_run_registers_a_champion_with_lineage(tiny_pipeline, tmp_path):
     project, first = tiny_pipeline
     for step in STAGES + list(LIVE_STEPS):
         assert step in first.stdout
@@ -26,22 +31,18 @@ def test_first_run_registers_a_champion_with_lineage(tiny_pipeline):
     registry = project.registry(MODEL)
     assert set(registry["aliases"]) >= {"champion"}
     tags = registry["versions"][registry["aliases"]["champion"]]
-    head = project.python("import subprocess;print(subprocess.check_output(['git','rev-parse','HEAD'],text=True))")
-    assert tags["git_commit"] == head.strip()
-    assert tags["git_dirty"] in {"true", "false"}
+    assert tags["git_commit"] == subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=project.root, text=True).strip()
+    # The fixture committed every file and a run changes none that git tracks (--set runs: the test below).
+    assert tags["git_dirty"] == "false"
     lock = (project.root / "dvc.lock").read_text()
     assert tags["dvc_train_md5"] and tags["dvc_train_md5"] in lock
     assert len(tags["artifact_sha256"]) == 64
-    served = project.python(  # the registered file is byte-identical to the blessed one: its tag can verify it
-        "import hashlib, tempfile\nfrom pathlib import Path\nfrom tasks.config import load_params\n"
-        "from tasks.core.registry import download_onnx, registry_client\n"
-        f"path = download_onnx(registry_client(load_params().tracking), '{MODEL}', '{registry['aliases']['champion']}', "
-        "Path(tempfile.mkdtemp()))\nprint(hashlib.sha256(path.read_bytes()).hexdigest())")
-    assert served.strip() == tags["artifact_sha256"]
-    passport = project.python(
-        "import mlflow\nfrom mlflow import MlflowClient\nmlflow.set_tracking_uri('sqlite:///mlflow/mlflow.db')\n"
-        f"c = MlflowClient()\nv = c.get_model_version('{MODEL}', '{registry['aliases']['champion']}')\n"
-        "print(v.description)\nprint(sorted(a.path for a in c.list_artifacts(v.run_id)))")
+    client, champion = project_registry(project), registry["aliases"]["champion"]
+    # the registered file is byte-identical to the blessed one: its tag can verify it
+    served = download_onnx(client, MODEL, champion, tmp_path)
+    assert hashlib.sha256(served.read_bytes()).hexdigest() == tags["artifact_sha256"]
+    version = client.get_model_version(MODEL, champion)
+    passport = f"{version.description}\n{sorted(a.path for a in client.list_artifacts(version.run_id))}"
     for section in ("### Data", "### Training", "### Quality on the holdout", "### Gates", "### Serving benchmark",
                     "### Lineage", "logistic regression (scikit-learn)", "'passport.html'"):
         assert section in passport, passport
@@ -88,11 +89,23 @@ def test_reports_exist_and_dvc_is_clean(tiny_pipeline):
     assert chain == sorted(chain) and dag.index("baseline") > dag.index("prepare"), dag
 
 
-def test_local_dvc_remote_works_out_of_the_box(tiny_pipeline):
+def test_local_dvc_remote_works_out_of_the_box(tiny_pipeline, tmp_path):
+    """A plain `dvc push` fills an empty default remote with the workspace's outputs (the run's register step
+    already pushed to the project's remote: that one is set aside meanwhile)."""
     project, _ = tiny_pipeline
-    push = project.dvc("push")
-    assert push.returncode == 0, push.stderr
-    assert any((project.root / ".dvc-remote").rglob("*")), "nothing was pushed to the local remote"
+    remote = project.root / ".dvc-remote"
+    shutil.move(remote, tmp_path / "pushed-by-register")
+    try:
+        push = project.dvc("push")
+        assert push.returncode == 0, push.stderr
+        pushed = {path.relative_to(remote).as_posix() for path in remote.rglob("*") if path.is_file()}
+    finally:
+        shutil.rmtree(remote, ignore_errors=True)
+        shutil.move(tmp_path / "pushed-by-register", remote)
+    outs = {out["path"]: out["md5"] for stage in YAML(typ="safe").load((project.root / "dvc.lock").read_text())["stages"]
+            .values() for out in stage.get("outs", [])}
+    for name in ("data/prepare/train.parquet", "data/train/model.pt", "data/export/model.onnx"):
+        assert f"files/md5/{outs[name][:2]}/{outs[name][2:]}" in pushed, (name, sorted(pushed))
 
 
 def test_rerun_with_nothing_changed_skips_and_registers_nothing(tiny_pipeline):
@@ -141,6 +154,7 @@ def test_changed_params_make_a_new_version_that_is_promoted_or_rejected(tiny_pip
         assert "rejected" in tags and tags["rejected"]
         assert after["aliases"]["champion"] == before["aliases"]["champion"]
     assert tags["parent_version"] == before["aliases"]["champion"]
+    assert tags["git_dirty"] == "true"   # the --set values were in params.yaml, uncommitted, while it registered
     assert project.registry(MODEL)["aliases"] == before["aliases"]
     assert dvc_clean(project.dvc("status").stdout)
     # The restored tree no longer holds the --set values: only the version's own lineage can rebuild it.

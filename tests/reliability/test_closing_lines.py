@@ -14,6 +14,7 @@ def _said(result) -> str:
     return " ".join((result.stdout + result.stderr).split())     # rich may wrap the line
 
 
+@pytest.mark.xdist_group("canary_failure")   # one worker runs the failing pipeline (tests/reliability/conftest.py)
 def test_a_canary_failure_after_register_names_the_version_and_alias_it_left(canary_failure):
     failed = canary_failure.failed
     assert failed.returncode != 0

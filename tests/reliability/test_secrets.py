@@ -41,6 +41,7 @@ def test_the_search_finds_a_planted_secret(tmp_path):
     assert found == {"mlflow/mlflow.db": [SECRETS["MLFLOW_TRACKING_TOKEN"]], "stderr": [DVC_REMOTE_PASSWORD]}
 
 
+@pytest.mark.xdist_group("canary_failure")   # one worker runs the failing pipeline (tests/reliability/conftest.py)
 def test_planted_secrets_appear_nowhere_after_a_pipeline_run(canary_failure):
     secrets = [*SECRETS.values(), DVC_REMOTE_PASSWORD]
     assert "registered v1" in canary_failure.failed.stderr                # bless and register ran with them too

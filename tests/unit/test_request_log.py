@@ -3,6 +3,7 @@ in append order, and the active file rotates by size and by age into names that 
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 import time
 from datetime import datetime, timezone
@@ -63,12 +64,29 @@ def test_nothing_reaches_the_disk_before_a_flush_and_everything_by_close(opened)
 
 
 def test_the_flusher_writes_every_flush_seconds(opened):
-    request_log = opened(flush_seconds=0.01)
+    """One write per tick of `flush_seconds`: never sooner, and not a tick late (a flusher running at half or
+    twice the period fails; waiting only for the first write would pass any period under the deadline)."""
+    period = 0.5
+    started = time.monotonic()
+    request_log = opened(flush_seconds=period)
+    written_at, fourth = [], threading.Event()
+    write = request_log._write
+
+    def timed_write(data: bytes) -> None:
+        write(data)
+        written_at.append(time.monotonic())
+        if len(written_at) == 4:
+            fourth.set()
+        else:
+            request_log.append(line(len(written_at)))   # something for the next tick to write
+
+    request_log._write = timed_write
     request_log.append(line(0))
-    deadline = time.monotonic() + 10
-    while not request_log.path.read_text() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert [entry["id"] for entry in logged(request_log.path)] == ["r-0"]
+    assert fourth.wait(10), written_at
+    ticks = [later - earlier for earlier, later in zip([started, *written_at], written_at[:4])]
+    assert min(ticks) >= period * 0.95, ticks
+    assert statistics.median(ticks) <= period + 0.3, ticks   # a loaded CI box may wake the flusher late, rarely
+    assert [entry["id"] for entry in logged(request_log.path)][:4] == ["r-0", "r-1", "r-2", "r-3"]
 
 
 def test_lines_are_json_in_the_servelog_format_and_append_to_an_existing_file(opened):
