@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # TELEMETRY_OFF of tasks/core/env.py (make cannot import it; tests/unit/test_env.py checks this line)
 export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true DVC_NO_ANALYTICS=1 PREFECT_SERVER_ANALYTICS_ENABLED=false GX_ANALYTICS_ENABLED=false
 
-.PHONY: install prometheus pipeline test test-fast bench bench-tables docs clean
+.PHONY: install prometheus lint pipeline test test-fast bench bench-tables docs clean
 
 # Many tests wait on subprocesses and servers, so three workers overlap well on two cores; tests that share
 # a module (or a named group) stay on one worker (`--dist loadgroup`), taken in the order tests/conftest.py sorts.
@@ -35,10 +35,14 @@ pipeline: install
 prometheus:
 	$(call apt_install,promtool:prometheus) || echo "Debian's prometheus package could not be installed: the promtool tests skip (they fail where CI=true)"
 
-test: install prometheus
+# ruff with the rules pyproject.toml selects (import order, line length, bugbear, pyupgrade, simplify)
+lint: install
+	$(VENV)/bin/ruff check .
+
+test: install prometheus lint
 	$(VENV)/bin/python -m pytest -q $(XDIST) --durations=15
 
-test-fast: install prometheus
+test-fast: install prometheus lint
 	$(VENV)/bin/python -m pytest -q -m "unit or data or model"
 
 # Every bench but the per-table accuracy one (below: 15 pipeline runs).
