@@ -41,7 +41,7 @@ def watch(tracking: dict, name: str, poll_seconds: float, conn) -> None:
     client = registry_client(TrackingParams.model_validate(tracking))
     sent: dict[str, str | None] = {}   # alias -> the version last sent (served or refused)
     observer = f"the service's registry watcher (pid {os.getpid()} on {socket.gethostname()})"
-    unrecorded = False                 # an alias moved and the history could not be written yet
+    unrecorded = retrying = False      # an alias moved and the history could not be written yet
     while True:
         try:
             message = conn.recv() if conn.poll(poll_seconds) else ("poll", None, False)
@@ -76,7 +76,10 @@ def watch(tracking: dict, name: str, poll_seconds: float, conn) -> None:
                 record_outside_moves(client, name, observer, HISTORY_LOCK_WAIT_S)
                 unrecorded = False
             except Exception as exc:   # the lock busy, the store read-only to this service: serving goes on
-                log.warning("alias history not written (next poll retries): %s", exc)
+                if not retrying:       # once per streak: a read-only store would say it at every poll
+                    log.warning("alias history not written (each poll retries; the monitor records it too): %s",
+                                exc)
+            retrying = unrecorded
         if token is not None:
             conn.send(("polled", token))
 
