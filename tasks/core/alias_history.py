@@ -143,6 +143,17 @@ def record_moves(client, name: str, actor: str, reason: str = "", evidence: str 
     return written
 
 
+def record_decision(client, name: str, kind: str, actor: str, reason: str, version: str | None = None,
+                    evidence: str = "") -> HistoryEntry:
+    """Append an entry that moves no alias (e.g. kind "approval": a person's decision on `version`) to the same
+    sequence; the aliases' state and rollback read moves only. Call it under `alias_lock`."""
+    entries, _ = read_state(client, name)
+    entry = HistoryEntry(seq=(entries[-1].seq if entries else 0) + 1, model=name, to_version=version, time=now(),
+                         actor=clip(actor), reason=clip(reason), evidence=clip(evidence), kind=kind)
+    client.set_registered_model_tag(name, entry.key(), entry.value())
+    return entry
+
+
 def outside_actor(observer: str) -> str:
     return f"{OUTSIDE}, noticed at {now()} by {observer}"
 

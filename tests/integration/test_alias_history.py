@@ -15,7 +15,7 @@ import pytest
 from serving.service import Service, ServiceSettings
 from tasks.canarying.progressive import promote_or_roll_back
 from tasks.config import CanaryParams, Params, ServeParams
-from tasks.core.alias_history import read_history
+from tasks.core.alias_history import alias_lock, read_history, record_decision
 from tasks.core.gate import GateResult
 from tasks.core.registry import aliases, registry_client
 from tasks.core.verdicts import Blessing, BlessOutcome, StepVerdict, VariantFigures
@@ -179,4 +179,8 @@ def test_with_no_service_two_observers_record_a_move_once_and_rollback_follows_t
     notice_moves(params)       # a third observer, later: nothing new
     assert moves(client) == [("champion", None, "1"), ("champion", "1", "3"), ("champion", "3", "2")]
     assert "observer" in read_history(client, MODEL)[-1].actor
+    with alias_lock(client):   # a decision that moves no alias joins the sequence (an approval, by a person)
+        record_decision(client, MODEL, "approval", "alice", "reviewed the passport", version="4")
+    notice_moves(params)
+    assert len(read_history(client, MODEL)) == 4 and read_history(client, MODEL)[-1].kind == "approval"
     assert roll_back(params).restored == "3"   # no `previous` tag anywhere: the history alone knows
