@@ -9,6 +9,7 @@ from pathlib import Path
 from tasks.config import Params
 from tasks.contract import load_schema
 from tasks.core import paths
+from tasks.core.alias_history import run_actor
 from tasks.core.artifacts import read_json
 from tasks.core.holdout import load_holdout
 from tasks.core.errors import TorchshipError
@@ -18,7 +19,6 @@ from tasks.core.verdicts import OUTCOME_TAG, Blessing, Registration, Registratio
 from tasks.ops.lineage import lineage_tags
 from tasks.ops.passport import passport_html, passport_markdown
 from tasks.ops.rebuild import METRIC_TAG, METRICS, log_lineage, push_data
-from tasks.core.alias_history import run_actor
 from tasks.ops.registry import promote, recorded_move, reject
 
 log = logging.getLogger("torchship.register")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from tasks.config import Params
-from tasks.core.errors import TorchshipError
 from tasks.core.alias_history import command_actor
+from tasks.core.errors import TorchshipError
 from tasks.core.registry import model_version, registry_client
 from tasks.core.verdicts import OUTCOME_TAG, BlessOutcome
 from tasks.ops.registry import promote, recorded_move, rollback
