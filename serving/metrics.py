@@ -9,6 +9,8 @@ What the dashboard and the alert rules read (serving/observability.py builds bot
   distribution per variant.
 - `torchship_model_version{alias}`, `torchship_model_reloads_total{alias}`,
   `torchship_model_load_failures_total{alias}`: what serves, and alias moves picked up or refused.
+- `torchship_champion_unblessed`: 1 while the champion is a version bless did not pass, or one rejected (a
+  person moved it there by hand: it serves, and a ticket says so).
 - `torchship_drift_share`, `torchship_drift_detected`, `torchship_drift_checked_timestamp_seconds`: the newest
   `torchship monitor` verdict (data/monitor/latest.json), read when scraped: the monitor is a batch job, so the
   service exposes its result instead of a pushgateway holding it.
@@ -106,6 +108,8 @@ class Metrics:
         self.reloads = Counter("torchship_model_reloads", "Alias moves picked up", ["alias"], registry=self.registry)
         self.load_failures = Counter("torchship_model_load_failures", "Versions refused or failing to load (the "
                                      "current one kept serving)", ["alias"], registry=self.registry)
+        self.champion_unblessed = Gauge("torchship_champion_unblessed", "1 while the champion is a version bless "
+                                        "did not pass or one rejected (moved by hand)", registry=self.registry)
         for alias in (CHAMPION, CHALLENGER):   # a 0 from the start: increase() sees the first failure
             self.reloads.labels(alias)
             self.load_failures.labels(alias)

@@ -120,7 +120,8 @@ def dashboard(slo: SloParams, monitor: MonitorParams) -> dict:
 
 
 def alert_rules(slo: SloParams, monitor: MonitorParams) -> dict:
-    """Prometheus rule groups: page on a p99 or error-rate breach of the SLO, ticket on drift or a refused load."""
+    """Prometheus rule groups: page on a p99 or error-rate breach of the SLO, ticket on drift, a refused load or an
+    unblessed champion."""
     p99 = slo.p99_ms / 1e3
     if p99 >= LATENCY_BUCKETS[-1]:
         raise ConfigError(f"slo.p99_ms = {slo.p99_ms:g}: the latency histogram's largest bucket is "
@@ -151,7 +152,12 @@ def alert_rules(slo: SloParams, monitor: MonitorParams) -> dict:
              "annotations": {"summary": "a registered version was refused by the service",
                              "description": "An alias moved to a version the service refused (sha256 mismatch "
                                             "or not loadable); the previous one keeps serving. See the "
-                                            "service log."}}]}]}
+                                            "service log."}},
+            {"alert": "TorchshipChampionUnblessed", "expr": "torchship_champion_unblessed == 1", "labels": ticket,
+             "annotations": {"summary": "the champion is a version bless did not pass, or one rejected",
+                             "description": "Someone made it champion by hand (the MLflow UI, `torchship promote "
+                                            "--force`): it keeps serving, as they decided. See `torchship "
+                                            "history` for who and when; `torchship rollback` undoes it."}}]}]}
 
 
 def _expected(rules: dict, name: str, labels: dict) -> dict:
@@ -186,6 +192,7 @@ def rule_tests(slo: SloParams, monitor: MonitorParams) -> dict:
                {"series": f'{REQUESTS}{{variant="champion",version="1",status="invalid"}}', "values": "0+500x20"},
                {"series": "torchship_drift_detected", "values": "0x20"},
                {"series": 'torchship_model_load_failures_total{alias="champion"}', "values": "0x20"},
+               {"series": "torchship_champion_unblessed", "values": "0x20"},
                *[s for s in _latency_series(slo.p99_ms / 1e3) if 'variant="fast"' in s["series"]]]
     names = [r["alert"] for g in rules["groups"] for r in g["rules"]]
     tests = [
@@ -195,13 +202,17 @@ def rule_tests(slo: SloParams, monitor: MonitorParams) -> dict:
              "exp_alerts": [_expected(rules, "TorchshipP99LatencyHigh", {"variant": "slow"})]}]},
         {"interval": "1m", "input_series": [
             {"series": "torchship_drift_detected", "values": "0x5 1x15"},
-            {"series": 'torchship_model_load_failures_total{alias="challenger"}', "values": "0x5 1x15"}],
+            {"series": 'torchship_model_load_failures_total{alias="challenger"}', "values": "0x5 1x15"},
+            {"series": "torchship_champion_unblessed", "values": "0x5 1x15"}],
          "alert_rule_test": [
              {"eval_time": "4m", "alertname": "TorchshipDriftDetected", "exp_alerts": []},
              {"eval_time": "10m", "alertname": "TorchshipDriftDetected",
               "exp_alerts": [_expected(rules, "TorchshipDriftDetected", {})]},
              {"eval_time": "10m", "alertname": "TorchshipModelLoadFailed",
-              "exp_alerts": [_expected(rules, "TorchshipModelLoadFailed", {"alias": "challenger"})]}]},
+              "exp_alerts": [_expected(rules, "TorchshipModelLoadFailed", {"alias": "challenger"})]},
+             {"eval_time": "4m", "alertname": "TorchshipChampionUnblessed", "exp_alerts": []},
+             {"eval_time": "10m", "alertname": "TorchshipChampionUnblessed",
+              "exp_alerts": [_expected(rules, "TorchshipChampionUnblessed", {})]}]},
         {"interval": "1m", "input_series": healthy, "alert_rule_test": [
             {"eval_time": "15m", "alertname": name, "exp_alerts": []} for name in names]}]
     if slo.max_error_rate < 1.0:   # an objective of 100 % failures cannot be breached

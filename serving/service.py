@@ -155,6 +155,8 @@ class Service:
             self._not_loaded(*rest)
         elif kind == "version":
             self._load(*rest)
+        elif kind == "champion":
+            self._watch_champion(*rest)
 
     def _load(self, alias: str, version: str, payload: bytes) -> None:
         current: Variant | None = getattr(self.router, alias)
@@ -169,6 +171,14 @@ class Service:
         self.metrics.version.labels(alias).set(int(variant.version))
         self.metrics.reloads.labels(alias).inc()
         settle_heap()
+
+    def _watch_champion(self, version: str | None, concern: str | None) -> None:
+        """A champion bless did not pass (or one rejected) serves: a person decided it, so it serves, but the
+        metric raises a ticket (serving/observability.py) until the alias moves again."""
+        self.metrics.champion_unblessed.set(1 if concern else 0)
+        if concern:
+            log.warning("champion v%s serves although %s: a person decided so; see `torchship history`", version,
+                        concern)
 
     def _not_loaded(self, alias: str, version: str, reason: str) -> None:
         current: Variant | None = getattr(self.router, alias)

@@ -5,15 +5,21 @@ costs the server ~170 MiB of resident memory, and each poll holds the GIL for te
 event loop). The child polls every `poll_seconds` (or when asked), and for each alias whose version moved sends
 the version's ONNX bytes, checked against its `artifact_sha256` tag (tasks.core.registry.verified_onnx), or
 the reason it was refused; the server only opens and warms what it receives. Each version is sent once until
-its alias moves or a poll asks to retry (/admin/reload).
+its alias moves or a poll asks to retry (/admin/reload). When an alias moved, the child also records the move in
+the alias history if nobody did (a move in the MLflow UI: tasks/core/alias_history.py), and says whether the
+champion is one bless did not pass; a history it cannot write now is retried at the next poll, and never stops
+the serving.
 
 Messages, child -> server: ("version", alias, version, bytes) | ("refused", alias, version, reason) |
-("gone", alias) | ("failed", reason) | ("polled", token). Server -> child: ("poll", token, retry) | ("stop",).
+("gone", alias) | ("champion", version, concern or None) | ("failed", reason) | ("polled", token).
+Server -> child: ("poll", token, retry) | ("stop",).
 """
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import socket
 import threading
 from typing import Callable
 
@@ -22,16 +28,20 @@ from tasks.core.registry import CHALLENGER, CHAMPION
 
 log = logging.getLogger("torchship.serving")
 ALIASES = (CHAMPION, CHALLENGER)
+HISTORY_LOCK_WAIT_S = 2.0   # the registry lock is held for a move's few writes; busier than this: the next poll
 
 
 def watch(tracking: dict, name: str, poll_seconds: float, conn) -> None:
     """The child's loop (until told to stop, or the server goes away)."""
+    from tasks.core.alias_history import champion_concern, record_outside_moves
     from tasks.core.registry import alias_version, registry_client, verified_onnx
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     client = registry_client(TrackingParams.model_validate(tracking))
     sent: dict[str, str | None] = {}   # alias -> the version last sent (served or refused)
+    observer = f"the service's registry watcher (pid {os.getpid()} on {socket.gethostname()})"
+    unrecorded = retrying = False      # an alias moved and the history could not be written yet
     while True:
         try:
             message = conn.recv() if conn.poll(poll_seconds) else ("poll", None, False)
@@ -49,6 +59,9 @@ def watch(tracking: dict, name: str, poll_seconds: float, conn) -> None:
                 if sent.get(alias, "") == version:
                     continue
                 sent[alias] = version
+                unrecorded = True
+                if alias == CHAMPION:
+                    conn.send(("champion", version, champion_concern(moved.tags) if moved else None))
                 if version is None:
                     conn.send(("gone", alias))
                     continue
@@ -58,6 +71,15 @@ def watch(tracking: dict, name: str, poll_seconds: float, conn) -> None:
                     conn.send(("refused", alias, version, str(exc)))
         except Exception as exc:   # the registry may be briefly unreachable: the next poll retries
             conn.send(("failed", str(exc)))
+        if unrecorded:
+            try:
+                record_outside_moves(client, name, observer, HISTORY_LOCK_WAIT_S)
+                unrecorded = False
+            except Exception as exc:   # the lock busy, the store read-only to this service: serving goes on
+                if not retrying:       # once per streak: a read-only store would say it at every poll
+                    log.warning("alias history not written (each poll retries; the monitor records it too): %s",
+                                exc)
+            retrying = unrecorded
         if token is not None:
             conn.send(("polled", token))
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from tasks.config import Params
 from tasks.contract import Schema
 from tasks.core import paths
+from tasks.core.alias_history import notice_outside_moves
 from tasks.core.artifacts import write_json_atomic
 from tasks.core.gate import GateResult
 from tasks.core.quarantine import unique_stamp
@@ -78,12 +79,22 @@ def monitor_window(params: Params, window: Window, client=None) -> MonitorReport
     return result
 
 
+def notice_moves(params: Params) -> None:
+    """Record alias moves made outside torchship since the history's last entry (when no service watched the
+    registry); the monitor's own verdict never waits on it or fails by it."""
+    for entry in notice_outside_moves(registry_client(params.tracking), params.data.registered_model_name(),
+                                      "the monitor"):
+        log.warning("monitor: %s %s moved outside torchship: recorded in the alias history", entry.alias,
+                    entry.moved())
+
+
 def run(params: Params, window: Window | None = None) -> MonitorReport:
     """The step: read the window (unless given), judge it, log the evidence to an MLflow run `monitor`."""
     import mlflow
 
     from tasks.core.tracking import stage_run
 
+    notice_moves(params)
     window = window or read_window(Path(params.serve.request_log), params.monitor)
     with stage_run(params.tracking, "monitor") as run:
         result = monitor_window(params, window)

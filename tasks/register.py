@@ -9,6 +9,7 @@ from pathlib import Path
 from tasks.config import Params
 from tasks.contract import load_schema
 from tasks.core import paths
+from tasks.core.alias_history import run_actor
 from tasks.core.artifacts import read_json
 from tasks.core.holdout import load_holdout
 from tasks.core.errors import TorchshipError
@@ -18,7 +19,7 @@ from tasks.core.verdicts import OUTCOME_TAG, Blessing, Registration, Registratio
 from tasks.ops.lineage import lineage_tags
 from tasks.ops.passport import passport_html, passport_markdown
 from tasks.ops.rebuild import METRIC_TAG, METRICS, log_lineage, push_data
-from tasks.ops.registry import alias_lock, promote, reject
+from tasks.ops.registry import promote, recorded_move, reject
 
 log = logging.getLogger("torchship.register")
 # Waits between attempts when the store is busy (each attempt itself waits up to MLflow's 20 s SQLite busy
@@ -83,18 +84,24 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     description = passport_markdown(params, blessing, tags, version)
     mlflow.log_text(description, "passport.md")
     mlflow.log_text(passport_html(description), "passport.html")
-    outcome, action = apply_aliases(client, name, version, blessing)
+    run_kind = "retrain" if (trigger or {}).get("trigger") == "retrain" else "pipeline"
+    active = mlflow.active_run()
+    proof = (f"bless {blessing.gate.status} ({blessing.outcome}); passport: runs:/"
+             f"{active.info.run_id if active else '?'}/passport.md; v{version} tag bless_reasons")
+    outcome, action = apply_aliases(client, name, version, blessing, run_actor(run_kind), proof)
     client.update_model_version(name, version, description=description)
     client.delete_model_version_tag(name, version, UNFINISHED_TAG)   # last: the version is complete
     return Registration(model_name=name, version=version, created=True, outcome=outcome, action=action,
                         aliases=aliases(client, name), seconds=time.perf_counter() - started)
 
 
-def apply_aliases(client, name: str, version: str, blessing: Blessing) -> tuple[RegistrationOutcome, str]:
+def apply_aliases(client, name: str, version: str, blessing: Blessing, actor: str | None = None,
+                  evidence: str = "") -> tuple[RegistrationOutcome, str]:
     """Not blessed -> tagged rejected (a first model too: never a champion worse than the baselines);
     no champion yet -> champion; else challenger (the canary decides). Under the registry's alias lock, and
     only if the aliases are still what bless judged against: when another pipeline moved them meanwhile, this
-    version keeps no alias and says so (no lost update). Returns what happened, typed and in words."""
+    version keeps no alias and says so (no lost update). Each move goes in the alias history as `actor`'s
+    (default: a pipeline run). Returns what happened, typed and in words."""
     held = sorted(alias for alias, holder in aliases(client, name).items() if holder == str(version))
     if held:   # an attempt that stopped after moving the aliases: nothing left to move
         holds = RegistrationOutcome.CHAMPION if CHAMPION in held else RegistrationOutcome.CHALLENGER
@@ -102,14 +109,16 @@ def apply_aliases(client, name: str, version: str, blessing: Blessing) -> tuple[
     if blessing.gate.status == "fail":
         reject(client, name, version, "bless: " + "; ".join(blessing.gate.reasons))
         return RegistrationOutcome.REJECTED, f"v{version} rejected by bless: {'; '.join(blessing.gate.reasons)}"
-    with alias_lock(client):
+    with recorded_move(client, name, actor or run_actor("pipeline"), evidence=evidence) as move:
         moved = moved_since_bless(client, name, version, blessing)
         if moved:
             client.set_model_version_tag(name, version, "stale", moved)
             return RegistrationOutcome.STALE, f"v{version} registered without an alias: {moved}"
         if alias_version(client, name, CHAMPION) is None:
+            move.reason = "register: first model of this name, blessed"
             promote(client, name, version, "first model of this name")
             return RegistrationOutcome.CHAMPION, f"v{version} is champion (first model)"
+        move.reason = "register: blessed against the champion; the canary decides"
         client.set_registered_model_alias(name, CHALLENGER, version)
     return RegistrationOutcome.CHALLENGER, f"v{version} is challenger; the canary decides"
 

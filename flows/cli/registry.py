@@ -1,4 +1,5 @@
-"""`torchship status` and `torchship rollback`: the registry state of this project's model."""
+"""`torchship status`, `history`, `promote`, `rollback`, `rebaseline`, `rebuild`: the registry state of this
+project's model, its alias history, and the by-hand moves."""
 from __future__ import annotations
 
 import typer
@@ -32,10 +33,44 @@ def status() -> None:
     for row in state.versions:
         table.add_row(f"v{row.version}", ", ".join(row.aliases), row.bless, row.notes, row.git_commit)
     console.print(table)
+    if state.history:
+        console.print(history_table(state.history, f"{state.model_name}: last alias moves (torchship history)",
+                                    evidence=False))
+    if state.champion_concern:
+        console.print(f"[yellow]champion v{state.aliases.get('champion')} serves although {state.champion_concern}"
+                      "[/]: a person moved it there (metric torchship_champion_unblessed, ticket alert).")
+
+
+def history_table(entries, title: str, evidence: bool = True) -> Table:
+    """Alias history entries as a table, oldest first (status leaves the evidence to `torchship history`)."""
+    table = Table(title=title)
+    for column in ("#", "time (UTC)", "alias", "move", "actor", "reason", "evidence")[:7 if evidence else 6]:
+        table.add_column(column, overflow="fold")
+    for entry in entries:
+        row = [str(entry.seq), entry.time, entry.alias or "—", entry.moved() if entry.alias else entry.kind,
+               entry.actor, entry.reason, entry.evidence]
+        table.add_row(*row[:7 if evidence else 6])
+    return table
+
+
+def history(model: str = typer.Argument(None, help="The registered model (default: this project's).")) -> None:
+    """The alias history: every move of `champion` and `challenger`, who made it (a torchship command and its OS
+    user, a pipeline or canary run, or "outside torchship" for the MLflow UI, with when it was noticed), why, and
+    where the evidence lies. Moves nobody recorded yet are recorded first."""
+    enter_project()
+    from tasks.config import load_params
+    from tasks.ops.status import alias_history
+
+    name, entries = alias_history(load_params(), model)
+    if not entries:
+        console.print(f"No alias history for '{name}' yet: its first alias move starts it.")
+        return
+    console.print(history_table(entries, f"{name}: alias history ({len(entries)} entries)"))
 
 
 def rollback() -> None:
-    """Put the version tagged `previous` back as champion (the current one is tagged rejected).
+    """Put back the version that was champion before the current one, by the alias history (with no history
+    yet, the version tagged `previous`); the current one is tagged rejected.
 
     Running services follow the alias within serve.poll_seconds."""
     enter_project()

@@ -16,7 +16,8 @@ from tasks.config import CanaryParams
 from tasks.core.gate import GateResult
 from tasks.core.registry import CHALLENGER, CHAMPION, alias_version
 from tasks.core.verdicts import CanaryOutcome, StepVerdict, VariantFigures
-from tasks.ops.registry import alias_lock, promote, reject
+from tasks.core.alias_history import run_actor
+from tasks.ops.registry import promote, recorded_move, reject
 
 log = logging.getLogger("torchship.canary")
 REPLAY_CHUNK = 25        # replayed requests between two looks at /metrics
@@ -112,13 +113,15 @@ def promote_or_roll_back(client, name: str, challenger: str, verdicts: list[Step
         gate = GateResult(gate="canary", status="warn", reasons=reasons)
     else:
         gate = GateResult(gate="canary", status=last.status, reasons=reasons)
-    with alias_lock(client):
+    proof = f"v{challenger} tags canary.* (one per step); canary report: " + "; ".join(reasons)
+    with recorded_move(client, name, run_actor("canary"), evidence=proof) as move:
         still = alias_version(client, name, CHALLENGER)
         if still is None or str(still.version) != challenger:
             return gate, CanaryOutcome.SUPERSEDED, (
                 f"nothing moved: `challenger` left v{challenger} during the canary (now "
                 f"{'v' + str(still.version) if still else 'none'}); its verdict is recorded only here")
         if last.status == "fail":
+            move.reason = f"canary rolled back at step {last.phase}: " + "; ".join(last.reasons)
             reject(client, name, challenger, f"canary step {last.phase}: " + "; ".join(last.reasons))
             return gate, CanaryOutcome.ROLLED_BACK, (f"rolled back at step {last.phase}: v{challenger} rejected, "
                                                      "champion unchanged")
@@ -127,7 +130,8 @@ def promote_or_roll_back(client, name: str, challenger: str, verdicts: list[Step
             return gate, CanaryOutcome.INCONCLUSIVE, (
                 f"inconclusive at step {last.phase}: traffic back to the champion; v{challenger} stays "
                 "challenger (run `torchship canary` again when traffic allows, or lower canary.min_samples)")
-        old = promote(client, name, challenger, f"canary: {len(verdicts)} steps passed up to 100%")
+        move.reason = f"canary: {len(verdicts)} steps passed up to 100%"
+        old = promote(client, name, challenger, move.reason)
         return gate, CanaryOutcome.PROMOTED, f"promoted v{challenger} to champion (v{old} tagged previous)"
 
 

@@ -1,14 +1,16 @@
 """`torchship promote`, `rollback` and `rebaseline`: the by-hand moves of the `champion` alias, each under the
-registry's alias lock and recorded on the version (the reason given, and what it replaced)."""
+registry's alias lock, recorded on the version (the reason given, and what it replaced) and in the alias history
+(the command and the OS user who ran it)."""
 from __future__ import annotations
 
 from pydantic import BaseModel
 
 from tasks.config import Params
+from tasks.core.alias_history import command_actor
 from tasks.core.errors import TorchshipError
 from tasks.core.registry import model_version, registry_client
 from tasks.core.verdicts import OUTCOME_TAG, BlessOutcome
-from tasks.ops.registry import alias_lock, promote, rollback
+from tasks.ops.registry import promote, recorded_move, rollback
 
 
 class Rollback(BaseModel):
@@ -44,21 +46,31 @@ def promote_version(params: Params, version: str, reason: str, force: bool = Fal
         why = found.tags.get("bless_reasons", "no blessing recorded")
         raise TorchshipError(f"v{version} of {name} was not blessed (bless: {verdict or 'none'}: {why}). "
                              f"Promote it anyway only with --force and a --reason, which is recorded on the version.")
-    with alias_lock(client):
+    why = f"by hand{' (forced)' if force else ''}: {reason}"
+    with recorded_move(client, name, command_actor("promote"), why, evidence(found)):
         if force and verdict not in {"pass", "warn"}:
             client.set_model_version_tag(name, str(version), "forced", reason)
-        replaced = promote(client, name, str(version), f"by hand{' (forced)' if force else ''}: {reason}")
+        replaced = promote(client, name, str(version), why)
     return Promotion(model_name=name, promoted=str(version), replaced=replaced, forced=force and verdict not in
                      {"pass", "warn"}, poll_seconds=params.serve.poll_seconds)
 
 
+def evidence(version) -> str:
+    """Where a version's verdicts lie: its bless and canary tags, and the run that registered it."""
+    tags = sorted(key for key in version.tags if key in {"bless", "bless_reasons", "promoted", "forced"}
+                  or key.startswith("canary."))
+    return f"v{version.version} tags {', '.join(tags) or 'none'}; run {version.run_id or 'none'}"
+
+
 def roll_back(params: Params) -> Rollback:
-    """Move `champion` back to the version tagged `previous`; the replaced one is tagged rejected."""
+    """Move `champion` back to the version that was champion before it, by the alias history (with no history
+    yet, the version tagged `previous`); the replaced one is tagged rejected."""
     name = params.data.registered_model_name()
     client = registry_client(params.tracking)
     try:
-        with alias_lock(client):
+        with recorded_move(client, name, command_actor("rollback")) as move:
             restored, replaced = rollback(client, name)
+            move.reason = f"rollback: v{replaced} replaced, v{restored} was champion before it"
     except LookupError as exc:
         raise TorchshipError(str(exc)) from None
     return Rollback(model_name=name, restored=restored, replaced=replaced, poll_seconds=params.serve.poll_seconds)
@@ -77,7 +89,7 @@ def rebaseline_version(params: Params, version: str, reason: str) -> Promotion:
         said = f"{outcome}: {found.tags.get('bless_reasons', '')}" if outcome else "no blessing recorded"
         raise TorchshipError(f"v{version} was refused for more than comparability ({said}); "
                              "re-baselining only settles a changed signature or metric.")
-    with alias_lock(client):
+    with recorded_move(client, name, command_actor("rebaseline"), f"rebaselined: {reason}", evidence(found)):
         replaced = promote(client, name, str(version), f"rebaselined: {reason}")
         stamp = f"{reason} (replaces v{replaced}, whose inputs or metric are no longer comparable)"
         client.set_model_version_tag(name, str(version), "rebaselined", stamp)

@@ -1,33 +1,44 @@
-"""Writing the MLflow registry protocol: aliases `champion` / `challenger`, tags `previous` / `rejected`."""
+"""Writing the MLflow registry protocol: aliases `champion` / `challenger`, tags `previous` / `rejected`, and each
+move in the alias history (tasks/core/alias_history.py) under the same lock."""
 from __future__ import annotations
 
 import contextlib
 import logging
 import time
-from pathlib import Path
 from typing import Iterator
 
-from tasks.core.registry import CHALLENGER, CHAMPION, alias_version
+from tasks.core.alias_history import (OUTSIDE_REASON, HistoryEntry, alias_lock, outside_actor, read_history,
+                                      record_moves, rollback_target)
+from tasks.core.registry import CHALLENGER, CHAMPION, alias_version, aliases
 
 log = logging.getLogger("torchship.registry")
-LOCK_WAIT_S = 60.0
+__all__ = ["alias_lock", "promote", "recorded_move", "reject", "rollback"]   # alias_lock: the writers' import
+
+
+class Move:
+    """What a `recorded_move` block did and why: the block fills in the reason once it knows it."""
+
+    def __init__(self, actor: str, reason: str = "", evidence: str = ""):
+        self.actor, self.reason, self.evidence = actor, reason, evidence
+        self.recorded: list[HistoryEntry] = []
 
 
 @contextlib.contextmanager
-def alias_lock(client) -> Iterator[None]:
-    """Hold while reading aliases and moving them, so a check-then-move is one step for every process sharing
-    the registry: MLflow has no compare-and-set. A SQLite registry (the embedded default) is locked with a file
-    beside the database; a tracking server cannot be locked from here, so its moves rest on the re-check the
-    callers make just before moving (a window of milliseconds instead of a whole pipeline run)."""
-    from filelock import FileLock
-
-    prefix = "sqlite:///"
-    uri = client.tracking_uri
-    if not uri.startswith(prefix):
-        yield
-        return
-    with FileLock(str(Path(uri[len(prefix):]).with_suffix(".aliases.lock")), timeout=LOCK_WAIT_S):
-        yield
+def recorded_move(client, name: str, actor: str, reason: str = "", evidence: str = "") -> Iterator[Move]:
+    """The registry's alias lock, with the history kept: moves nobody recorded (the MLflow UI) are recorded first,
+    as noticed now by `actor`; then whatever the block moved is recorded as `actor`'s, with the block's reason."""
+    move = Move(actor, reason, evidence)
+    with alias_lock(client):
+        record_moves(client, name, outside_actor(actor), OUTSIDE_REASON)
+        before = aliases(client, name)   # what the history now says (a first move starts an empty history)
+        try:
+            yield move
+        except BaseException:   # what moved before the error is still this actor's, not "outside torchship"
+            with contextlib.suppress(Exception):
+                record_moves(client, name, move.actor, f"{move.reason} (interrupted by an error)", move.evidence,
+                             before)
+            raise
+        move.recorded = record_moves(client, name, move.actor, move.reason, move.evidence, before)
 
 
 def promote(client, name: str, version: str, reason: str) -> str | None:
@@ -55,16 +66,25 @@ def reject(client, name: str, version: str, reason: str) -> None:
 
 
 def rollback(client, name: str) -> tuple[str, str]:
-    """Put the version tagged `previous` back as champion; returns (restored, replaced)."""
+    """Put back the version that was champion before the current one, by the alias history (the newest earlier
+    champion neither current nor rejected); with no history to say, the version tagged `previous`. The replaced
+    one is tagged rejected. Returns (restored, replaced). Call it under the lock, after outside moves are recorded."""
     current = alias_version(client, name, CHAMPION)
-    previous = [v for v in client.search_model_versions(f"name='{name}'") if "previous" in v.tags]
-    if current is None or not previous:
-        raise LookupError(f"nothing to roll back to: {name} has no champion or no version tagged 'previous'.")
-    target = max(previous, key=lambda v: int(v.version))
-    promote(client, name, target.version, f"rollback from v{current.version}")
+    if current is None:
+        raise LookupError(f"nothing to roll back to: {name} has no champion.")
+    versions = client.search_model_versions(f"name='{name}'")
+    rejected = {str(v.version) for v in versions if "rejected" in v.tags}
+    target = rollback_target(read_history(client, name), str(current.version), rejected)
+    if target is None:
+        previous = [v for v in versions if "previous" in v.tags]
+        if not previous:
+            raise LookupError(f"nothing to roll back to: the history of {name} names no earlier champion that was "
+                              "not rejected, and no version is tagged 'previous'.")
+        target = str(max(previous, key=lambda v: int(v.version)).version)
+    promote(client, name, target, f"rollback from v{current.version}")
     client.delete_model_version_tag(name, current.version, "previous")  # a rolled-back version is no fallback
     client.set_model_version_tag(name, current.version, "rejected", f"{_now()}: rolled back by hand")
-    return str(target.version), str(current.version)
+    return target, str(current.version)
 
 
 def _now() -> str:

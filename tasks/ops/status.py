@@ -1,14 +1,17 @@
-"""`torchship status`: the registry state of this project's model as typed rows, and a run's registry changes in
-words. Reading only: the by-hand alias moves are in `tasks.ops.alias_moves`."""
+"""`torchship status` and `torchship history`: the registry state of this project's model as typed rows, its alias
+history, and a run's registry changes in words. No alias moves here (those are in `tasks.ops.alias_moves`); the
+one write is the history's: moves nobody recorded (the MLflow UI) are recorded when status or history sees them."""
 from __future__ import annotations
 
 from pydantic import BaseModel
 
 from tasks.config import Params
+from tasks.core.alias_history import HistoryEntry, champion_concern, command_actor, notice_outside_moves, read_history
 from tasks.core.registry import aliases, registry_client
 from tasks.core.verdicts import OUTCOME_TAG
 
 NOTE_TAGS = ("rejected", "previous", "promoted", "stale", "rebaselined")
+HISTORY_SHOWN = 5   # the last entries `torchship status` shows (`torchship history` shows all)
 
 
 class VersionRow(BaseModel):
@@ -23,6 +26,8 @@ class RegistryStatus(BaseModel):
     model_name: str
     aliases: dict[str, str]          # alias -> version
     versions: list[VersionRow]       # newest first
+    history: list[HistoryEntry] = []  # the alias history's last entries, oldest first
+    champion_concern: str | None = None   # why the champion should not serve unwatched (unblessed, rejected)
 
 
 def version_row(version, current: dict[str, str]) -> VersionRow:
@@ -39,9 +44,22 @@ def registry_status(params: Params, limit: int = 10) -> RegistryStatus:
     """The newest `limit` versions of the project's registered model, with aliases and verdict tags."""
     name = params.data.registered_model_name()
     client = registry_client(params.tracking)
+    notice_outside_moves(client, name, command_actor("status"))
     current = aliases(client, name)
-    versions = sorted(client.search_model_versions(f"name='{name}'"), key=lambda v: -int(v.version))[:limit]
-    return RegistryStatus(model_name=name, aliases=current, versions=[version_row(v, current) for v in versions])
+    found = client.search_model_versions(f"name='{name}'")
+    champion = next((v for v in found if str(v.version) == current.get("champion")), None)
+    versions = sorted(found, key=lambda v: -int(v.version))[:limit]
+    return RegistryStatus(model_name=name, aliases=current, versions=[version_row(v, current) for v in versions],
+                          history=read_history(client, name)[-HISTORY_SHOWN:],
+                          champion_concern=champion_concern(champion.tags) if champion else None)
+
+
+def alias_history(params: Params, model_name: str | None = None) -> tuple[str, list[HistoryEntry]]:
+    """(model name, its whole alias history, oldest first): the project's model unless another is named."""
+    name = model_name or params.data.registered_model_name()
+    client = registry_client(params.tracking)
+    notice_outside_moves(client, name, command_actor("history"))
+    return name, read_history(client, name)
 
 
 class RegistrySnapshot(BaseModel):

@@ -60,19 +60,26 @@ def test_version(cli, tmp_path):
     assert result.exit_code == 0 and result.stdout.startswith("torchship ")
 
 
+def project_with_registry(folder):
+    """`folder` made a project (params.yaml, dvc.yaml) whose MLflow SQLite registry holds MODEL, with no version
+    yet; returns an MlflowClient on it."""
+    from mlflow import MlflowClient
+
+    for name in ("params.yaml", "dvc.yaml"):
+        shutil.copy(REPO / name, folder / name)
+    (folder / "mlflow").mkdir()
+    uri = f"sqlite:///{folder / 'mlflow' / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.create_registered_model(MODEL)
+    return client
+
+
 @pytest.fixture
 def registry(tmp_path):
     """A project folder (params.yaml, dvc.yaml) whose MLflow SQLite registry holds v1 (tagged previous) and v2
     (champion): exactly what a promotion leaves behind. Versions point at no artifact: rollback and status
     read and move aliases and tags only."""
-    from mlflow import MlflowClient
-
-    for name in ("params.yaml", "dvc.yaml"):
-        shutil.copy(REPO / name, tmp_path / name)
-    (tmp_path / "mlflow").mkdir()
-    uri = f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}"
-    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    client.create_registered_model(MODEL)
+    client = project_with_registry(tmp_path)
     for bless in ("pass", "pass"):
         client.create_model_version(MODEL, source=str(tmp_path / "no-artifact"), tags={"bless": bless,
                                                                                       "git_commit": "0123456789abc"})

@@ -47,6 +47,14 @@ def test_first_run_registers_a_champion_with_lineage(tiny_pipeline, tmp_path):
                     "### Lineage", "logistic regression (scikit-learn)", "'passport.html'"):
         assert section in passport, passport
     assert tags["bless"] == "pass" and tags["bless_outcome"] == "first model"   # typed: what rebaseline reads
+    first_entry = json.loads(project.python(   # the alias history's first entry: this run's move, by its flow run
+        "from tasks.config import load_params\nfrom tasks.core.alias_history import read_history\n"
+        "from tasks.core.registry import registry_client\n"
+        f"print(read_history(registry_client(load_params().tracking), '{MODEL}')[0].model_dump_json())"
+    ).strip().splitlines()[-1])
+    assert (first_entry["alias"], first_entry["from_version"], first_entry["to_version"]) == ("champion", None, "1")
+    assert re.fullmatch(r"pipeline run [0-9a-f-]{36}", first_entry["actor"]), first_entry["actor"]
+    assert "passport.md" in first_entry["evidence"] and "first model" in first_entry["reason"]
 
 
 def summary_row(stdout: str, step: str) -> tuple[str, str]:

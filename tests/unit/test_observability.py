@@ -93,6 +93,7 @@ def test_thresholds_follow_the_slo_params():
     assert by_name["TorchshipErrorRateHigh"]["expr"].endswith("> 0.002")
     assert by_name["TorchshipP99LatencyHigh"]["labels"] == {"severity": "page"}
     assert by_name["TorchshipDriftDetected"]["labels"] == {"severity": "ticket"}
+    assert by_name["TorchshipChampionUnblessed"]["labels"] == {"severity": "ticket"}   # a person decided: no page
     assert "0.6" in by_name["TorchshipDriftDetected"]["annotations"]["description"]
     with pytest.raises(ConfigError, match="largest bucket"):
         alert_rules(SloParams(p99_ms=60_000), MonitorParams())
@@ -110,7 +111,8 @@ def test_the_dashboard_has_the_on_call_panels_over_exported_metric_names():
     assert metric_names(files) == {"torchship_requests_total", "torchship_request_seconds_bucket",
                                    "torchship_predictions_total", "torchship_model_version",
                                    "torchship_model_reloads_total", "torchship_model_load_failures_total",
-                                   "torchship_drift_share", "torchship_drift_detected"}
+                                   "torchship_drift_share", "torchship_drift_detected",
+                                   "torchship_champion_unblessed"}
 
 
 def samples(metrics: Metrics) -> dict:
