@@ -49,7 +49,8 @@ stages = {s.stage: s for s in blessing.stages}
 print(json.dumps({"seconds": seconds, "status": blessing.gate.status,
                   "stages_s": {name: s.seconds for name, s in stages.items()},
                   "models": stages["performance"].details["models"] if "performance" in stages else {},
-                  "service": {k: stages["service"].details.get(k) for k in ("p50_ms", "p99_ms")} if "service" in stages else {}}))
+                  "service": {k: stages["service"].details.get(k) for k in ("p50_ms", "p99_ms")}
+                             if "service" in stages else {}}))
 '''
 
 
@@ -123,7 +124,8 @@ def measure(root: Path) -> tuple[dict, dict, float, bool]:
     cvs = spread(runs)
     p50_cv = max(v for k, v in cvs.items() if k.endswith("p50_ms_cv_pct") and not k.startswith("service")) / 100
     figures = {"bless_s": round(bless, 1), "bless_share_pct": round(100 * share, 1),
-               "bless_with_champion_s": round(with_champion, 1), "share_with_champion_pct": round(100 * share_champion, 1),
+               "bless_with_champion_s": round(with_champion, 1),
+               "share_with_champion_pct": round(100 * share_champion, 1),
                **cvs, "steps_s": step_seconds(root),
                "runs": [{**r, "seconds": round(r["seconds"], 2)} for r in runs]}
     baseline = {"pipeline_s": round(pipeline, 1), "command_wall_s": round(wall, 1)}

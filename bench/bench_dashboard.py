@@ -5,8 +5,9 @@ docs/observability/panels.png. The alert rules (docs/observability/alerts.yml) a
 the end is printed.
 
 The run, on one tiny `torchship run`'s champion (or --project DIR, a project whose pipeline already ran):
-champion alone under wrk (2 threads, 32 connections, one of 200 holdout rows per request) for --phase-seconds; then the same
-version also as `challenger` at a 30 % share; then bad requests (422) and a monitor verdict on disk beside it.
+champion alone under wrk (2 threads, 32 connections, one of 200 holdout rows per request) for --phase-seconds;
+then the same version also as `challenger` at a 30 % share; then bad requests (422) and a monitor verdict on disk
+beside it.
 Grafana's `$__rate_interval` becomes RATE_WINDOW (4 scrapes at 1 s).
 
 Run: python bench/bench_dashboard.py [--project DIR] [--phase-seconds 15]
@@ -93,7 +94,7 @@ def plot(panels: list, results: list[list[tuple[str, list]]], start: float, end:
             ax.plot([t - start for t, _ in points], [v for _, v in points], label=name, linewidth=1.2)
         if panel.threshold is not None:
             ax.axhline(panel.threshold, color="red", linestyle="--", linewidth=1, label="objective")
-        for label, at in phases:
+        for _label, at in phases:
             ax.axvline(at - start, color="grey", linewidth=0.6)
         ax.set_xlim(-3, end - start)
         ax.set_title(panel.title, fontsize=10)

@@ -141,19 +141,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         for rows in SIZES:
             log = write_log(make_table(rows, seed=rows, shift=0.25), Path(folder) / str(rows), schema)
-            read_s, window = timed(lambda: read_window(log, MonitorParams(window_rows=rows)))
+            read_s, window = timed(lambda log=log, rows=rows: read_window(log, MonitorParams(window_rows=rows)))
             assert len(window.rows) == rows, len(window.rows)
             monitor_times, ks_times = [], []
             for _ in range(ROUNDS):   # alternate, so both meet the same machine noise
-                seconds, (findings, snapshot) = timed(lambda: measure_drift(reference, window.rows, schema, rules))
+                seconds, (findings, snapshot) = timed(
+                    lambda window=window: measure_drift(reference, window.rows, schema, rules))
                 monitor_times.append(seconds)
-                seconds, ks_flags = timed(lambda: ks_tests(reference, window.rows, schema))
+                seconds, ks_flags = timed(lambda window=window: ks_tests(reference, window.rows, schema))
                 ks_times.append(seconds)
             if html_s is None:
-                html_s, _ = timed(lambda: save_html(snapshot, Path(folder) / "report.html"))
+                html_s, _ = timed(lambda snapshot=snapshot: save_html(snapshot, Path(folder) / "report.html"))
             full_s = None
             if rows in FULL_SIZES:
-                full_s, (full_findings, _) = timed(lambda: measure_drift(reference, window.rows, schema, full_rules))
+                full_s, (full_findings, _) = timed(
+                    lambda window=window: measure_drift(reference, window.rows, schema, full_rules))
                 flags[f"evidently_full_{rows}"] = evidently_flags(full_findings)
             flags[f"evidently_{rows}"], flags[f"ks_{rows}"] = evidently_flags(findings), ks_flags
             missed = {side: [c for c in SHIFTED if c not in flags[f"{side}_{rows}"]] for side in ("evidently", "ks")}

@@ -40,7 +40,8 @@ BOUND_CHUNKS = 16   # the bound is measured on a file of this many chunks: past 
 def refreshed(root: Path) -> Path:
     """A project prepared before, with this working tree's code (the CLI included)."""
     for package in ("serving", "tasks", "models", "flows"):
-        shutil.copytree(ROOT / package, root / package, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(ROOT / package, root / package, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     return root
 
 
@@ -96,8 +97,8 @@ def main() -> None:
     import pandas as pd
     from mlflow import MlflowClient
 
-    from tasks.core.registry import download_onnx
     from serving.batch_scoring import CHUNK_ROWS
+    from tasks.core.registry import download_onnx
 
     work = Path(tempfile.mkdtemp(prefix="bench-predict-"))
     root = refreshed(args.project.resolve()) if args.project else prepare("default", work / "project", tiny=True)
@@ -131,7 +132,8 @@ def main() -> None:
     # shared): it runs on a slice instead, beside predict on the same slice.
     slice_rows = big_rows // SLICE
     write_rows(holdout, slice_rows, work / "slice.csv")
-    ours_slice, naive_floor, naive_slice = predict(work / "slice.csv"), naive(work / "floor.csv"), naive(work / "slice.csv")
+    ours_slice, naive_floor, naive_slice = (predict(work / "slice.csv"), naive(work / "floor.csv"),
+                                            naive(work / "slice.csv"))
     ours_added, naive_added = ours_slice[0] - floor[0], naive_slice[0] - naive_floor[0]
     figures = {"file_mib": round(sizes["big"] / (1 << 20), 1), "rows": big_rows,
                "file_over_bound": round(sizes["big"] / (1 << 20) / bound_mb, 1),
@@ -148,9 +150,10 @@ def main() -> None:
          "memory added above the floor stays within 1.2x the bound on a file >= 10x that bound",
          figures["added_mib"] <= 1.2 * bound_mb and figures["file_over_bound"] >= 10,
          notes=f"{name} v{version} (tiny params), CSV of the holdout rows repeated; peak RSS from wait4. The bound: "
-               f"what predict adds above its floor (a 10-row file) on a {BOUND_CHUNKS}-chunk file. The naive baseline held "
-               f"~18 GiB on the big file when it was stopped (a shared machine), so both also ran on a 1/{SLICE} "
-               f"slice of it: ratio = memory the baseline adds / memory predict adds there, above each one's floor")
+               f"what predict adds above its floor (a 10-row file) on a {BOUND_CHUNKS}-chunk file. "
+               f"The naive baseline held ~18 GiB on the big file when it was stopped (a shared machine), so both "
+               f"also ran on a 1/{SLICE} slice of it: ratio = memory the baseline adds / memory predict adds there, "
+               f"above each one's floor")
 
 if __name__ == "__main__":
     main()

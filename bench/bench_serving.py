@@ -150,8 +150,9 @@ def tree_rss(pid: int) -> float:
 def wrk(url: str, body: str, seconds: float, folder: Path) -> dict:
     script = folder / "post.lua"
     script.write_text(WRK_SCRIPT % body)
-    result = subprocess.run(["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{max(1, round(seconds))}s", "--timeout", "5s", "-s",
-                             str(script), url], capture_output=True, text=True, timeout=seconds + 60)
+    result = subprocess.run(["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{max(1, round(seconds))}s",
+                             "--timeout", "5s", "-s", str(script), url],
+                            capture_output=True, text=True, timeout=seconds + 60)
     line = next((x for x in result.stdout.splitlines() if x.startswith("WRK ")), None)
     if line is None:
         raise RuntimeError(f"wrk printed no summary:\n{result.stdout}\n{result.stderr}")
@@ -274,9 +275,9 @@ NOTES = ("Each table: one default `torchship run` in a fresh project copy, then 
          "(closed loop, 2 threads, 32 keep-alive connections) POSTing one holdout row, sharing the 2 cores with the "
          "server. torchship: `python -m serving` at the serve defaults (champion only, contract validation, metrics, "
          "request log on, micro-batching on); torchship-2w: the same with serve.workers 2. RSS: the largest process "
-         "holding the listening socket. mlflow: `mlflow models serve --env-manager local` (its uvicorn worker's RSS). minimal: "
-         "bench/minimal_onnx_app.py (FastAPI, async route, pydantic body, uvicorn with uvloop+httptools, ORT 1 "
-         "thread). Medians over rounds; p50/p99 from wrk's histogram.")
+         "holding the listening socket. mlflow: `mlflow models serve --env-manager local` (its uvicorn worker's RSS). "
+         "minimal: bench/minimal_onnx_app.py (FastAPI, async route, pydantic body, uvicorn with uvloop+httptools, "
+         "ORT 1 thread). Medians over rounds; p50/p99 from wrk's histogram.")
 
 
 if __name__ == "__main__":

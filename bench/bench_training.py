@@ -25,8 +25,8 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", 2))
 SETTINGS = {"patience": 10, "threads": 1, "checkpoint_every": 0, "batch_size": 512}
 MODELS = {  # the train.* keys of each measured model
     "mlp": {"model": "mlp", "model_args": {"mlp": {"hidden": [128, 64]}}, "lr": 0.003, "epochs": 3},
-    "ft": {"model": "ft_transformer", "model_args": {"ft_transformer": {"d_token": 32, "layers": 2, "heads": 4}}, "lr": 0.001,
-           "epochs": 2},
+    "ft": {"model": "ft_transformer", "model_args": {"ft_transformer": {"d_token": 32, "layers": 2, "heads": 4}},
+           "lr": 0.001, "epochs": 2},
 }
 
 # The baseline: what one writes by hand. It builds whichever model params.yaml names.

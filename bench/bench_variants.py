@@ -70,7 +70,8 @@ def onnx_pair(model: nn.Module, folder: Path, name: str, width: int) -> tuple[Pa
     """Model-only ONNX (fp32 and dynamic int8) of a model's network without its preprocessing."""
     fp32, int8 = folder / f"{name}.model-only.onnx", folder / f"{name}.model-only.int8.onnx"
     torch.onnx.export(ModelOnly(model).eval(), (torch.zeros(4, width),), str(fp32), dynamo=False, input_names=["x"],
-                      output_names=["logits"], opset_version=17, dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
+                      output_names=["logits"], opset_version=17,
+                      dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
     quantize_onnx(fp32, int8)
     return fp32, int8
 
@@ -111,7 +112,8 @@ def main() -> None:
         profile = json.loads(Path("data/profile/report.json").read_text())
         compress = json.loads(Path("data/compress/report.json").read_text())
         selected = profile["selected"]
-        files = {"onnx-fp32": Path("data/export/model.onnx"), "onnx-int8": Path("data/compress/variants/model.int8.onnx"),
+        files = {"onnx-fp32": Path("data/export/model.onnx"),
+                 "onnx-int8": Path("data/compress/variants/model.int8.onnx"),
                  "onnx-int8-static": Path("data/compress/variants/model.int8-static.onnx"),
                  "student-onnx-fp32": Path("data/compress/variants/student.onnx"),
                  "student-onnx-int8": Path("data/compress/variants/student.int8.onnx")}
@@ -150,7 +152,8 @@ def main() -> None:
                "onnx_exporter": exporter,
                "selected_p50_ratio": round(p50_ratio, 3), "selected_throughput_ratio": round(throughput_ratio, 2),
                f"selected_{compress['metric']}_drop_points": round(gate["drop"] * 100, 2) if gate else 0.0}
-    baseline = {f"eager-fp32 {kind} {k}": v for kind in ("e2e", "model") for k, v in results[f"eager-fp32 {kind}"].items()}
+    baseline = {f"eager-fp32 {kind} {k}": v
+                for kind in ("e2e", "model") for k, v in results[f"eager-fp32 {kind}"].items()}
     within_budget = gate is None or gate["drop"] <= compress["max_drop"]
     save("variants", "Serving variants: selected variant vs eager fp32 teacher (batch-1 latency, batch-256 throughput)",
          figures, baseline, p50_ratio, "selected p50 <= 0.25x eager teacher, throughput >= 3x, within accuracy budget",

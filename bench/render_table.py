@@ -16,8 +16,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-BLOCK = re.compile(r"(?P<start><!-- bench:(?P<name>[\w-]+):start -->)\n(?P<body>.*?)(?P<end><!-- bench:(?P=name):end -->)",
-                   re.S)
+BLOCK = re.compile(r"(?P<start><!-- bench:(?P<name>[\w-]+):start -->)\n"
+                   r"(?P<body>.*?)(?P<end><!-- bench:(?P=name):end -->)", re.S)
 MARKER = re.compile(r"<!-- bench:([\w-]+):(start|end) -->")
 
 

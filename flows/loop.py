@@ -1,7 +1,8 @@
 """The closed loop, as flows: monitor (Evidently on the request log) -> drift event -> retrain (the labelled
-window joins the training data, the pipeline re-runs, the normal gates and the canary decide). With a Prefect server (PREFECT_API_URL) the monitor emits `torchship.drift.detected` and the
-`retrain` deployment's trigger (prefect.yaml) starts the retrain; in the embedded default it calls the same
-retrain flow directly, behind the same guards. (The canary's own flow is in flows/canary.py.)"""
+window joins the training data, the pipeline re-runs, the normal gates and the canary decide). With a Prefect
+server (PREFECT_API_URL) the monitor emits `torchship.drift.detected` and the `retrain` deployment's trigger
+(prefect.yaml) starts the retrain; in the embedded default it calls the same retrain flow directly, behind the
+same guards. (The canary's own flow is in flows/canary.py.)"""
 from __future__ import annotations
 
 import time
@@ -13,7 +14,8 @@ from prefect.artifacts import create_markdown_artifact
 from flows.environment import server_configured
 from flows.pipeline import pipeline
 from flows.slot import WorkspaceBusy, workspace_slot
-from tasks import monitor as monitor_step, retrain as retrain_step
+from tasks import monitor as monitor_step
+from tasks import retrain as retrain_step
 from tasks.config import Params, load_params
 from tasks.core import paths
 from tasks.core.errors import TorchshipError
@@ -121,8 +123,9 @@ def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_
             summary = pipeline(params_file, trigger={TRIGGER_KEY: RETRAINED, "retrain_batch": Path(batch.batch).name,
                                                      "retrain_reason": reason[:500]})
             guards.record(paths.DECISIONS, guards.make_decision(
-                "retrained", [f"{batch.accepted_rows} labelled rows joined the training data ({Path(batch.batch).name}); "
-                              f"v{summary.version}: {summary.verdict}"], batch.gate, window, report=report or None,
+                "retrained", [f"{batch.accepted_rows} labelled rows joined the training data "
+                              f"({Path(batch.batch).name}); v{summary.version}: {summary.verdict}"],
+                batch.gate, window, report=report or None,
                 labels_since=labels_since, labels_until=batch.labels_until))
             return {"batch": batch.model_dump(), "pipeline": summary.model_dump()}
     except WorkspaceBusy as exc:

@@ -24,9 +24,9 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Iterator
 
 from tasks.core.env import FILE_LEASES, WORKSPACE_LEASE_ENV
 from tasks.core.errors import TorchshipError
@@ -98,8 +98,7 @@ def proc_stat(pid: int) -> list[str] | None:
 def acquire(name: str, wait_s: float) -> Iterator[None]:
     """Take the slot (TimeoutError after `wait_s`), keep its lease renewed while inside, record who holds it."""
     from prefect.concurrency._leases import maintain_concurrency_lease
-    from prefect.concurrency._sync import (acquire_concurrency_slots_with_lease,
-                                           release_concurrency_slots_with_lease)
+    from prefect.concurrency._sync import acquire_concurrency_slots_with_lease, release_concurrency_slots_with_lease
 
     lease = acquire_concurrency_slots_with_lease([name], 1, timeout_seconds=wait_s, strict=True,
                                                  lease_duration=LEASE_S).lease_id

@@ -5,7 +5,8 @@ their defaults and rules: `train.model_args.<name>`) and a `default_lr`."""
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from torch import nn
 

@@ -90,7 +90,8 @@ class FTTransformer(nn.Module):
         """The network alone, on already preprocessed (B, n_num + n_cat * D) inputs (see TabularPreprocessor)."""
         n_numeric, d_token = self.numeric_weight.shape[0], self.cls.shape[-1]
         numbers = features[:, :n_numeric] if self.preprocess.has_numeric else None
-        embedded = features[:, n_numeric:].reshape(features.shape[0], -1, d_token) if len(self.preprocess.embeddings) else None
+        embedded = (features[:, n_numeric:].reshape(features.shape[0], -1, d_token) if len(self.preprocess.embeddings)
+                    else None)
         return self._transform(numbers, embedded)
 
     def _transform(self, numbers: torch.Tensor | None, embedded: torch.Tensor | None) -> torch.Tensor:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import csv
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import orjson
@@ -146,7 +146,7 @@ class ProblemsFile:
     def add(self, chunk: Chunk, problems: list[dict]) -> None:
         if self._handle is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = open(self.path, "w", newline="")
+            self._handle = self.path.open("w", newline="")   # stays open across add() calls; close() closes it
             self._writer = csv.writer(self._handle)
             self._writer.writerow([self.unit, "column", "rule", "message"])
         for problem in problems:

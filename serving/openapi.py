@@ -4,7 +4,7 @@ classes). /predict is answered outside FastAPI's body parsing (serving/front.py)
 the document is rebuilt whenever a different champion is swapped in."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -38,7 +38,8 @@ def predict_operation(champion: Variant | None) -> dict:
         served = f"champion v{champion.version}, {len(champion.schema.features)} columns"
     probabilities = {"type": "object", "description": "probability of each class",
                      "properties": {c: {"type": "number"} for c in classes.get("enum", [])}}
-    answer = {"type": "object", "title": "PredictAnswer", "required": ["request_id", "variant", "version", "predictions"],
+    answer = {"type": "object", "title": "PredictAnswer",
+              "required": ["request_id", "variant", "version", "predictions"],
               "properties": {
                   "request_id": {"type": "string", "description": "also the x-request-id header"},
                   "variant": {"type": "string", "enum": ["champion", "challenger"]},

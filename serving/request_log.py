@@ -8,9 +8,10 @@ import logging
 import os
 import threading
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 from tasks.core.servelog import rotated_path
 
@@ -176,7 +177,7 @@ class RequestLog:
     def _rotated_name(self) -> Path:
         """`<stem>-<UTC second>.jsonl`; a second rotation within the same second gets a counter after the
         stamp (`...Z01`), which still sorts after the first and before the next second."""
-        stamp = datetime.fromtimestamp(self.clock(), timezone.utc).strftime(STAMP)
+        stamp = datetime.fromtimestamp(self.clock(), UTC).strftime(STAMP)
         target, count = rotated_path(self.path, stamp), 0
         while target.exists():
             count += 1

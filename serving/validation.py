@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import json
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import numpy as np
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError,
-                      create_model)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+)
 from pydantic_core import PydanticCustomError
 
 from tasks.contract import Schema, normalise_category
@@ -136,7 +145,7 @@ class Rows:
     def __len__(self) -> int:
         return len(self.numbers)
 
-    def extend(self, other: "Rows") -> None:
+    def extend(self, other: Rows) -> None:
         self.numbers += other.numbers
         self.texts += other.texts
 

@@ -8,9 +8,9 @@ import mmap
 import os
 import random
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -30,7 +30,7 @@ class Variant:
     alias: str
     version: str
     schema: Schema
-    session: "object"
+    session: object
     decoder: RowDecoder   # request bodies are parsed and checked against this version's own schema
     raw: bool = True      # a graph with one input per column; False: a bare model on the encoded matrix (old versions)
     run: Callable = None  # (output names, feed) -> outputs: see graph_runner
@@ -39,7 +39,7 @@ class Variant:
         """Accepted rows -> class probabilities (N, C), float32."""
         if self.raw:
             return self.run(["probabilities"], self.decoder.feed(rows))[0]
-        import pandas as pd   # only for versions registered before the graph took raw rows
+        import pandas as pd  # only for versions registered before the graph took raw rows
 
         frame = pd.DataFrame([self.decoder.features(rows, i) for i in range(len(rows))])
         return predict_proba(self.session, self.schema, frame)

@@ -8,10 +8,28 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from tasks.core.errors import ConfigError
-from tasks.core.params_spec import (AUTO, BaselineParams, BlessParams, CanaryParams, CompressParams, DataParams,
-                                    DistillParams, ExportParams, MonitorParams, Params, PrepareParams, ProfileParams,
-                                    RetrainParams, RuntimeParams, Section, ServeParams, SloParams, TrackingParams,
-                                    TrainParams, ValidateParams)
+from tasks.core.params_spec import (
+    AUTO,
+    BaselineParams,
+    BlessParams,
+    CanaryParams,
+    CompressParams,
+    DataParams,
+    DistillParams,
+    ExportParams,
+    MonitorParams,
+    Params,
+    PrepareParams,
+    ProfileParams,
+    RetrainParams,
+    RuntimeParams,
+    Section,
+    ServeParams,
+    SloParams,
+    TrackingParams,
+    TrainParams,
+    ValidateParams,
+)
 
 # The specs are re-exported: `tasks.config` stays the one place stages, flows and serving take their sections from.
 __all__ = ["AUTO", "BaselineParams", "BlessParams", "CanaryParams", "CompressParams", "DataParams", "DistillParams",

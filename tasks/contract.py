@@ -11,8 +11,14 @@ import numpy as np
 import pandas as pd
 
 from tasks.core.contract_spec import Contract, class_labels, label_strings
-from tasks.core.encoding import (UNKNOWN_CODE, category_lookup, encode_features, encode_target, normalise_category,
-                                 raw_columns)
+from tasks.core.encoding import (
+    UNKNOWN_CODE,
+    category_lookup,
+    encode_features,
+    encode_target,
+    normalise_category,
+    raw_columns,
+)
 from tasks.core.errors import DataError
 from tasks.core.params_spec import MAX_NON_NUMERIC_SHARE
 from tasks.core.problems import Problem, line_examples, raise_if_any
@@ -151,8 +157,8 @@ def target_problems(target: pd.Series, name: str) -> list[Problem]:
     problems = []
     missing = target[target.isna()]
     if len(missing):
-        problems.append(Problem("is empty as a target (rule: every training row has a label)", len(missing), column=name,
-                                examples=line_examples((line, "") for line in missing.index),
+        problems.append(Problem("is empty as a target (rule: every training row has a label)", len(missing),
+                                column=name, examples=line_examples((line, "") for line in missing.index),
                                 fix="Remove or label those rows."))
     present = target.dropna()
     numbers = pd.to_numeric(present, errors="coerce")
@@ -160,8 +166,8 @@ def target_problems(target: pd.Series, name: str) -> list[Problem]:
         distinct = numbers.nunique()
         if bool((numbers != numbers.round()).any()) or distinct > MAX_NUMERIC_CLASSES:
             example = ", ".join(str(v) for v in numbers.drop_duplicates().head(3))
-            problems.append(Problem(f"is not a classification target: {distinct} distinct numeric values (e.g. {example}) "
-                                    "make a regression target, and torchship trains classifiers only",
+            problems.append(Problem(f"is not a classification target: {distinct} distinct numeric values "
+                                    f"(e.g. {example}) make a regression target, and torchship trains classifiers only",
                                     len(present), column=name, fix="Choose a categorical column as data.target, "
                                     "or bin the values into classes first."))
     if present.nunique() < 2:

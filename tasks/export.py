@@ -54,7 +54,8 @@ def run(params: Params) -> None:
     write_json_atomic(paths.PARITY_REPORT, report)
     with stage_run(params.tracking, "export"):
         mlflow.log_params(rules.model_dump())
-        mlflow.log_metrics({f"{k}_bytes": v["bytes"] for k, v in report.items() if isinstance(v, dict) and "bytes" in v})
+        mlflow.log_metrics({f"{k}_bytes": v["bytes"] for k, v in report.items()
+                            if isinstance(v, dict) and "bytes" in v})
         mlflow.set_tags({f"gate.parity.{name}": gate.status for name, gate in gates.items()})
         mlflow.log_artifact(str(paths.PARITY_REPORT))
     for name, gate in gates.items():

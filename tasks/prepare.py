@@ -11,7 +11,7 @@ import pandas as pd
 from sklearn.model_selection import train_test_split
 
 from tasks.config import Params, PrepareParams
-from tasks.contract import (Schema, build_schema, class_labels, label_strings, parse_table, parse_with_contract)
+from tasks.contract import Schema, build_schema, class_labels, label_strings, parse_table, parse_with_contract
 from tasks.core import paths
 from tasks.core.artifacts import write_atomic, write_json_atomic
 from tasks.core.contract_spec import Contract

@@ -7,9 +7,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -221,7 +221,8 @@ def plant_dvc_credentials(project: Project) -> None:
     HTTP password in .dvc/config.local (tests/reliability/test_secrets.py looks for them everywhere else)."""
     (project.root / PLANTED_IN).write_text(
         "['remote \"vault\"']\n    url = s3://torchship-fake-bucket/store\n"
-        f"    access_key_id = {SECRETS['AWS_ACCESS_KEY_ID']}\n    secret_access_key = {SECRETS['AWS_SECRET_ACCESS_KEY']}\n"
+        f"    access_key_id = {SECRETS['AWS_ACCESS_KEY_ID']}\n"
+        f"    secret_access_key = {SECRETS['AWS_SECRET_ACCESS_KEY']}\n"
         "['remote \"web\"']\n    url = https://dvc.invalid/store\n    auth = basic\n    user = torchship\n"
         f"    password = {DVC_REMOTE_PASSWORD}\n")
 

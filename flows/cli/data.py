@@ -27,7 +27,8 @@ def ingest(batch: Path = typer.Argument(..., help="A labelled CSV/Parquet batch 
     params = load_params()
     gate, where = ingest_batch(batch, params)
     if gate.blocks(params.validate_.warn_blocks):
-        fail(f"batch refused: {gate.summary()}\nThe file and its report are in {where}/; the training set is unchanged.")
+        fail(f"batch refused: {gate.summary()}\n"
+             f"The file and its report are in {where}/; the training set is unchanged.")
     console.print(f"[green]batch accepted[/] ({gate.summary()}): {where}. The next `torchship run` retrains on it.")
 
 

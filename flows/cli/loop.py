@@ -49,7 +49,7 @@ def decisions_table(decisions) -> Table:
     for column in ("time (UTC)", "outcome", "why", "window"):
         table.add_column(column, overflow="fold")
     for d in decisions:
-        when = dt.datetime.fromtimestamp(d.ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        when = dt.datetime.fromtimestamp(d.ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
         window = f"{d.window.get('rows', '?')} rows, {d.window.get('labelled', '?')} labelled" if d.window else ""
         table.add_row(when, d.outcome, "; ".join(d.reasons), window)
     return table
@@ -113,7 +113,7 @@ def demo_drift(rows: int = typer.Option(2000, help="Rows of drifted traffic (nor
         console.rule("1. normal traffic")
         console.print(traffic.send(rows // 3, drift=0.0, seed=1001))
         console.print(traffic.send_feedback())
-        console.rule("2. drifted traffic (data.drift=%g)" % drift)
+        console.rule(f"2. drifted traffic (data.drift={drift:g})")
         console.print(traffic.send(rows, drift=drift, seed=1002))
         console.print(traffic.send_feedback())
         traffic.wait_logged()

@@ -29,7 +29,6 @@ def run(params: Path = typer.Option(None, "--params", help=PARAMS_HELP),
     from tasks.core.sources import check_source, resolve_target
     from tasks.ops.overrides import applied_overrides, resolve
     from tasks.ops.shutdown import Terminated
-
     from tasks.ops.status import registry_changes, registry_snapshot
 
     started = time.perf_counter()

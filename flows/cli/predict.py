@@ -26,8 +26,8 @@ def predict(source: Path = typer.Argument(..., help="The rows to score: a .csv (
         fail("give --version or --alias, not both")
     source, output = source.resolve(), output.resolve()   # the user's folder, before entering the project's
     enter_project()
-    from tasks.config import load_params
     from serving.batch_scoring import run
+    from tasks.config import load_params
 
     summary = run(load_params(), source, output, version, alias, chunk_rows)
     shares = ", ".join(f"{label} {n / max(summary.rows, 1):.1%}" for label, n in summary.labels.items())

@@ -7,9 +7,10 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -109,8 +110,9 @@ def judge_performance(figures: dict[str, dict[str, float]], p99_ms: float, max_r
         failures.append(f"candidate batch-1 p99 {candidate['p99_ms']:.2f} ms exceeds slo.p99_ms {p99_ms:g} before "
                         "any HTTP is added")
     if champion and candidate["p99_ms"] > max_ratio * champion["p99_ms"]:
-        failures.append(f"candidate batch-1 p99 {candidate['p99_ms']:.2f} ms is {candidate['p99_ms'] / champion['p99_ms']:.1f}x "
-                        f"the champion's {champion['p99_ms']:.2f} ms (same run; bless.max_latency_ratio {max_ratio:g})")
+        failures.append(f"candidate batch-1 p99 {candidate['p99_ms']:.2f} ms is "
+                        f"{candidate['p99_ms'] / champion['p99_ms']:.1f}x the champion's {champion['p99_ms']:.2f} ms "
+                        f"(same run; bless.max_latency_ratio {max_ratio:g})")
     passed = f"candidate batch-1 p99 {candidate['p99_ms']:.2f} ms within slo.p99_ms {p99_ms:g}" + (
         f", {candidate['p99_ms'] / champion['p99_ms']:.2f}x the champion's (bless.max_latency_ratio {max_ratio:g})"
         if champion else "")
@@ -143,8 +145,8 @@ def assess_performance(timings: Timings, sizes: dict[str, int], machine: dict, b
     """Pure core of the performance stage: the figures, the gate, the report."""
     figures = summarize_timings(timings, sizes)
     gate = judge_performance(figures, p99_ms, max_ratio)
-    details = {"models": figures, "batch_size": batch_size, "calls": {k: len(v) for k, v in timings.latencies_us.items()},
-               "machine": machine}
+    details = {"models": figures, "batch_size": batch_size,
+               "calls": {k: len(v) for k, v in timings.latencies_us.items()}, "machine": machine}
     if "champion" in figures:
         details["p99_ratio"] = figures["candidate"]["p99_ms"] / figures["champion"]["p99_ms"]
         details["p50_ratio"] = figures["candidate"]["p50_ms"] / figures["champion"]["p50_ms"]

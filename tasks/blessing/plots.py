@@ -24,8 +24,10 @@ def plot_slices(slices: dict[str, dict], metric: str, path: Path) -> bool:
         has_champion = all("champion" in g for g in groups.values())
         width = 0.4 if has_champion else 0.6
         # Error bar = the interval of (candidate - champion), placed on the candidate's bar: judged slices only.
-        low = [g["candidate"] - (g["difference"] - g["low"]) if g["judged"] else g["candidate"] for g in groups.values()]
-        high = [g["candidate"] + (g["high"] - g["difference"]) if g["judged"] else g["candidate"] for g in groups.values()]
+        low = [g["candidate"] - (g["difference"] - g["low"]) if g["judged"] else g["candidate"]
+               for g in groups.values()]
+        high = [g["candidate"] + (g["high"] - g["difference"]) if g["judged"] else g["candidate"]
+                for g in groups.values()]
         judged = any(g["judged"] for g in groups.values())
         ax.bar(x - (width / 2 if has_champion else 0), candidate, width, label="candidate",
                yerr=[candidate - np.array(low), np.array(high) - candidate] if judged else None, capsize=3)

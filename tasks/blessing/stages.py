@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from tasks.core.gate import GateResult
 from tasks.core.verdicts import BlessOutcome, StageReport

@@ -9,8 +9,9 @@ import re
 import resource
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tasks.core.errors import TorchshipError
 

@@ -27,7 +27,7 @@ class ColumnRule(BaseModel):
     on_violation: Severity = "fail"
 
     @model_validator(mode="after")
-    def _fits_its_type(self) -> "ColumnRule":
+    def _fits_its_type(self) -> ColumnRule:
         if self.type == "numeric" and self.categories:
             raise ValueError("a numeric column has no categories")
         if self.type == "categorical" and (self.min is not None or self.max is not None):

@@ -71,5 +71,6 @@ def encode_target(target: pd.Series, schema: Schema) -> np.ndarray:
     codes = label_strings(target).map(lookup)
     if codes.isna().any():
         unknown = sorted(set(label_strings(target)[codes.isna()]))[:SHOWN]
-        raise DataError(f"target '{schema.target}' has label(s) {unknown} not among the trained classes {schema.classes}.")
+        raise DataError(f"target '{schema.target}' has label(s) {unknown} "
+                        f"not among the trained classes {schema.classes}.")
     return codes.to_numpy(dtype=np.int64)

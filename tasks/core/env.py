@@ -5,8 +5,8 @@ tests/unit/test_env.py."""
 from __future__ import annotations
 
 import os
+from collections.abc import MutableMapping
 from pathlib import Path
-from typing import MutableMapping
 
 # Nothing phones home from a run, a test or a service (STACK.md: each library's switch, verified with a socket spy).
 TELEMETRY_OFF = {

@@ -18,7 +18,7 @@ class GateResult(BaseModel):
 
     @classmethod
     def decide(cls, gate: str, failures: list[str], warnings: list[str] = (), evidence: str | None = None,
-               passed: str = "all checks passed") -> "GateResult":
+               passed: str = "all checks passed") -> GateResult:
         """fail if anything failed, else warn if anything warned, else pass."""
         status: Status = "fail" if failures else ("warn" if warnings else "pass")
         reasons = list(failures) + list(warnings) or [passed]
@@ -27,7 +27,7 @@ class GateResult(BaseModel):
     def blocks(self, warn_blocks: bool) -> bool:
         return self.status == "fail" or (self.status == "warn" and warn_blocks)
 
-    def enforce(self, warn_blocks: bool = False) -> "GateResult":
+    def enforce(self, warn_blocks: bool = False) -> GateResult:
         """Raise GateFailed when the policy says this result stops the pipeline."""
         if self.blocks(warn_blocks):
             where = f" Evidence: {self.evidence}." if self.evidence else ""

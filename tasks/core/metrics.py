@@ -60,9 +60,10 @@ def paired_bootstrap(labels: np.ndarray, first: np.ndarray, second: np.ndarray, 
     differences = np.empty(resamples)
     for i in range(resamples):
         rows = rng.integers(0, len(labels), len(labels))
-        differences[i] = (
-            metrics_from_confusion(np.bincount(first_codes[rows], minlength=cells).reshape(n_classes, n_classes))[metric]
-            - metrics_from_confusion(np.bincount(second_codes[rows], minlength=cells).reshape(n_classes, n_classes))[metric])
+        first_confusion = np.bincount(first_codes[rows], minlength=cells).reshape(n_classes, n_classes)
+        second_confusion = np.bincount(second_codes[rows], minlength=cells).reshape(n_classes, n_classes)
+        differences[i] = (metrics_from_confusion(first_confusion)[metric]
+                          - metrics_from_confusion(second_confusion)[metric])
     tail = (1 - confidence) / 2
     low, high = np.quantile(differences, [tail, 1 - tail])
     return {"difference": float(point), "low": float(low), "high": float(high), "confidence": confidence,

@@ -11,9 +11,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from tasks.core.env import UNBUFFERED
 from tasks.core.errors import TorchshipError

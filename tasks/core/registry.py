@@ -24,7 +24,7 @@ def store_busy(exc: BaseException) -> bool:
     return getattr(exc, "error_code", None) == "TEMPORARILY_UNAVAILABLE" or "database is locked" in str(exc)
 
 
-def registry_client(tracking: TrackingParams) -> "object":
+def registry_client(tracking: TrackingParams) -> object:
     """An MlflowClient on the configured store (no global MLflow state is touched)."""
     from mlflow import MlflowClient
 
@@ -162,7 +162,7 @@ def verified_onnx(client, name: str, version: str | int) -> bytes:
     return payload
 
 
-def open_version(client, name: str, version: str | int, threads: int) -> tuple["object", Schema]:
+def open_version(client, name: str, version: str | int, threads: int) -> tuple[object, Schema]:
     """A registered version as an ONNX Runtime session and the schema it carries, from the verified bytes (what
     was hashed is what is loaded). Never unpickles: ONNX only."""
     session = open_onnx(verified_onnx(client, name, version), threads)

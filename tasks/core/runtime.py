@@ -1,8 +1,8 @@
 """Running an ONNX model on the CPU: the one session set-up and softmax that tasks and serving share."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

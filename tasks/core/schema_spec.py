@@ -46,7 +46,7 @@ class Schema(BaseModel):
         return self.model_dump_json(indent=2)
 
     @classmethod
-    def from_json(cls, text: str) -> "Schema":
+    def from_json(cls, text: str) -> Schema:
         return cls.model_validate_json(text)
 
 

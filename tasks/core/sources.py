@@ -26,10 +26,12 @@ def generate_customers(rows: int, seed: int, drift: float = 0.0) -> pd.DataFrame
     features map to churn (concept shift), so monitors and retrains have something to find.
     """
     rng = np.random.default_rng(seed)
-    contract = rng.choice(["monthly", "annual", "two_year"], rows, p=[0.5 + 0.2 * drift, 0.3 - 0.1 * drift, 0.2 - 0.1 * drift])
+    contract = rng.choice(["monthly", "annual", "two_year"], rows,
+                          p=[0.5 + 0.2 * drift, 0.3 - 0.1 * drift, 0.2 - 0.1 * drift])
     plan = rng.choice(["basic", "standard", "premium", "family"], rows, p=[0.35, 0.35, 0.2, 0.1])
     region = rng.choice(["north", "south", "east", "west", "central"], rows,
-                        p=np.array([0.25, 0.2, 0.2, 0.2, 0.15]) * (1 - drift) + np.array([0.1, 0.1, 0.1, 0.1, 0.6]) * drift)
+                        p=np.array([0.25, 0.2, 0.2, 0.2, 0.15]) * (1 - drift)
+                        + np.array([0.1, 0.1, 0.1, 0.1, 0.6]) * drift)
     payment = rng.choice(["card", "bank transfer", "paypal", "invoice"], rows, p=[0.4, 0.25, 0.2, 0.15])
     age = np.clip(rng.normal(42 + 8 * drift, 12, rows), 18, 90).round()
     tenure = np.minimum(rng.exponential(30 * (1 - 0.4 * drift), rows).round(), 120)
@@ -57,7 +59,8 @@ def generate_customers(rows: int, seed: int, drift: float = 0.0) -> pd.DataFrame
         SYNTHETIC_TARGET: np.where(churned, "yes", "no"),
     })
     # Missing values where real exports have them.
-    for column, share in (("customer age", 0.02), ("total_charges", 0.01), ("satisfaction", 0.05), ("payment method", 0.01)):
+    for column, share in (("customer age", 0.02), ("total_charges", 0.01), ("satisfaction", 0.05),
+                          ("payment method", 0.01)):
         table.loc[rng.random(rows) < share, column] = np.nan
     return table
 

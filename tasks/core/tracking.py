@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from tasks.core.env import PARENT_RUN_ENV, TELEMETRY_OFF, set_defaults
 from tasks.core.params_spec import TrackingParams
@@ -33,7 +33,7 @@ def configure_mlflow(tracking: TrackingParams) -> str:
 
 
 @contextlib.contextmanager
-def stage_run(tracking: TrackingParams, stage: str, parent: str | None = None) -> Iterator["object"]:
+def stage_run(tracking: TrackingParams, stage: str, parent: str | None = None) -> Iterator[object]:
     """An MLflow run for one stage, nested under the pipeline's run when there is one."""
     import mlflow
 

@@ -6,7 +6,7 @@ test. The workspace's one-writer rule is a Prefect concurrency limit, taken by t
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -61,7 +61,7 @@ def high_water(history: list[Decision]) -> float:
 
 
 def utc_day(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).date().isoformat()
+    return datetime.fromtimestamp(ts, UTC).date().isoformat()
 
 
 def decide_retrain(gate: GateResult, window: Window, history: list[Decision], rules: RetrainParams, now: float,
@@ -78,15 +78,17 @@ def decide_retrain(gate: GateResult, window: Window, history: list[Decision], ru
         held.append("retrain.enabled is false: the monitor only reports")
     served_by = set(window.versions())
     if prediction_only and served_by and served_by <= set(retrained_versions):
-        held.append(f"loop protection: only the predictions moved, and the window was served by v{', v'.join(sorted(served_by))} "
-                    "that a retrain produced (a new model answers differently; that is not drift of the inputs)")
+        held.append("loop protection: only the predictions moved, and the window was served by "
+                    f"v{', v'.join(sorted(served_by))} that a retrain produced "
+                    "(a new model answers differently; that is not drift of the inputs)")
     mark = high_water(history)
     labelled = window.labelled
     new_labels = int((labelled["ts"] > mark).sum()) if len(labelled) else 0
     if new_labels < rules.min_new_labels:
         already = len(labelled) - new_labels
         held.append(f"{new_labels} new labelled rows < retrain.min_new_labels {rules.min_new_labels}"
-                    + (f" ({already} more were already used by an earlier retrain: loop protection)" if already else ""))
+                    + (f" ({already} more were already used by an earlier retrain: loop protection)"
+                       if already else ""))
     fired = [d for d in history if d.outcome == "fired"]
     if fired and now - fired[-1].ts < rules.cooldown_minutes * 60:
         wait = rules.cooldown_minutes * 60 - (now - fired[-1].ts)

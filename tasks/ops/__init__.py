@@ -1,1 +1,2 @@
-"""Operations around the stages: DVC, params overrides, MLflow tracking and registry writes, lineage, child processes."""
+"""Operations around the stages: DVC, params overrides, MLflow tracking and registry writes, lineage, child
+processes."""

@@ -20,8 +20,9 @@ def configuration_markdown() -> str:
         section = section_field.annotation
         if section_name == "contract":
             lines += ["## `contract`", "", "Optional data contract (null = strict types and parse only): per table "
-                      "`target`, `classes`, `min_class_share`, `min_rows`, `max_rows`, `key`; per column under `columns:` "
-                      "`type` (numeric|categorical), `nullable`, `max_null_share`, `min`, `max`, `categories`, "
+                      "`target`, `classes`, `min_class_share`, `min_rows`, `max_rows`, `key`; "
+                      "per column under `columns:` `type` (numeric|categorical), `nullable`, `max_null_share`, "
+                      "`min`, `max`, `categories`, "
                       "`on_violation` (fail|warn). Propose one with `torchship contract suggest DATA`.", ""]
             continue
         lines += _section_table(section_field.alias or section_name, section)

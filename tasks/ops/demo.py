@@ -4,8 +4,7 @@ judge and a retrain has labelled rows to learn from."""
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
-
+from collections.abc import Iterator
 from pathlib import Path
 
 from tasks.config import Params
@@ -89,7 +88,8 @@ class DemoTraffic:
         deadline = time.monotonic() + 3 * self.params.serve.poll_seconds + 5
         while True:
             health = self.client.get("/health").json()
-            if (health.get("champion") == current.get("champion") and health.get("challenger") == current.get("challenger")
+            if (health.get("champion") == current.get("champion")
+                    and health.get("challenger") == current.get("challenger")
                     or time.monotonic() > deadline):
                 return health
             time.sleep(0.5)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tasks.config import AUTO, PARAMS_FILE, Params, parse_params, read_params_file
 from tasks.core import paths
@@ -38,11 +39,13 @@ def parse_assignment(text: str) -> tuple[list[str], Any]:
 def merge(base: dict, extra: dict) -> dict:
     merged = dict(base)
     for key, value in extra.items():
-        merged[key] = merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        both_dicts = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = merge(merged[key], value) if both_dicts else value
     return merged
 
 
-def resolve(assignments: list[str], params_file: str | None = None, base_file: str = PARAMS_FILE) -> tuple[dict, Params]:
+def resolve(assignments: list[str], params_file: str | None = None,
+            base_file: str = PARAMS_FILE) -> tuple[dict, Params]:
     """The merged raw mapping and its validated Params; nothing is written."""
     raw = read_params_file(base_file)
     if params_file:

@@ -29,7 +29,8 @@ def plan_steps(stages: list[str], changes: dict[str, list[str]]) -> list[Planned
             rows.append(PlannedStep(step=stage, would="maybe run", why="if an upstream stage's outputs change"))
         else:
             rows.append(PlannedStep(step=stage, would="skip", why="deps, params and outs unchanged"))
-    rows += [PlannedStep(step=step, would="run", why="compares with the live registry every run") for step in LIVE_STEPS]
+    rows += [PlannedStep(step=step, would="run", why="compares with the live registry every run")
+             for step in LIVE_STEPS]
     return rows
 
 

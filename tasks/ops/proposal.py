@@ -3,10 +3,12 @@ for a human to review and commit."""
 from __future__ import annotations
 
 import io
+
 from tasks.config import DataParams
 from tasks.contract import parse_table
 from tasks.core.contract_spec import Contract, suggest_contract
 from tasks.core.sources import load_source, resolve_target
+
 
 def contract_yaml(contract: Contract, origin: str, rows: int) -> str:
     """The `contract:` section as YAML, headed by where it came from."""

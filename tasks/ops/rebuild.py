@@ -154,7 +154,8 @@ def _point_remote_at(root: Path, workspace: Path) -> None:
         remote = repo.config["core"].get("remote")
         url = repo.config["remote"][remote]["url"] if remote else None
     if not remote or not url:
-        raise TorchshipError("no default DVC remote is configured: `dvc remote add -d NAME URL` and re-run the pipeline.")
+        raise TorchshipError("no default DVC remote is configured: "
+                             "`dvc remote add -d NAME URL` and re-run the pipeline.")
     _dvc(workspace, "remote", "modify", "--local", remote, "url", str(url))
 
 

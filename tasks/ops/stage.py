@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from tasks.config import Params, load_params
 from tasks.core.env import TELEMETRY_OFF, set_defaults

@@ -64,5 +64,5 @@ def summarize(outcomes: list[StageOutcome], blessing: Blessing, registration: Re
         verdict = f"{registration.action}"
     else:
         verdict = registration.action if canary.outcome is CanaryOutcome.SMOKE_TESTED else canary.action
-    return PipelineSummary(model_name=registration.model_name, steps=steps, version=registration.version, aliases=canary.aliases,
-                           verdict=verdict, pipeline_run=pipeline_run, reports=REPORTS)
+    return PipelineSummary(model_name=registration.model_name, steps=steps, version=registration.version,
+                           aliases=canary.aliases, verdict=verdict, pipeline_run=pipeline_run, reports=REPORTS)

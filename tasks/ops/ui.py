@@ -7,9 +7,9 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from tasks.config import TrackingParams

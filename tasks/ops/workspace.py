@@ -15,7 +15,8 @@ CONFIGURATION_DOCS = Path("docs") / "configuration.md"
 
 def local_state(root: Path, cache: bool = False) -> list[Path]:
     """What exists of: stage outputs, quarantined/served/accepted data, the MLflow store, Prefect's state
-    (and the DVC cache when asked) that holds any file; each stage folder and mlflow/ keep their committed marker files."""
+    (and the DVC cache when asked) that holds any file; each stage folder and mlflow/ keep their committed marker
+    files."""
     candidates = [p for folder in stage_folders(root) for p in sorted((root / folder).glob("*")) if p.name not in KEPT]
     candidates += [root / folder for folder in RUNTIME_DATA]
     candidates += [p for p in sorted((root / "mlflow").glob("*")) if p.name not in KEPT] + [root / ".prefect"]

@@ -13,8 +13,8 @@ import torch.distributed as dist
 from torch import nn
 
 from tasks.config import TrainParams
-from tasks.training.adapt import fit_training, fitted_settings
 from tasks.core.metrics import classification_metrics
+from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.distributed import full_state, load_full_state
 
 log = logging.getLogger("torchship.train")
@@ -132,7 +132,8 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_at(s, total_steps, int(settings.warmup_fraction * total_steps)))
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.precision == "fp16")
-        self.autocast = (torch.autocast(device.type, dtype=torch.bfloat16 if self.precision == "bf16" else torch.float16)
+        self.autocast = (torch.autocast(device.type,
+                                        dtype=torch.bfloat16 if self.precision == "bf16" else torch.float16)
                          if self.precision != "fp32" else contextlib.nullcontext())
         self.loss_fn = nn.CrossEntropyLoss(weight=class_weights(train.labels, self.n_classes).to(device))
         if self.soft_targets is not None:

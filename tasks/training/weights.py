@@ -48,8 +48,9 @@ def load_trained(path: Path) -> tuple[nn.Module, dict]:
         checkpoint = torch.load(path, weights_only=True)
     except pickle.UnpicklingError as exc:   # torch's own advice (weights_only=False) would run the payload
         reason = next((line for line in str(exc).splitlines() if "GLOBAL" in line or "Unsupported" in line), "")
-        raise TorchshipError(f"{path} is not a torchship weights file: it asks to run code when loaded ({reason.strip()}). "
-                             "It was refused and nothing in it ran; re-create it with the train stage (torchship run), "
+        raise TorchshipError(f"{path} is not a torchship weights file: it asks to run code when loaded "
+                             f"({reason.strip()}). It was refused and nothing in it ran; "
+                             "re-create it with the train stage (torchship run), "
                              "and never load it with weights_only=False.") from None
     spec = checkpoint["model"]
     model = build_model(spec["name"], FeatureLayout(**checkpoint["layout"]), **spec["kwargs"])

@@ -123,7 +123,8 @@ def compose_raw_model(model: onnx.ModelProto, schema: Schema) -> onnx.ModelProto
     b.nodes.append(helper.make_node("Concat", columns, [f"{MODEL}x"], axis=1))   # x: (N, F) float32
     tail = [helper.make_node("Identity", [f"{MODEL}logits"], ["logits"]),
             helper.make_node("Softmax", ["logits"], ["probabilities"], axis=-1)]
-    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", len(schema.classes)]) for name in OUTPUTS]
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", len(schema.classes)])
+               for name in OUTPUTS]
     graph = helper.make_graph([*b.nodes, *inner.graph.node, *tail], "torchship-raw", inputs, outputs,
                               initializer=inner.graph.initializer, value_info=inner.graph.value_info)
     opsets = {o.domain or "ai.onnx": o.version for o in inner.opset_import}

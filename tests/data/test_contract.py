@@ -8,8 +8,17 @@ import pandas as pd
 import pytest
 
 from tasks.config import ValidateParams
-from tasks.contract import (Feature, Schema, class_labels, encode_features, encode_target, parse_table,
-                            read_raw_table, read_table, schema_from_metadata)
+from tasks.contract import (
+    Feature,
+    Schema,
+    class_labels,
+    encode_features,
+    encode_target,
+    parse_table,
+    read_raw_table,
+    read_table,
+    schema_from_metadata,
+)
 from tasks.core.errors import DataError
 from tasks.core.problems import SHOWN, DataProblems
 
@@ -40,7 +49,8 @@ def test_rows_keep_their_file_line_numbers(tmp_path):
 
 def test_ragged_row_names_its_line(tmp_path):
     path = write_csv(tmp_path, "a,b,label\n1,2,x\n\n3,4,5,y\n")
-    with pytest.raises(DataError, match=r"ragged rows \(rule: every row has the header's 3 fields\): 1 offending \(line 4: 4 fields\)"):
+    with pytest.raises(DataError, match=r"ragged rows \(rule: every row has the header's 3 fields\): "
+                                        r"1 offending \(line 4: 4 fields\)"):
         read_raw_table(path)
 
 

@@ -5,12 +5,11 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from tasks.config import ValidateParams
+from tasks.config import PrepareParams, ValidateParams
 from tasks.contract import parse_table, parse_with_contract
 from tasks.core.contract_spec import ColumnRule, suggest_contract
 from tasks.core.errors import DataError
 from tasks.prepare import prepare_tables
-from tasks.config import PrepareParams
 from tasks.validate import validate_frames
 
 

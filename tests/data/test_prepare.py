@@ -46,9 +46,11 @@ def test_schema_lists_features_and_sorted_classes(prepared, customers):
 
 
 def test_same_seed_same_split(customers, prepared):
-    again = prepare_tables(customers, TARGET, "synthetic", PrepareParams(val_fraction=0.2, holdout_fraction=0.1, seed=1))
+    again = prepare_tables(customers, TARGET, "synthetic",
+                           PrepareParams(val_fraction=0.2, holdout_fraction=0.1, seed=1))
     pd.testing.assert_frame_equal(again.holdout, prepared.holdout)
-    other = prepare_tables(customers, TARGET, "synthetic", PrepareParams(val_fraction=0.2, holdout_fraction=0.1, seed=2))
+    other = prepare_tables(customers, TARGET, "synthetic",
+                           PrepareParams(val_fraction=0.2, holdout_fraction=0.1, seed=2))
     assert not other.holdout.equals(prepared.holdout)
 
 

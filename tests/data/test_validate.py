@@ -1,4 +1,5 @@
-"""The validate stage's gate (tasks/core/expectations.py): the real Great Expectations suite on prepared splits (fails name the column)."""
+"""The validate stage's gate (tasks/core/expectations.py): the real Great Expectations suite on prepared splits
+(fails name the column)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,8 +7,8 @@ import pytest
 
 from tasks.config import PrepareParams, ValidateParams
 from tasks.core.errors import GateFailed
-from tasks.prepare import prepare_tables
 from tasks.core.expectations import validate_frames
+from tasks.prepare import prepare_tables
 
 RULES = ValidateParams(min_rows=50, max_null_share=0.5)
 

@@ -7,8 +7,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pandas as pd
 
@@ -114,9 +114,11 @@ def register_by_hand(project, model: str, model_code: str, alias: str | None = "
     move = f"c.set_registered_model_alias('{model}', '{alias}', v)\n" if alias else ""
     return project.python(
         "import hashlib, mlflow, onnx\nfrom mlflow import MlflowClient\n"
-        "mlflow.set_tracking_uri('sqlite:///mlflow/mlflow.db')\nmlflow.set_experiment('torchship')\nc = MlflowClient()\n"
+        "mlflow.set_tracking_uri('sqlite:///mlflow/mlflow.db')\nmlflow.set_experiment('torchship')\n"
+        "c = MlflowClient()\n"
         f"model = {model_code}\nsha = hashlib.sha256(model.SerializeToString()).hexdigest()\n"
-        f"info = mlflow.onnx.log_model(model, name='model', registered_model_name='{model}', save_as_external_data=False)\n"
+        f"info = mlflow.onnx.log_model(model, name='model', registered_model_name='{model}', "
+        "save_as_external_data=False)\n"
         "v = info.registered_model_version\n"
         f"c.set_model_version_tag('{model}', v, 'artifact_sha256', sha)\n"
         + move + "print(v)\n").strip().splitlines()[-1]
@@ -127,8 +129,8 @@ def promote_by_hand(project, model: str, model_code: str) -> str:
     return register_by_hand(project, model, model_code, alias="champion")
 
 
-__all__ = ["GUARDED_FILES", "champion_bytes", "dvc_clean", "free_port", "holdout_rows", "promote_by_hand", "register_by_hand", "snapshot",
-           "workspace_restored"]
+__all__ = ["GUARDED_FILES", "champion_bytes", "dvc_clean", "free_port", "holdout_rows", "promote_by_hand",
+           "register_by_hand", "snapshot", "workspace_restored"]
 
 
 def dvc_clean(status: str) -> bool:

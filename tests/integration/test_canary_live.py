@@ -1,8 +1,9 @@
 """The progressive canary on a running service (`python -m serving` under uvicorn on 127.0.0.1, request log on, admin
 token set) while a client sends live traffic with feedback: a challenger that errors, one that is slow and one that
 predicts a shifted distribution, each a real ONNX graph built from the champion's, are rolled back at the first step
-with enough samples (latency: the first traffic step, where it answers) and the champion is unchanged; a good challenger (the champion's bytes) is promoted, the old
-champion tagged previous. Small min-sample counts and steps through the params, so each canary takes seconds."""
+with enough samples (latency: the first traffic step, where it answers) and the champion is unchanged; a good
+challenger (the champion's bytes) is promoted, the old champion tagged previous. Small min-sample counts and steps
+through the params, so each canary takes seconds."""
 from __future__ import annotations
 
 import hashlib
@@ -92,7 +93,7 @@ class LiveTraffic:
                 if labels:
                     http.post("/feedback", json={"labels": labels})
 
-    def __enter__(self) -> "LiveTraffic":
+    def __enter__(self) -> LiveTraffic:
         self.thread.start()
         return self
 
@@ -104,7 +105,8 @@ class LiveTraffic:
 def champion_model(client) -> onnx.ModelProto:
     from tasks.core.registry import verified_onnx
 
-    return onnx.load_from_string(verified_onnx(client, MODEL, client.get_model_version_by_alias(MODEL, CHAMPION).version))
+    champion = client.get_model_version_by_alias(MODEL, CHAMPION).version
+    return onnx.load_from_string(verified_onnx(client, MODEL, champion))
 
 
 def through(model: onnx.ModelProto, nodes: list, initializers: list) -> onnx.ModelProto:

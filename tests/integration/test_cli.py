@@ -4,10 +4,10 @@ SIGTERM putting params.yaml back. Help texts, rollback, clean and error renderin
 test_cli_inprocess.py."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
-import contextlib
 import time
 from pathlib import Path
 

@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
+from serving.batch_scoring import FileRefused, load_version, predict_file
 from tasks.config import load_params
 from tasks.core.errors import DataError
-from serving.batch_scoring import FileRefused, load_version, predict_file
 
 pytestmark = pytest.mark.integration
 TARGET = "churned"

@@ -22,8 +22,9 @@ from tests.conftest import BIN, make_project
 pytestmark = pytest.mark.integration
 TOLERANCE = 0.03  # macro-F1 points between process counts / strategies (different shards, same data)
 # Every run writes these train.* keys plus its own, so no run depends on which test ran before it.
-BASE = {"model": "mlp", "model_args": {"mlp": {"hidden": [16], "embedding_dim": 4}}, "epochs": 5, "batch_size": 64, "adapt": False,
-        "nproc": 1, "nnodes": 1, "strategy": "ddp", "checkpoint_every": 25, "collective_timeout_s": 60, "threads": 1}
+BASE = {"model": "mlp", "model_args": {"mlp": {"hidden": [16], "embedding_dim": 4}}, "epochs": 5, "batch_size": 64,
+        "adapt": False, "nproc": 1, "nnodes": 1, "strategy": "ddp", "checkpoint_every": 25, "collective_timeout_s": 60,
+        "threads": 1}
 _runs: dict[str, dict] = {}
 
 

@@ -246,7 +246,8 @@ def test_a_killed_worker_restarts_resumes_and_ends_with_the_weights_of_one_node(
     assert json.loads((node0 / "data/train/metrics.json").read_text())["world_size"] == 2
     assert not (node1 / "data/train/model.pt").exists(), "only rank 0's node writes the model"
     two_nodes = weights(node0)
-    differences = {name: float((two_nodes[name] - tensor).abs().max()) for name, tensor in one_node_two_processes.items()}
+    differences = {name: float((two_nodes[name] - tensor).abs().max())
+                   for name, tensor in one_node_two_processes.items()}
     assert max(differences.values()) <= WEIGHT_TOLERANCE, differences
 
 

@@ -10,8 +10,8 @@ from models import FeatureLayout
 from tasks.config import PrepareParams, TrainParams
 from tasks.contract import encode_features, encode_target
 from tasks.prepare import PreparedData, prepare_tables
-from tasks.training.weights import fit_layout
 from tasks.training.loop import Split
+from tasks.training.weights import fit_layout
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,8 @@ class Encoded:
 
 
 def encode_split(frame, schema) -> Split:
-    return Split(torch.from_numpy(encode_features(frame, schema)), torch.from_numpy(encode_target(frame[schema.target], schema)))
+    return Split(torch.from_numpy(encode_features(frame, schema)),
+                 torch.from_numpy(encode_target(frame[schema.target], schema)))
 
 
 @pytest.fixture(scope="session")
@@ -38,5 +39,5 @@ def encoded(customers) -> Encoded:
 @pytest.fixture(scope="session")
 def tiny_train() -> TrainParams:
     """A few quick epochs of a small MLP."""
-    return TrainParams(model="mlp", model_args={"mlp": {"hidden": [32], "embedding_dim": 4, "dropout": 0.0}}, epochs=6, batch_size=128, lr=0.01,
-                       warmup_fraction=0.1, patience=6, seed=0)
+    return TrainParams(model="mlp", model_args={"mlp": {"hidden": [32], "embedding_dim": 4, "dropout": 0.0}}, epochs=6,
+                       batch_size=128, lr=0.01, warmup_fraction=0.1, patience=6, seed=0)

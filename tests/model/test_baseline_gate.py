@@ -44,7 +44,8 @@ def test_baselines_learn_the_table(encoded, baselines):
 
 
 def test_a_candidate_trained_on_shuffled_labels_is_never_blessed(encoded, tiny_train, baselines):
-    shuffled = encoded.train.labels[torch.randperm(len(encoded.train.labels), generator=torch.Generator().manual_seed(0))]
+    order = torch.randperm(len(encoded.train.labels), generator=torch.Generator().manual_seed(0))
+    shuffled = encoded.train.labels[order]
     candidate = holdout_metrics(encoded, shuffled, tiny_train)
     first = judge_candidate(candidate, None, True, RULES, baselines=baselines)
     assert first.outcome is BlessOutcome.BELOW_BASELINES and first.gate.status == "fail", first

@@ -149,7 +149,8 @@ def stalled_once(candidate_us: list[np.ndarray]):
     calls = iter(candidate_us)
 
     def measure():
-        timings = Timings({"candidate": next(calls), "champion": np.full(300, 200.0)}, {"candidate": 1.0, "champion": 1.0})
+        timings = Timings({"candidate": next(calls), "champion": np.full(300, 200.0)},
+                          {"candidate": 1.0, "champion": 1.0})
         return timings, assess_performance(timings, {"candidate": 1, "champion": 1}, {}, 256, 100.0, 3.0)
     return measure
 

@@ -7,11 +7,11 @@ import torch
 
 from models import build_model
 from tasks.compress import accuracy_budget
-from tasks.variants.runners import eager_runner, quantize_eager
 from tasks.config import CompressParams
 from tasks.core.metrics import bootstrap_drop, predict
-from tasks.training.weights import model_spec
 from tasks.training.loop import Split, distillation_loss, predict_logits, train_model
+from tasks.training.weights import model_spec
+from tasks.variants.runners import eager_runner, quantize_eager
 
 BUDGET = CompressParams(metric="f1_macro", max_drop=0.005, bootstrap=300)
 
@@ -51,8 +51,8 @@ def test_distillation_loss_is_zero_when_the_student_copies_the_teacher_with_alph
 
 
 def test_a_student_trained_for_one_step_is_rejected(teacher, encoded, tiny_train):
-    one_step = tiny_train.model_copy(update={"model_args": {"mlp": {"hidden": [8]}}, "epochs": 1, "batch_size": len(encoded.train.labels),
-                                             "warmup_fraction": 0.0})
+    one_step = tiny_train.model_copy(update={"model_args": {"mlp": {"hidden": [8]}}, "epochs": 1,
+                                             "batch_size": len(encoded.train.labels), "warmup_fraction": 0.0})
     student, history = student_from(teacher, encoded, one_step)
     assert len(history) == 1
     result, drop = gate(teacher, student, encoded)
@@ -69,13 +69,14 @@ def test_a_distilled_student_stays_close_to_its_teacher(teacher, encoded, tiny_t
 
 def test_eager_int8_keeps_the_predictions(teacher, encoded):
     features = encoded.val.features.numpy()
-    agree = (predict(eager_runner(teacher), features) == predict(eager_runner(quantize_eager(teacher)), features)).mean()
+    agree = (predict(eager_runner(teacher), features)
+             == predict(eager_runner(quantize_eager(teacher)), features)).mean()
     assert agree > 0.98
 
 
 def test_static_int8_calibrated_on_raw_rows_keeps_the_predictions(teacher, encoded, tmp_path):
-    from tasks.variants.quantize import quantize_onnx_static
     from tasks.variants.exporters import export_onnx
+    from tasks.variants.quantize import quantize_onnx_static
     from tasks.variants.runners import onnx_runner
 
     fp32, int8 = tmp_path / "m.onnx", tmp_path / "m.int8-static.onnx"

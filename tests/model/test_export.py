@@ -12,11 +12,11 @@ import torch
 from models import build_model
 from tasks.config import ExportParams
 from tasks.contract import schema_from_metadata
+from tasks.training.loop import train_model as fit
+from tasks.training.weights import model_spec
 from tasks.variants.exporters import export_onnx
 from tasks.variants.parity import check_parity, probe_rows
 from tasks.variants.runners import onnx_runner
-from tasks.training.weights import model_spec
-from tasks.training.loop import train_model as fit
 
 RULES = ExportParams(parity_atol=1e-4, min_argmax_agreement=0.999)
 REPO = Path(__file__).resolve().parents[2]
@@ -129,8 +129,10 @@ def test_the_default_teacher_passes_onnx_and_pt2_parity(teacher, encoded, probe,
     schema = encoded.prepared.schema
     reference = eager(teacher, probe)
     onnx_path, pt2_path = tmp_path / "t.onnx", tmp_path / "t.pt2"
-    variants = {"onnx": (lambda: export_onnx(teacher, schema, "legacy", onnx_path), lambda: onnx_runner(onnx_path, 1), onnx_path),
-                "pt2": (lambda: export_program(teacher, len(schema.features), pt2_path), lambda: pt2_runner(pt2_path), pt2_path)}
+    variants = {"onnx": (lambda: export_onnx(teacher, schema, "legacy", onnx_path), lambda: onnx_runner(onnx_path, 1),
+                         onnx_path),
+                "pt2": (lambda: export_program(teacher, len(schema.features), pt2_path), lambda: pt2_runner(pt2_path),
+                        pt2_path)}
     for name, (make, runner, path) in variants.items():
         entry, gate = publish_variant(name, reference, probe, RULES, make, runner, path)
         assert gate.status == "pass", (name, gate.reasons)

@@ -12,8 +12,8 @@ from sklearn.utils.class_weight import compute_class_weight
 from models import build_model
 from tasks.core.metrics import classification_metrics
 from tasks.training.distributed import full_state
-from tasks.training.weights import fit_layout, model_spec
 from tasks.training.loop import Trainer, class_weights, lr_at, predict_logits, train_model
+from tasks.training.weights import fit_layout, model_spec
 
 HISTORY_KEYS = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1_macro", "lr")
 
@@ -91,8 +91,8 @@ def _trainer(encoded, params, init_seed: int, trainer=Trainer, **kwargs) -> Trai
 
 
 def test_a_run_resumed_mid_epoch_from_a_checkpoint_matches_an_uninterrupted_run(encoded, tiny_train):
-    params = tiny_train.model_copy(update={"epochs": 3, "checkpoint_every": 5,
-                                           "model_args": {"mlp": {**tiny_train.model_args["mlp"], "dropout": 0.2}}})  # RNG matters
+    params = tiny_train.model_copy(update={"epochs": 3, "checkpoint_every": 5, "model_args": {
+        "mlp": {**tiny_train.model_args["mlp"], "dropout": 0.2}}})  # RNG matters
     uninterrupted = _trainer(encoded, params, init_seed=0).train()
     steps_per_epoch = -(-len(encoded.train.labels) // params.batch_size)
     stop_at = next(s for s in range(5, 3 * steps_per_epoch, 5) if s > steps_per_epoch and s % steps_per_epoch)

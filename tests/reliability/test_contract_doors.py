@@ -16,9 +16,9 @@ from tasks.config import Params, load_params
 from tasks.core.errors import DataError, GateFailed
 from tasks.core.expectations import validate_frames
 from tasks.core.procs import http_ok, running, start_child, wait_until_ready
+from tasks.core.sources import load_source
 from tasks.ops.overrides import resolve
 from tasks.ops.proposal import propose_contract
-from tasks.core.sources import load_source
 from tasks.prepare import prepare_tables
 from tests.conftest import REPO, make_project
 from tests.helpers import free_port, snapshot
@@ -153,7 +153,8 @@ def test_the_reference_data_passes_the_same_door(committed, tmp_path):
 @pytest.fixture(scope="module")
 def contracted(tmp_path_factory, prefect_server):
     """A project whose contract was suggested from reference data, reviewed (key added) and committed."""
-    project = make_project(tmp_path_factory.mktemp("contract"), {"distill": {"enabled": False}},  # the doors, not the student
+    project = make_project(tmp_path_factory.mktemp("contract"),
+                           {"distill": {"enabled": False}},  # the doors, not the student
                            prefect=prefect_server)
     _reference().to_csv(project.root / "data" / "customers.csv", index=False)
     suggested = project.torchship("contract", "suggest", "data/customers.csv", "--target", "churned")

@@ -35,7 +35,8 @@ REGISTER = textwrap.dedent("""
     import mlflow.store.db.utils as db_utils
     from sqlalchemy import sql as _sql
     # MLflow waits 20 s on a locked SQLite database before it gives up: 0.3 s here (see the module docstring)
-    db_utils.sql = types.SimpleNamespace(text=lambda q: _sql.text(q.replace("busy_timeout = 20000", "busy_timeout = 300")))
+    db_utils.sql = types.SimpleNamespace(
+        text=lambda q: _sql.text(q.replace("busy_timeout = 20000", "busy_timeout = 300")))
     from mlflow import MlflowClient
     from tasks import register
     from tasks.config import load_params
@@ -55,7 +56,8 @@ REGISTER = textwrap.dedent("""
     params = params.model_copy(update={"tracking": params.tracking.model_copy(update={
         "uri": f"sqlite:///{store}/mlflow.db", "artifacts": f"{store}/artifacts"})})
     blessing = Blessing(gate=GateResult.decide("bless", []), outcome=BlessOutcome.FIRST_MODEL, model_name=sys.argv[3],
-                        candidate_path="data/profile/model.onnx", candidate_sha256=sha, candidate_metrics={"f1_macro": 0.5})
+                        candidate_path="data/profile/model.onnx", candidate_sha256=sha,
+                        candidate_metrics={"f1_macro": 0.5})
     for round in (1, 2):
         if round == 2:
             while not Path(store, "round-2").exists():

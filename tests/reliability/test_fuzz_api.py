@@ -55,7 +55,8 @@ def judge(case, response) -> str | None:
         if not detail:
             return f"a 4xx without a message: {where}"
     if response.status_code == 200 and case.formatted_path == "/predict":
-        probabilities = [p for row in json.loads(response.content)["predictions"] for p in row["probabilities"].values()]
+        probabilities = [p for row in json.loads(response.content)["predictions"]
+                         for p in row["probabilities"].values()]
         if not all(isinstance(p, float) and math.isfinite(p) for p in probabilities):
             return f"non-finite probabilities: {where}"
     return None

@@ -33,7 +33,8 @@ names = st.text(min_size=1, max_size=8)
 junk = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5)),
                     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner,
                                                                                           max_size=3)), max_leaves=8)
-numbers = st.one_of(st.none(), st.floats(), st.integers(-10**6, 10**6), st.sampled_from([math.nan, math.inf, -math.inf]))
+numbers = st.one_of(st.none(), st.floats(), st.integers(-10**6, 10**6),
+                    st.sampled_from([math.nan, math.inf, -math.inf]))
 rules = st.fixed_dictionaries({"type": st.sampled_from(["numeric", "numeric", "categorical", "text"])}, optional={
     "nullable": st.one_of(st.booleans(), st.sampled_from(["yes", 2])),
     "max_null_share": st.one_of(st.floats(-1, 2), st.none()),
@@ -168,7 +169,8 @@ def test_an_integer_category_beyond_64_bits_is_refused_not_a_failed_log_line(val
     with pytest.raises(RowsRefused) as refused:
         DECODER.decode(body)
     [problem] = refused.value.problems
-    assert (problem["field"], problem["rule"]) == ("pay method", "less_than_equal" if value > 0 else "greater_than_equal")
+    assert (problem["field"], problem["rule"]) == ("pay method",
+                                                   "less_than_equal" if value > 0 else "greater_than_equal")
 
 
 @pytest.mark.parametrize("value", ["1e40", "-1e39", "3.5e38", "1.7976931348623157e308"])

@@ -164,4 +164,5 @@ def test_the_service_restarted_under_load_never_answers_wrong_and_loses_at_most_
         f"(bound: serve.log_flush_seconds = {flush_s} s)")
     assert not lost[2], f"the final clean stop lost {len(lost[2])} line(s)"
     print(f"restart under load: {len(answers)} answers, errors {errors}, statuses {statuses}; lost on SIGTERM 0, "
-          f"on SIGKILL {len(lost[1])} of {len(served_by[1])} (oldest {oldest:.2f} s before the kill, bound {flush_s} s)")
+          f"on SIGKILL {len(lost[1])} of {len(served_by[1])} "
+          f"(oldest {oldest:.2f} s before the kill, bound {flush_s} s)")

@@ -7,7 +7,6 @@ import ast
 import os
 import re
 
-
 from tests.conftest import REPO
 
 SCANNED = ("tasks", "flows", "serving", "models", "bench")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tasks.config import DataParams, Params, TrainParams, load_params, parse_params
-from tasks.ops.config_docs import configuration_markdown
 from tasks.core.errors import ConfigError
+from tasks.ops.config_docs import configuration_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,8 @@ def test_first_model_passes():
     assert "first model" in result.gate.reasons[0]
 
 
-@pytest.mark.parametrize("candidate, champion, status", [(0.70, 0.80, "fail"), (0.80, 0.80, "pass"), (0.81, 0.80, "pass")])
+@pytest.mark.parametrize("candidate, champion, status",
+                         [(0.70, 0.80, "fail"), (0.80, 0.80, "pass"), (0.81, 0.80, "pass")])
 def test_candidate_must_not_lose_on_the_metric(candidate, champion, status):
     result = judge_candidate({"f1_macro": candidate}, {"f1_macro": champion}, True, BlessParams(metric="f1_macro"),
                              champion_version="3")

@@ -29,8 +29,8 @@ def fired(ts: float) -> guards.Decision:
 
 
 def retrained(ts: float, labels_until: float) -> guards.Decision:
-    return guards.Decision(ts=ts, outcome="retrained", reasons=[], gate=GateResult(gate="batch contract", status="pass"),
-                           window={}, labels_until=labels_until)
+    return guards.Decision(ts=ts, outcome="retrained", reasons=[],
+                           gate=GateResult(gate="batch contract", status="pass"), window={}, labels_until=labels_until)
 
 
 def test_drift_with_enough_new_labels_fires():
@@ -59,7 +59,8 @@ def test_cooldown_suppresses_until_it_has_passed():
 def test_daily_budget_counts_todays_retrains_only():
     today = [fired(NOW - h * 3600) for h in (2, 3, 4)]
     outcome, reasons = guards.decide_retrain(DRIFT, window(150), today, RULES, NOW)
-    assert outcome == "suppressed" and reasons == ["daily budget: 3 retrain(s) fired today (UTC), retrain.max_per_day 3"]
+    assert outcome == "suppressed"
+    assert reasons == ["daily budget: 3 retrain(s) fired today (UTC), retrain.max_per_day 3"]
     yesterday = [fired(NOW - 86400 - h * 3600) for h in (2, 3, 4)]
     assert guards.decide_retrain(DRIFT, window(150), yesterday, RULES, NOW)[0] == "fired"
 

@@ -7,7 +7,8 @@ import torch
 from tasks.core.env import FAULT_ENV, RESTART_COUNT_ENV
 from tasks.training.job import describe_failure, injected_fault
 
-# What node 0's torchrun printed (torch 2.13, gloo) when node 1 was killed mid-run (tests/integration/test_two_nodes.py).
+# What node 0's torchrun printed (torch 2.13, gloo) when node 1 was killed mid-run
+# (tests/integration/test_two_nodes.py).
 ROOT_CAUSE = """Root Cause (first observed failure):
 [0]:
   time      : 2026-12-01_16:07:33

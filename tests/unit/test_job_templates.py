@@ -169,4 +169,4 @@ def test_the_docs_pull_steps_bind_to_prefects_steps_and_dvc_pull_runs_in_the_clo
     assert list(outputs) == ["git_clone", "run_shell_script"]
     assert outputs["run_shell_script"]["script"].startswith("dvc pull")
     # The clone's path is git_clone's output `directory`; Prefect moves there only after the last pull step.
-    assert outputs["run_shell_script"]["directory"] == "{{ %s.directory }}" % outputs["git_clone"]["id"]
+    assert outputs["run_shell_script"]["directory"] == f"{{{{ {outputs['git_clone']['id']}.directory }}}}"

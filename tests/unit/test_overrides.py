@@ -176,29 +176,26 @@ def test_a_run_keeps_the_overrides_when_it_succeeds(applied):
 @pytest.mark.parametrize("keep", [True, False])
 def test_an_error_restores_every_file(applied, keep):
     raw, (params_file, created), before = applied
-    with pytest.raises(RuntimeError):
-        with applied_overrides(raw, keep=keep, files=(params_file, created)):
-            created.write_text("half done")
-            raise RuntimeError("the pipeline failed")
+    with pytest.raises(RuntimeError), applied_overrides(raw, keep=keep, files=(params_file, created)):
+        created.write_text("half done")
+        raise RuntimeError("the pipeline failed")
     assert params_file.read_bytes() == before and not created.exists()
 
 
 def test_ctrl_c_restores_every_file(applied):
     raw, (params_file, created), before = applied
-    with pytest.raises(KeyboardInterrupt):
-        with applied_overrides(raw, files=(params_file, created)):
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), applied_overrides(raw, files=(params_file, created)):
+        raise KeyboardInterrupt
     assert params_file.read_bytes() == before
 
 
 def test_sigterm_restores_every_file_and_exits_143(applied):
     raw, (params_file, created), before = applied
     handler = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(Terminated) as stopped:
-        with applied_overrides(raw, files=(params_file, created)):
-            created.write_text("half done")
-            os.kill(os.getpid(), signal.SIGTERM)
-            pytest.fail("SIGTERM did not interrupt the block")
+    with pytest.raises(Terminated) as stopped, applied_overrides(raw, files=(params_file, created)):
+        created.write_text("half done")
+        os.kill(os.getpid(), signal.SIGTERM)
+        pytest.fail("SIGTERM did not interrupt the block")
     assert stopped.value.code == 143
     assert params_file.read_bytes() == before and not created.exists()
     assert signal.getsignal(signal.SIGTERM) is handler, "the previous SIGTERM handler must be back"

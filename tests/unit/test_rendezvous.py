@@ -12,8 +12,14 @@ import pytest
 
 from tasks.config import TrainParams
 from tasks.training.distributed import torchrun_command
-from tasks.training.launch import (address_toward, interface_with, loopback_store_class, node_arguments,
-                                   rendezvous_endpoint, stays_on_this_machine)
+from tasks.training.launch import (
+    address_toward,
+    interface_with,
+    loopback_store_class,
+    node_arguments,
+    rendezvous_endpoint,
+    stays_on_this_machine,
+)
 
 
 def listening_addresses(port: int) -> set[str]:

@@ -6,14 +6,14 @@ import json
 import statistics
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from serving.request_log import RequestLog
 from tasks.core.servelog import feedback_line, rotated_path, served_files, served_line
 
-NOON = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+NOON = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC).timestamp()
 NEVER = 1e9   # seconds or bytes: no rotation
 
 
