@@ -1,6 +1,6 @@
 """The progressive canary on a running service: a shadow phase, then the challenger's share raised step by step
 (canary.steps); each step filled to canary.min_samples (by replayed traffic, or by waiting for live traffic) and
-judged (tasks/canarying/analysis.py); then the registry acted on under the alias lock: promote at the end, reject
+judged (tasks/canarying/analysis.py), and filled further while a quality check is short of the rows it needs; then the registry acted on under the alias lock: promote at the end, reject
 at the first failed step, or leave it at an inconclusive step. The traffic goes back to the champion on every way
 out. With no challenger, one smoke step: the champion alone answers the replayed rows."""
 from __future__ import annotations
@@ -51,10 +51,10 @@ def open_step(link: ServiceLink, share: float, shadow_phase: bool) -> OpenStep:
 
 
 def fill_step(link: ServiceLink, step: OpenStep, wanted: int, challenger: str, rules: CanaryParams,
-              traffic: Traffic | None) -> tuple[Scrape, bool]:
-    """Wait (or replay) until the challenger has `wanted` requests in the step, step_max_s passed, or the replay's
-    budget (replay_max_requests) is spent. Returns (metrics delta since the
-    step opened, whether the step can be filled no further)."""
+              traffic: Traffic | None, budget: int) -> tuple[Scrape, bool]:
+    """Wait (or replay) until the challenger has `wanted` requests in the step, step_max_s passed, or `budget`
+    requests were replayed into it. Returns (metrics delta since the step opened, whether the step can be filled
+    no further)."""
     while True:
         if traffic is not None:
             step.sent += traffic.send(REPLAY_CHUNK)
@@ -63,7 +63,7 @@ def fill_step(link: ServiceLink, step: OpenStep, wanted: int, challenger: str, r
         delta = link.scrape().minus(step.before)
         samples = challenger_samples(delta, challenger, step.shadow_phase)
         spent = time.monotonic() - step.started > rules.step_max_s or \
-            (traffic is not None and step.sent >= rules.replay_max_requests)
+            (traffic is not None and step.sent >= budget)
         if samples >= wanted or spent:
             return delta, spent
         log.info("canary %s: %d of %d challenger requests", phase_name(step.share, step.shadow_phase), samples,
@@ -89,7 +89,11 @@ def judge_phase(link: ServiceLink, step: OpenStep, champion: str, challenger: st
     significant) and can be filled further, fill it to the requests that check wants and judge it again."""
     wanted, look = rules.min_samples, 1
     while True:
-        delta, spent = fill_step(link, step, wanted, challenger, rules, traffic)
+        # the first fill may reuse rows (error rate and latency count requests); a refill is for quality, which
+        # counts each distinct row once: no more than one pass over the replay's rows
+        budget = rules.replay_max_requests if look == 1 or traffic is None else \
+            min(rules.replay_max_requests, traffic.rows)
+        delta, spent = fill_step(link, step, wanted, challenger, rules, traffic, budget)
         requests = challenger_samples(delta, challenger, step.shadow_phase)
         ok_rows = requests - delta.count(CHALLENGER, challenger, "shadow-error" if step.shadow_phase else "error")
         first, second, pairs = step_figures(delta, step_logs(link, step.since, ok_rows), champion, challenger,
