@@ -101,7 +101,8 @@ def judge_accuracy(champion: VariantFigures, challenger: VariantFigures, pairs: 
     discordant = (pairs.champion_only + pairs.challenger_only + 1) / (pairs.labelled + 2)   # never 0 on few rows
     stats.drop, stats.drop_p = test.drop, test.p_value
     stats.pairs_needed = pairs_needed(rules.max_metric_drop, discordant, stats.alpha / 2)   # at the next look's level
-    figure = (f"accuracy {challenger.accuracy:.3f} vs champion's {champion.accuracy:.3f} on {test.rows} labelled "
+    ours, theirs = (f"{f.accuracy:.3f}" if f.accuracy is not None else "-" for f in (challenger, champion))
+    figure = (f"accuracy {ours} vs champion's {theirs} on {test.rows} labelled "
               f"pairs: drop {test.drop:+.3f} (exact paired p {test.p_value:.4f}, level {stats.alpha:.4f}; a drop of "
               f"canary.max_metric_drop {rules.max_metric_drop:g} needs {stats.pairs_needed} pairs at discordance "
               f"{discordant:.3f})")
@@ -119,9 +120,9 @@ def judge_step(phase: str, share: float, champion: VariantFigures, challenger: V
                pairs: PairedRows | None = None, look: int = 1) -> StepVerdict:
     """Pass, fail or short. `champion_p95_ms`: the champion's p95 from an earlier step, used when it answered
     too few requests in this one (at 100% it answers none). `pairs`: the rows both variants scored, which the
-    quality checks (PSI, accuracy) are judged on; `look`: the how-manieth judgement of this step. A step is short with too few requests, or when a quality
-    check saw a worrying figure it could not yet call significant: the canary fills it further, within
-    canary.step_max_s, and judges it again."""
+    quality checks (PSI, accuracy) are judged on; `look`: the how-manieth judgement of this step. A step is short
+    with too few requests, or when a quality check saw a worrying figure it could not yet call significant: the
+    canary fills it further, within canary.step_max_s, and judges it again."""
     stats = StepStatistics(alpha=step_alpha(rules, look), look=look)
 
     def verdict(status: StepStatus, reasons: list[str], value: float | None = None) -> StepVerdict:

@@ -1,8 +1,9 @@
 """The progressive canary on a running service: a shadow phase, then the challenger's share raised step by step
 (canary.steps); each step filled to canary.min_samples (by replayed traffic, or by waiting for live traffic) and
-judged (tasks/canarying/analysis.py), and filled further while a quality check is short of the rows it needs; then the registry acted on under the alias lock: promote at the end, reject
-at the first failed step, or leave it at an inconclusive step. The traffic goes back to the champion on every way
-out. With no challenger, one smoke step: the champion alone answers the replayed rows."""
+judged (tasks/canarying/analysis.py), filled further while a quality check is short of the rows it needs; then
+the registry acted on under the alias lock: promote at the end, reject at the first failed step, or leave it at
+an inconclusive step. The traffic goes back to the champion on every way out. With no challenger, one smoke
+step: the champion alone answers the replayed rows."""
 from __future__ import annotations
 
 import logging
