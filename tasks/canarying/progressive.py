@@ -169,8 +169,7 @@ def promote_or_roll_back(client, name: str, challenger: str, verdicts: list[Step
             client.set_model_version_tag(name, challenger, INCONCLUSIVE_TAG, "; ".join(last.reasons))
             return gate, CanaryOutcome.INCONCLUSIVE, (
                 f"inconclusive at step {last.phase}: traffic back to the champion; v{challenger} stays "
-                "challenger (run `torchship canary` again when traffic allows; the step's reasons say how many "
-                "requests or labelled pairs it lacked)")
+                "challenger (run `torchship canary` again when traffic allows, or lower canary.min_samples)")
         old = promote(client, name, challenger, f"canary: {len(verdicts)} steps passed up to 100%")
         return gate, CanaryOutcome.PROMOTED, f"promoted v{challenger} to champion (v{old} tagged previous)"
 
