@@ -26,10 +26,26 @@ def figures_row(role: str, f: VariantFigures) -> str:
     return f"| {role} v{f.version} | {f.requests} | {f.errors} | {p95} | {accuracy} | {f.labels} |"
 
 
+def statistics_markdown(verdict: StepVerdict) -> str:
+    """How the quality checks were judged: on which paired rows, at which level, and the pairs a drop needs."""
+    pairs, stats = verdict.pairs, verdict.statistics
+    if pairs is None or stats is None:
+        return ""
+    figures = [f"{pairs.rows} rows scored by both variants ({pairs.labelled} labelled: {pairs.champion_only} only "
+               f"the champion got right, {pairs.challenger_only} only the challenger); look {stats.look}, each "
+               f"check at level {stats.alpha:.4f}"]
+    if stats.drop is not None:
+        figures.append(f"accuracy drop {stats.drop:+.3f}, exact paired p {stats.drop_p:.4f}; a drop of "
+                       f"canary.max_metric_drop needs {stats.pairs_needed} labelled pairs")
+    if stats.psi_p is not None:
+        figures.append(f"PSI permutation p {stats.psi_p:.4f}")
+    return "Statistics: " + "; ".join(figures) + ".\n\n"
+
+
 def step_markdown(verdict: StepVerdict) -> str:
     psi = f"{verdict.psi:.3f}" if verdict.psi is not None else "-"
     return (f"# Canary step {verdict.phase}: {verdict.status}\n\n{'; '.join(verdict.reasons)}\n\n"
-            f"Share {verdict.share:.0%}, {verdict.seconds:.1f} s, PSI {psi}.\n\n"
+            f"Share {verdict.share:.0%}, {verdict.seconds:.1f} s, PSI {psi}.\n\n" + statistics_markdown(verdict) +
             "| variant | requests | errors | p95 ms | accuracy | predicted classes |\n|---|---|---|---|---|---|\n"
             f"{figures_row('champion', verdict.champion)}\n{figures_row('challenger', verdict.challenger)}\n")
 

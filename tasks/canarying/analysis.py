@@ -3,12 +3,21 @@ No I/O: figures in, verdict out (tasks/canarying/observe.py builds the figures f
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
+
+import numpy as np
 
 from tasks.config import CanaryParams
 from tasks.core.gate import GateResult
-from tasks.core.verdicts import StepStatus, StepVerdict, VariantFigures
+from tasks.core.paired import paired_accuracy_drop, paired_psi_p_value, pairs_needed, psi_of_counts
+from tasks.core.verdicts import PairedRows, StepStatistics, StepStatus, StepVerdict, VariantFigures
 
-PSI_FLOOR = 1e-4   # a class one side never predicted: its share is floored so PSI stays finite (and large)
+
+class Check(NamedTuple):
+    """One quality check of a step: pass, fail or short (a worrying figure the step has too few rows to judge)."""
+
+    status: StepStatus
+    reason: str
 
 
 def phase_name(share: float, shadow: bool) -> str:
@@ -17,15 +26,11 @@ def phase_name(share: float, shadow: bool) -> str:
 
 def psi(expected: dict[str, int], actual: dict[str, int]) -> float | None:
     """Population stability index of two categorical distributions (counts by class); None if either is empty."""
-    total_e, total_a = sum(expected.values()), sum(actual.values())
-    if not total_e or not total_a:
+    if not sum(expected.values()) or not sum(actual.values()):
         return None
-    value = 0.0
-    for name in set(expected) | set(actual):
-        e = max(expected.get(name, 0) / total_e, PSI_FLOOR)
-        a = max(actual.get(name, 0) / total_a, PSI_FLOOR)
-        value += (a - e) * math.log(a / e)
-    return value
+    names = sorted(set(expected) | set(actual))
+    return float(psi_of_counts(np.array([expected.get(n, 0) for n in names], dtype=np.float64),
+                               np.array([actual.get(n, 0) for n in names], dtype=np.float64)))
 
 
 def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | None:
@@ -46,13 +51,83 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | 
     return lower_bound
 
 
+QUALITY_CHECKS = 2   # PSI and accuracy: each may roll a step back
+
+
+def step_alpha(rules: CanaryParams, look: int = 1) -> float:
+    """The level each quality check is tested at in a phase's `look`-th judgement: canary.confidence holds for the
+    whole canary, so 1 - confidence is shared among its phases and the two checks, and within a phase among its
+    looks, half at each (1/2, 1/4, ...: a step judged again on more rows spends less). Bonferroni: a challenger as
+    good as the champion is rolled back by chance in at most 1 - confidence of canaries."""
+    phases = len(rules.steps) + int(rules.shadow)
+    return (1.0 - rules.confidence) / (phases * QUALITY_CHECKS * 2 ** look)
+
+
+def class_table(pairs: PairedRows) -> np.ndarray:
+    """pairs.classes as a (K, K) array: champion's class (rows) by challenger's class (columns)."""
+    names = sorted(set(pairs.classes) | {c for row in pairs.classes.values() for c in row})
+    return np.array([[pairs.classes.get(a, {}).get(b, 0) for b in names] for a in names], dtype=np.int64)
+
+
+def judge_shift(champion: VariantFigures, challenger: VariantFigures, pairs: PairedRows | None,
+                rules: CanaryParams, stats: StepStatistics) -> tuple[Check | None, float | None]:
+    """PSI of the predicted classes: fails only above canary.max_psi AND significant by a paired permutation test
+    (each row's two answers swapped at random); above it but not significant asks for more rows."""
+    shift = psi(champion.labels, challenger.labels)
+    if shift is None:
+        return None, None
+    if shift <= rules.max_psi:
+        return Check("pass", f"PSI {shift:.3f}"), shift
+    if pairs is None or not pairs.rows:
+        return Check("short", f"PSI of the predicted classes {shift:.3f} > canary.max_psi {rules.max_psi:g} on rows "
+                              "the two variants did not both score: no paired test, not judged"), shift
+    stats.psi_p = paired_psi_p_value(class_table(pairs), shift)
+    figure = (f"PSI of the predicted classes {shift:.3f} > canary.max_psi {rules.max_psi:g} on {pairs.rows} paired "
+              f"rows (permutation p {stats.psi_p:.4f}, level {stats.alpha:.4f}; champion {champion.labels}, "
+              f"challenger {challenger.labels})")
+    if stats.psi_p < stats.alpha:
+        return Check("fail", figure), shift
+    return Check("short", figure + ": not significant, more rows needed"), shift
+
+
+def judge_accuracy(champion: VariantFigures, challenger: VariantFigures, pairs: PairedRows | None,
+                   rules: CanaryParams, stats: StepStatistics) -> Check | None:
+    """Accuracy on the labelled rows both scored (McNemar's exact test): fails only when the drop is larger than
+    canary.max_metric_drop AND significant; a larger drop that is not significant on fewer labelled pairs than
+    such a drop needs (at the observed discordance) asks for more rows; otherwise it passes."""
+    if pairs is None or not pairs.labelled:
+        return None   # no labels yet (live traffic): accuracy is not compared
+    test = paired_accuracy_drop(pairs.labelled, pairs.champion_only, pairs.challenger_only)
+    discordant = (pairs.champion_only + pairs.challenger_only + 1) / (pairs.labelled + 2)   # never 0 on few rows
+    stats.drop, stats.drop_p = test.drop, test.p_value
+    stats.pairs_needed = pairs_needed(rules.max_metric_drop, discordant, stats.alpha / 2)   # at the next look's level
+    ours, theirs = (f"{f.accuracy:.3f}" if f.accuracy is not None else "-" for f in (challenger, champion))
+    figure = (f"accuracy {ours} vs champion's {theirs} on {test.rows} labelled "
+              f"pairs: drop {test.drop:+.3f} (exact paired p {test.p_value:.4f}, level {stats.alpha:.4f}; a drop of "
+              f"canary.max_metric_drop {rules.max_metric_drop:g} needs {stats.pairs_needed} pairs at discordance "
+              f"{discordant:.3f})")
+    if test.drop <= rules.max_metric_drop:
+        return Check("pass", figure)
+    if test.p_value < stats.alpha:
+        return Check("fail", figure + ": significant")
+    if test.rows < stats.pairs_needed:
+        return Check("short", figure + ": not significant, more labelled pairs needed")
+    return Check("pass", figure + ": not significant")
+
+
 def judge_step(phase: str, share: float, champion: VariantFigures, challenger: VariantFigures,
-               rules: CanaryParams, champion_p95_ms: float | None = None, seconds: float = 0.0) -> StepVerdict:
+               rules: CanaryParams, champion_p95_ms: float | None = None, seconds: float = 0.0,
+               pairs: PairedRows | None = None, look: int = 1) -> StepVerdict:
     """Pass, fail or short. `champion_p95_ms`: the champion's p95 from an earlier step, used when it answered
-    too few requests in this one (at 100% it answers none)."""
+    too few requests in this one (at 100% it answers none). `pairs`: the rows both variants scored, which the
+    quality checks (PSI, accuracy) are judged on; `look`: the how-manieth judgement of this step. A step is short
+    with too few requests, or when a quality check saw a worrying figure it could not yet call significant: the
+    canary fills it further, within canary.step_max_s, and judges it again."""
+    stats = StepStatistics(alpha=step_alpha(rules, look), look=look)
+
     def verdict(status: StepStatus, reasons: list[str], value: float | None = None) -> StepVerdict:
         return StepVerdict(phase=phase, share=share, status=status, reasons=reasons, champion=champion,
-                           challenger=challenger, psi=value, seconds=seconds)
+                           challenger=challenger, psi=value, seconds=seconds, pairs=pairs, statistics=stats)
 
     if challenger.requests < rules.min_samples:
         return verdict("short", [f"{phase}: the challenger {'scored' if phase == 'shadow' else 'answered'} "
@@ -68,20 +143,28 @@ def judge_step(phase: str, share: float, champion: VariantFigures, challenger: V
             challenger.p95_ms > rules.max_p95_ratio * reference and challenger.p95_ms - reference > rules.p95_slack_ms:
         failures.append(f"p95 latency {challenger.p95_ms:.1f} ms > {rules.max_p95_ratio:g}x the champion's "
                         f"{reference:.1f} ms (and more than {rules.p95_slack_ms:g} ms over it)")
-    shift = psi(champion.labels, challenger.labels)
-    if shift is not None and shift > rules.max_psi:
-        failures.append(f"PSI of the predicted classes {shift:.3f} > canary.max_psi {rules.max_psi:g} "
-                        f"(champion {champion.labels}, challenger {challenger.labels})")
-    ours, theirs = challenger.accuracy, champion.accuracy
-    if ours is not None and theirs is not None and ours < theirs - rules.max_metric_drop:
-        failures.append(f"accuracy on {challenger.labelled} labelled rows {ours:.3f} < champion's {theirs:.3f} "
-                        f"- canary.max_metric_drop {rules.max_metric_drop:g}")
+    shift_check, shift = judge_shift(champion, challenger, pairs, rules, stats)
+    checks = [c for c in (shift_check, judge_accuracy(champion, challenger, pairs, rules, stats)) if c is not None]
+    failures += [c.reason for c in checks if c.status == "fail"]
     if failures:
         return verdict("fail", failures, shift)
-    accuracy = f", accuracy {ours:.3f} vs {theirs:.3f}" if ours is not None and theirs is not None else ""
+    waiting = [c.reason for c in checks if c.status == "short"]
+    if waiting:
+        return verdict("short", [f"{phase}: " + "; ".join(waiting)], shift)
     p95 = f", p95 {challenger.p95_ms:.1f} vs {reference:.1f} ms" if challenger.p95_ms is not None and reference else ""
     return verdict("pass", [f"{phase}: {challenger.requests} requests, {challenger.errors} errors{p95}"
-                            + (f", PSI {shift:.3f}" if shift is not None else "") + accuracy], shift)
+                            + "".join(f", {c.reason}" for c in checks)], shift)
+
+
+def requests_wanted(verdict: StepVerdict, requests: int, rules: CanaryParams) -> int:
+    """After a short verdict on a quality check: the challenger requests to fill the step to before judging it
+    again: enough, at the step's rate of labelled pairs per request, for the pairs the drop needs; at least
+    min_samples more."""
+    pairs, stats = verdict.pairs, verdict.statistics
+    more = rules.min_samples
+    if pairs is not None and pairs.labelled and stats is not None and stats.pairs_needed:
+        more = max(more, math.ceil((stats.pairs_needed - pairs.labelled) * requests / pairs.labelled))
+    return requests + more
 
 
 def judge_smoke(champion: VariantFigures, rules: CanaryParams) -> GateResult:

@@ -82,6 +82,7 @@ class ReplayTraffic:
         self.client = httpx.Client(base_url=url, timeout=30.0)
         records = features.astype(object).where(features.notna(), None).to_dict(orient="records")
         self.bodies = [orjson.dumps({"rows": [record]}) for record in records]
+        self.rows = len(self.bodies)   # distinct rows: a step judges at most this many pairs
         self.truth = truth.astype(str).tolist()
         self.sent = 0
 

@@ -12,6 +12,7 @@ import orjson
 from tasks.canarying.analysis import VariantFigures, histogram_quantile
 from tasks.core.registry import CHALLENGER, CHAMPION
 from tasks.core.servelog import feedback_path, served_files, shadow_path
+from tasks.core.verdicts import PairedRows
 
 REQUESTS, LATENCY = "torchship_requests_total", "torchship_request_seconds_bucket"
 
@@ -95,29 +96,62 @@ def rows_figures(figures: VariantFigures, lines: list[dict], feedback: dict[str,
         "correct": sum(feedback[line["id"]] == line["prediction"] for line in labelled)})
 
 
+def row_key(line: dict) -> bytes:
+    """What makes two served rows the same row: their features (a replayed holdout row comes back under a fresh
+    id; counting it twice would count its answers twice). Lines without features: their id."""
+    features = line.get("features")
+    return orjson.dumps(features, option=orjson.OPT_SORT_KEYS) if features is not None else line["id"].encode()
+
+
 def paired_lines(lines: list[dict], versions: tuple[tuple[str, str], ...]) -> list[list[dict]]:
-    """Each variant's lines (answered or in shadow), kept to the row ids both variants scored when there are any:
-    the predictions and accuracies then compare the two on the same rows."""
+    """Each variant's lines (answered or in shadow), kept to the row ids both variants scored when there are any,
+    each distinct row once: the predictions and accuracies then compare the two on the same rows."""
     mine = [[line for line in lines if (line["variant"], line["version"]) == pair] for pair in versions]
     common = set.intersection(*({line["id"] for line in group} for group in mine))
-    return [[line for line in group if line["id"] in common] for group in mine] if common else mine
+    if not common:
+        return mine
+    first_id: dict[bytes, str] = {}
+    for line in mine[0]:
+        if line["id"] in common:
+            first_id.setdefault(row_key(line), line["id"])
+    kept = set(first_id.values())
+    return [[line for line in group if line["id"] in kept] for group in mine]
+
+
+def paired_rows(champion_lines: list[dict], challenger_lines: list[dict], feedback: dict[str, str]) -> PairedRows:
+    """The rows both variants scored (lines from paired_lines): their predicted classes side by side, and on the
+    labelled ones, where only one of them was right."""
+    theirs = {line["id"]: line["prediction"] for line in champion_lines}
+    pairs = PairedRows()
+    for line in challenger_lines:
+        if (other := theirs.get(line["id"])) is None:
+            continue
+        pairs.rows += 1
+        row = pairs.classes.setdefault(other, {})
+        row[line["prediction"]] = row.get(line["prediction"], 0) + 1
+        if (truth := feedback.get(line["id"])) is not None:
+            pairs.labelled += 1
+            pairs.champion_only += other == truth != line["prediction"]
+            pairs.challenger_only += line["prediction"] == truth != other
+    return pairs
 
 
 def step_figures(delta: Scrape, logs: StepLogs, champion_version: str, challenger_version: str,
-                 shadow_phase: bool) -> tuple[VariantFigures, VariantFigures]:
-    """(champion, challenger) figures of one step. In the shadow phase the challenger's requests and errors are those
-    of its shadow scoring (its share is 0), and it has no latency to judge (a shadow is scored after the answer, in
-    the thread pool: its time is not comparable with an answer's); latency is judged from the first traffic step."""
+                 shadow_phase: bool) -> tuple[VariantFigures, VariantFigures, PairedRows]:
+    """(champion, challenger) figures of one step, and the rows both scored. In the shadow phase the challenger's
+    requests and errors are those of its shadow scoring (its share is 0), and it has no latency to judge (a shadow
+    is scored after the answer, in the thread pool: its time is not comparable with an answer's); latency is
+    judged from the first traffic step."""
     versions = ((CHAMPION, champion_version), (CHALLENGER, challenger_version))
-    figures = []
-    for (alias, version), lines in zip(versions, paired_lines(logs.served + logs.shadow, versions)):
+    figures, groups = [], paired_lines(logs.served + logs.shadow, versions)
+    for (alias, version), lines in zip(versions, groups):
         shadowing = shadow_phase and alias == CHALLENGER
         ok, failed = ("shadow", "shadow-error") if shadowing else ("ok", "error")
         answered = VariantFigures(version=version, requests=delta.count(alias, version, ok) +
                                   delta.count(alias, version, failed), errors=delta.count(alias, version, failed),
                                   p95_ms=None if shadowing else delta.p95_ms(alias))
         figures.append(rows_figures(answered, lines, logs.feedback))
-    return figures[0], figures[1]
+    return figures[0], figures[1], paired_rows(*groups, logs.feedback)
 
 
 def smoke_figures(delta: Scrape, logs: StepLogs, champion_version: str, sent: int) -> VariantFigures:

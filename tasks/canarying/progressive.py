@@ -1,17 +1,19 @@
 """The progressive canary on a running service: a shadow phase, then the challenger's share raised step by step
 (canary.steps); each step filled to canary.min_samples (by replayed traffic, or by waiting for live traffic) and
-judged (tasks/canarying/analysis.py); then the registry acted on under the alias lock: promote at the end, reject
-at the first failed step, or leave it at an inconclusive step. The traffic goes back to the champion on every way
-out. With no challenger, one smoke step: the champion alone answers the replayed rows."""
+judged (tasks/canarying/analysis.py), filled further while a quality check is short of the rows it needs; then
+the registry acted on under the alias lock: promote at the end, reject at the first failed step, or leave it at
+an inconclusive step. The traffic goes back to the champion on every way out. With no challenger, one smoke
+step: the champion alone answers the replayed rows."""
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from tasks.canarying.analysis import judge_step, phase_name
+from tasks.canarying.analysis import judge_step, phase_name, requests_wanted
 from tasks.canarying.link import ServiceLink
-from tasks.canarying.observe import StepLogs, challenger_samples, read_step_logs, smoke_figures, step_figures
+from tasks.canarying.observe import Scrape, StepLogs, challenger_samples, read_step_logs, smoke_figures, step_figures
 from tasks.config import CanaryParams
 from tasks.core.gate import GateResult
 from tasks.core.registry import CHALLENGER, CHAMPION, alias_version
@@ -27,28 +29,47 @@ Record = Callable[[StepVerdict], None]
 
 
 class Traffic(Protocol):
+    rows: int   # distinct rows it cycles through
+
     def send(self, count: int) -> int: ...
 
 
-def fill_step(link: ServiceLink, share: float, shadow_phase: bool, challenger: str, rules: CanaryParams,
-              traffic: Traffic | None):
-    """Set the split, then wait (or replay) until the challenger has min_samples requests, step_max_s passed, or
-    the replay's budget is spent. Returns (metrics delta, since, seconds)."""
+@dataclass
+class OpenStep:
+    """A step under way: the metrics before it, when it started (wall clock for the logs, monotonic for the
+    budget), and the requests replayed into it so far."""
+
+    share: float
+    shadow_phase: bool
+    before: Scrape
+    since: float
+    started: float
+    sent: int = 0
+
+
+def open_step(link: ServiceLink, share: float, shadow_phase: bool) -> OpenStep:
     link.split(share, shadow=True)   # the variant not answering shadows every step: paired rows for PSI, accuracy
-    before, since, started = link.scrape(), time.time(), time.monotonic()
-    sent = 0
+    return OpenStep(share, shadow_phase, link.scrape(), time.time(), time.monotonic())
+
+
+def fill_step(link: ServiceLink, step: OpenStep, wanted: int, challenger: str, rules: CanaryParams,
+              traffic: Traffic | None, budget: int) -> tuple[Scrape, bool]:
+    """Wait (or replay) until the challenger has `wanted` requests in the step, step_max_s passed, or `budget`
+    requests were replayed into it. Returns (metrics delta since the step opened, whether the step can be filled
+    no further)."""
     while True:
         if traffic is not None:
-            sent += traffic.send(REPLAY_CHUNK)
+            step.sent += traffic.send(REPLAY_CHUNK)
         else:
             time.sleep(rules.poll_s)
-        delta = link.scrape().minus(before)
-        samples = challenger_samples(delta, challenger, shadow_phase)
-        if samples >= rules.min_samples or time.monotonic() - started > rules.step_max_s \
-                or (traffic is not None and sent >= rules.replay_max_requests):
-            return delta, since, time.monotonic() - started
-        log.info("canary %s: %d of %d challenger requests", phase_name(share, shadow_phase), samples,
-                 rules.min_samples)
+        delta = link.scrape().minus(step.before)
+        samples = challenger_samples(delta, challenger, step.shadow_phase)
+        spent = time.monotonic() - step.started > rules.step_max_s or \
+            (traffic is not None and step.sent >= budget)
+        if samples >= wanted or spent:
+            return delta, spent
+        log.info("canary %s: %d of %d challenger requests", phase_name(step.share, step.shadow_phase), samples,
+                 wanted)
 
 
 def step_logs(link: ServiceLink, since: float, expected_rows: int, variant: str = CHALLENGER,
@@ -64,6 +85,31 @@ def step_logs(link: ServiceLink, since: float, expected_rows: int, variant: str 
         time.sleep(0.2)
 
 
+def judge_phase(link: ServiceLink, step: OpenStep, champion: str, challenger: str, rules: CanaryParams,
+                traffic: Traffic | None, champion_p95: float | None) -> StepVerdict:
+    """Fill the step to min_samples and judge it; while it is short on a quality check (a worrying figure, not yet
+    significant) and can be filled further, fill it to the requests that check wants and judge it again."""
+    wanted, look = rules.min_samples, 1
+    while True:
+        # the first fill may reuse rows (error rate and latency count requests); a refill is for quality, which
+        # counts each distinct row once: no more than one pass over the replay's rows
+        budget = rules.replay_max_requests if look == 1 or traffic is None else \
+            min(rules.replay_max_requests, traffic.rows)
+        delta, spent = fill_step(link, step, wanted, challenger, rules, traffic, budget)
+        requests = challenger_samples(delta, challenger, step.shadow_phase)
+        ok_rows = requests - delta.count(CHALLENGER, challenger, "shadow-error" if step.shadow_phase else "error")
+        first, second, pairs = step_figures(delta, step_logs(link, step.since, ok_rows), champion, challenger,
+                                            step.shadow_phase)
+        verdict = judge_step(phase_name(step.share, step.shadow_phase), step.share, first, second, rules,
+                             champion_p95, time.monotonic() - step.started, pairs, look)
+        replayed_all = traffic is not None and step.sent >= traffic.rows   # more replay adds no distinct row
+        if verdict.status != "short" or spent or replayed_all or requests < rules.min_samples:
+            return verdict
+        wanted, look = requests_wanted(verdict, requests, rules), look + 1
+        log.info("canary %s: short, filling to %d challenger requests: %s", verdict.phase, wanted,
+                 "; ".join(verdict.reasons))
+
+
 def run_steps(link: ServiceLink, champion: str, challenger: str, rules: CanaryParams,
               traffic: Traffic | None = None, record: Record | None = None) -> list[StepVerdict]:
     """Every phase in turn until one does not pass; traffic back to the champion afterwards, whatever happened."""
@@ -72,13 +118,10 @@ def run_steps(link: ServiceLink, champion: str, challenger: str, rules: CanaryPa
     champion_p95 = None
     try:
         for share, shadow_phase in phases:
-            delta, since, seconds = fill_step(link, share, shadow_phase, challenger, rules, traffic)
-            ok_rows = challenger_samples(delta, challenger, shadow_phase) - \
-                delta.count(CHALLENGER, challenger, "shadow-error" if shadow_phase else "error")
-            first, second = step_figures(delta, step_logs(link, since, ok_rows), champion, challenger, shadow_phase)
-            verdict = judge_step(phase_name(share, shadow_phase), share, first, second, rules, champion_p95, seconds)
-            if first.requests >= rules.min_samples and first.p95_ms is not None:
-                champion_p95 = first.p95_ms
+            verdict = judge_phase(link, open_step(link, share, shadow_phase), champion, challenger, rules, traffic,
+                                  champion_p95)
+            if verdict.champion.requests >= rules.min_samples and verdict.champion.p95_ms is not None:
+                champion_p95 = verdict.champion.p95_ms
             log.info("canary %s: %s: %s", verdict.phase, verdict.status, "; ".join(verdict.reasons))
             verdicts.append(verdict)
             if record is not None:

@@ -201,14 +201,15 @@ class CanaryParams(Section):
     default the canary replays holdout rows through a service it starts, against a running one it observes live
     traffic (torchship canary --url)."""
 
-    requests: int = Field(300, ge=10, le=100_000, description="Holdout rows the embedded canary replays (reused in turn, each request under a fresh key), and the champion's smoke test when there is no challenger.")
+    requests: int = Field(5000, ge=10, le=100_000, description="Holdout rows the embedded canary replays (reused in turn, each request under a fresh key; a step counts each distinct row once, so it judges at most this many pairs), and the champion's smoke test when there is no challenger. The default holds the labelled pairs a drop of max_metric_drop needs at a step's second look up to a discordance of 0.2 (4,670 at the defaults; docs/canary.md).")
     steps: list[float] = Field([0.05, 0.25, 0.5, 1.0], min_length=1, description="The challenger's share of traffic at each step, after the shadow phase (increasing; the last 1.0 promotes on pass).")
     shadow: bool = Field(True, description="Start with a shadow phase (share 0: the challenger scores a copy of every request, logged, never returned). In every step the variant not answering shadows the request, so accuracy and PSI compare both on the same rows.")
-    min_samples: int = Field(50, ge=1, description="Requests the challenger must answer (shadow: score) in a step before the step is judged.")
+    min_samples: int = Field(50, ge=1, description="Requests the challenger must answer (shadow: score) in a step before the step is judged (error rate, latency; the quality checks read every row both variants scored, and ask for more when a figure worries them but is not yet significant).")
     step_max_s: float = Field(120.0, gt=0.0, description="A step that has not reached min_samples after this many seconds ends the canary: inconclusive, traffic back to the champion.")
     replay_max_requests: int = Field(5000, ge=1, description="The embedded canary's replay sends at most this many requests per step (bounded traffic).")
     poll_s: float = Field(1.0, gt=0.0, description="How often a canary on a running service reads its /metrics while a step fills.")
-    max_metric_drop: float = Field(0.02, ge=0.0, description="Challenger accuracy on labelled feedback may trail the champion's by at most this (both scored on the same rows: one answers, the other in shadow).")
+    max_metric_drop: float = Field(0.02, gt=0.0, description="A step fails on accuracy only when the challenger trails the champion by more than this on the labelled rows both scored (one answers, the other in shadow) and the drop is significant at canary.confidence (exact paired test).")
+    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence of the canary's quality checks (accuracy drop, PSI), over the whole canary: 1 - confidence is shared among the phases, the two checks and each step's looks (docs/canary.md). A worrying but not significant figure fills the step further; still not significant within step_max_s: inconclusive, never a rollback.")
     max_error_rate: float = Field(0.0, ge=0.0, le=1.0, description="Largest share of failed challenger requests in a step.")
     max_p95_ratio: float = Field(3.0, gt=0.0, description="Challenger p95 latency may be at most this many times the champion's...")
     p95_slack_ms: float = Field(5.0, ge=0.0, description="...unless it is within this many milliseconds of it (sub-millisecond models on a busy box: a ratio alone is noise).")

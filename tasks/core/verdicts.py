@@ -109,6 +109,29 @@ class VariantFigures(BaseModel):
         return self.correct / self.labelled if self.labelled else None
 
 
+class PairedRows(BaseModel):
+    """The rows of one step both variants scored (each distinct row once): how each pair of predicted classes
+    occurred, and on the labelled ones, where exactly one variant was right (the rows a paired test reads)."""
+
+    rows: int = 0
+    classes: dict[str, dict[str, int]] = {}   # champion's class -> challenger's class -> rows
+    labelled: int = 0
+    champion_only: int = 0         # labelled rows only the champion got right
+    challenger_only: int = 0       # labelled rows only the challenger got right
+
+
+class StepStatistics(BaseModel):
+    """How the step's quality checks were judged: the paired accuracy drop and its exact p-value, the PSI's
+    permutation p-value, the level each is tested at, and the labelled pairs a drop of max_metric_drop needs."""
+
+    alpha: float                   # per check at this look: (1 - canary.confidence) / (phases * 2 checks * 2^look)
+    look: int = 1                  # the step's first judgement, or a later one on more rows
+    drop: float | None = None
+    drop_p: float | None = None
+    pairs_needed: int | None = None
+    psi_p: float | None = None
+
+
 class StepVerdict(BaseModel):
     """One step: its share, what each variant did, the PSI between them, and pass, fail or short (too few
     samples within step_max_s) with the reasons."""
@@ -121,6 +144,8 @@ class StepVerdict(BaseModel):
     challenger: VariantFigures
     psi: float | None = None
     seconds: float = 0.0
+    pairs: PairedRows | None = None
+    statistics: StepStatistics | None = None
 
 
 class CanaryOutcome(StrEnum):

@@ -158,6 +158,9 @@ def test_changed_params_make_a_new_version_that_is_promoted_or_rejected(tiny_pip
     if after["aliases"]["champion"] == new[0]:
         old = before["aliases"]["champion"]
         assert "previous" in after["versions"][old]
+    elif "canary_inconclusive" in tags:   # a worrying drop the replay's few rows could not call: nothing moved
+        assert after["aliases"]["challenger"] == new[0] and "rejected" not in tags
+        assert after["aliases"]["champion"] == before["aliases"]["champion"]
     else:
         assert "rejected" in tags and tags["rejected"]
         assert after["aliases"]["champion"] == before["aliases"]["champion"]

@@ -13,7 +13,7 @@ from tasks.canarying.analysis import histogram_quantile, judge_smoke, judge_step
 from tasks.canarying.observe import Scrape, StepLogs, smoke_figures, step_figures
 from tasks.config import CanaryParams
 from tasks.core.gate import GateResult
-from tasks.core.verdicts import (Blessing, BlessOutcome, CanaryOutcome, CanaryReport, Registration,
+from tasks.core.verdicts import (Blessing, BlessOutcome, CanaryOutcome, CanaryReport, PairedRows, Registration,
                                  RegistrationOutcome, VariantFigures)
 
 RULES = CanaryParams(min_samples=20, max_error_rate=0.0, max_p95_ratio=3.0, p95_slack_ms=5.0, max_psi=0.2,
@@ -41,18 +41,42 @@ def test_histogram_quantile_interpolates_within_the_bucket_like_prometheus():
 
 
 def test_an_equal_challenger_passes():
-    verdict = judge_step("25%", 0.25, figures(), figures(version="2"), RULES)
+    verdict = judge_step("25%", 0.25, figures(), figures(version="2"), RULES, pairs=SAME)
     assert verdict.status == "pass" and verdict.psi == pytest.approx(0.0), verdict.reasons
+    assert "accuracy 0.800 vs champion's 0.800 on 100 labelled pairs: drop +0.000" in verdict.reasons[0]
 
 
-@pytest.mark.parametrize("challenger, words", [
-    (figures(version="2", errors=1), "error rate"),
-    (figures(version="2", p95=20.0), "p95 latency"),
-    (figures(version="2", labels={"yes": 100}), "PSI"),
-    (figures(version="2", correct=70), "accuracy")])
-def test_each_check_fails_a_step_on_its_own(challenger, words):
-    verdict = judge_step("5%", 0.05, figures(), challenger, RULES)
+SAME = PairedRows(rows=100, classes={"no": {"no": 70}, "yes": {"yes": 30}}, labelled=100, champion_only=5,
+                  challenger_only=5)
+
+
+@pytest.mark.parametrize("challenger, pairs, words", [
+    (figures(version="2", errors=1), SAME, "error rate"),
+    (figures(version="2", p95=20.0), SAME, "p95 latency"),
+    (figures(version="2", labels={"yes": 100}),
+     SAME.model_copy(update={"classes": {"no": {"yes": 70}, "yes": {"yes": 30}}}), "PSI"),
+    (figures(version="2", correct=60), SAME.model_copy(update={"champion_only": 20, "challenger_only": 0}),
+     "accuracy")])
+def test_each_check_fails_a_step_on_its_own(challenger, pairs, words):
+    verdict = judge_step("5%", 0.05, figures(), challenger, RULES, pairs=pairs)
     assert verdict.status == "fail" and len(verdict.reasons) == 1 and words in verdict.reasons[0], verdict.reasons
+
+
+def test_a_quality_figure_beyond_its_threshold_but_not_significant_asks_for_more_rows():
+    """Ten rows out of 100 more against the challenger than for it: a drop of 0.10 > 0.02, p 0.02: not at this
+    canary's level; and 5 of 100 rows moved to a class the champion never predicts (PSI over 0.2): as likely one
+    way as the other if the two were alike, so noise on 100 rows."""
+    drop = SAME.model_copy(update={"champion_only": 12, "challenger_only": 2})
+    verdict = judge_step("5%", 0.05, figures(), figures(version="2", correct=70), RULES, pairs=drop)
+    assert verdict.status == "short" and "more labelled pairs needed" in verdict.reasons[0], verdict.reasons
+    assert verdict.statistics.drop == pytest.approx(0.10) and verdict.statistics.drop_p > verdict.statistics.alpha
+    moved = SAME.model_copy(update={"classes": {"no": {"no": 95, "yes": 5}}, "rows": 100})
+    noisy = judge_step("5%", 0.05, figures(labels={"no": 100}), figures(version="2", labels={"no": 95, "yes": 5}),
+                       RULES, pairs=moved)
+    assert noisy.psi > RULES.max_psi and noisy.status == "short" and "not significant" in noisy.reasons[0], \
+        noisy.reasons
+    # the same figures on rows nobody paired are not judged either: short, never a rollback
+    assert judge_step("5%", 0.05, figures(), figures(version="2", labels={"yes": 100}), RULES).status == "short"
 
 
 def test_latency_within_the_slack_or_the_ratio_passes():
@@ -82,12 +106,27 @@ def test_step_figures_are_the_delta_of_the_scrapes_and_the_paired_rows():
     line = {"ts": 1.0, "request_id": "r"}
     served = [{**line, "id": f"r{i}", "variant": "challenger", "version": "2", "prediction": "yes"} for i in range(4)]
     shadow = [{**line, "id": f"r{i}", "variant": "champion", "version": "1", "prediction": "no"} for i in range(3)]
-    champion, challenger = step_figures(after.minus(before), StepLogs(served, shadow, {"r0": "yes", "r1": "no"}),
-                                        "1", "2", shadow_phase=False)
+    champion, challenger, pairs = step_figures(after.minus(before),
+                                               StepLogs(served, shadow, {"r0": "yes", "r1": "no"}), "1", "2",
+                                               shadow_phase=False)
     assert (challenger.requests, challenger.errors) == (22, 2)
     assert challenger.p95_ms == pytest.approx(1 + 99 * (19 - 0) / 20)   # all 20 new answers in (1, 100] ms
     assert challenger.labels == {"yes": 3} and champion.labels == {"no": 3}   # r3 has no shadow: unpaired
     assert (challenger.labelled, challenger.correct, champion.correct) == (2, 1, 1)
+    assert pairs == PairedRows(rows=3, classes={"no": {"yes": 3}}, labelled=2, champion_only=1, challenger_only=1)
+
+
+def test_a_replayed_row_counts_once_however_many_ids_it_came_back_under():
+    line = {"ts": 1.0, "features": {"age": 40, "plan": "basic"}}
+    served = [{**line, "id": f"r{i}", "variant": "champion", "version": "1", "prediction": "no"} for i in range(5)]
+    shadow = [{**line, "id": f"r{i}", "variant": "challenger", "version": "2", "prediction": "yes"} for i in range(5)]
+    other = {"ts": 1.0, "features": {"age": 41, "plan": "basic"}, "id": "x", "prediction": "no"}
+    served.append({**other, "variant": "champion", "version": "1"})
+    shadow.append({**other, "variant": "challenger", "version": "2"})
+    labels = {f"r{i}": "no" for i in range(5)} | {"x": "no"}
+    champion, challenger, pairs = step_figures(Scrape(), StepLogs(served, shadow, labels), "1", "2", shadow_phase=True)
+    assert (pairs.rows, pairs.labelled, pairs.champion_only, pairs.challenger_only) == (2, 2, 1, 0)
+    assert champion.labels == {"no": 2} and challenger.labels == {"yes": 1, "no": 1} and champion.labelled == 2
 
 
 def test_smoke_figures_count_every_replayed_request_the_champion_did_not_answer_as_an_error():
