@@ -80,7 +80,7 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame, schema: Schema, link:
             return report(GateResult(gate="canary", status="pass", reasons=["no challenger to canary"]),
                           CanaryOutcome.NOT_CANARIED, "skipped: no challenger")
         with replayed_service(name, rows, schema, timeout_s) as (service, traffic):
-            smoke = smoke_step(service, str(champion.version), traffic, len(rows))
+            smoke = smoke_step(service, str(champion.version), traffic, min(len(rows), params.canary.smoke_requests))
         return report(judge_smoke(smoke, params.canary), CanaryOutcome.SMOKE_TESTED, SMOKE_ONLY, smoke=smoke)
     versions = str(champion.version), str(challenger.version)
     if (difference := signature_difference(client, name, *versions)) is not None:

@@ -29,7 +29,8 @@ TINY = {  # every key here is one the default models really read (params are air
     "export": {"probe_rows": 64, "compile": False, "onnx_exporter": "legacy"},
     "compress": {"bootstrap": 200},
     "profile": {"rounds": 30, "throughput_seconds": 0.1},
-    # a canary judged on 20 challenger requests per step over two steps (the defaults need ~1,300 requests)
+    # a canary judged on 20 challenger requests per step over two steps, from 60 replayed rows (the defaults replay
+    # up to 5,000: enough labelled pairs to call a drop of max_metric_drop significant)
     "canary": {"requests": 60, "min_samples": 20, "steps": [0.5, 1.0]},
     # a 2-epoch tiny model is no match for scikit-learn: only the baseline gate's own tests use the real gap
     "bless": {"max_baseline_gap": 1.0, "latency_rounds": 100, "bootstrap": 200},

@@ -172,7 +172,8 @@ def promote_or_roll_back(client, name: str, challenger: str, verdicts: list[Step
             client.set_model_version_tag(name, challenger, INCONCLUSIVE_TAG, "; ".join(last.reasons))
             return gate, CanaryOutcome.INCONCLUSIVE, (
                 f"inconclusive at step {last.phase}: traffic back to the champion; v{challenger} stays "
-                "challenger (run `torchship canary` again when traffic allows, or lower canary.min_samples)")
+                "challenger (its reasons say how many rows a verdict needs: run `torchship canary` again with more "
+                "traffic, or a longer canary.step_max_s)")
         move.reason = f"canary: {len(verdicts)} steps passed up to 100%"
         old = promote(client, name, challenger, move.reason)
         return gate, CanaryOutcome.PROMOTED, f"promoted v{challenger} to champion (v{old} tagged previous)"

@@ -201,9 +201,10 @@ class CanaryParams(Section):
     default the canary replays holdout rows through a service it starts, against a running one it observes live
     traffic (torchship canary --url)."""
 
-    requests: int = Field(5000, ge=10, le=100_000, description="Holdout rows the embedded canary replays (reused in turn, each request under a fresh key; a step counts each distinct row once, so it judges at most this many pairs), and the champion's smoke test when there is no challenger. The default holds the labelled pairs a drop of max_metric_drop needs at a step's second look up to a discordance of 0.2 (4,670 at the defaults; docs/canary.md).")
+    requests: int = Field(5000, ge=10, le=100_000, description="Holdout rows the embedded canary replays (reused in turn, each request under a fresh key; a step counts each distinct row once, so it judges at most this many pairs). The default holds the labelled pairs a drop of max_metric_drop needs at a step's second look up to a discordance of 0.2 (4,670 at the defaults; docs/canary.md).")
     steps: list[float] = Field([0.05, 0.25, 0.5, 1.0], min_length=1, description="The challenger's share of traffic at each step, after the shadow phase (increasing; the last 1.0 promotes on pass).")
     shadow: bool = Field(True, description="Start with a shadow phase (share 0: the challenger scores a copy of every request, logged, never returned). In every step the variant not answering shadows the request, so accuracy and PSI compare both on the same rows.")
+    smoke_requests: int = Field(300, ge=1, description="With no challenger (a first model): replayed holdout rows the champion answers in the embedded service to show it serves (the smoke test).")
     min_samples: int = Field(50, ge=1, description="Requests the challenger must answer (shadow: score) in a step before the step is judged (error rate, latency; the quality checks read every row both variants scored, and ask for more when a figure worries them but is not yet significant).")
     step_max_s: float = Field(120.0, gt=0.0, description="A step that has not reached min_samples after this many seconds ends the canary: inconclusive, traffic back to the champion.")
     replay_max_requests: int = Field(5000, ge=1, description="The embedded canary's replay sends at most this many requests per step (bounded traffic).")
