@@ -61,7 +61,7 @@ class ServiceSettings:
                              "share_file": str(self.share_file) if self.share_file else None}).decode()
 
     @classmethod
-    def from_json(cls, text: str) -> "ServiceSettings":
+    def from_json(cls, text: str) -> ServiceSettings:
         raw = orjson.loads(text)
         paths = {k: Path(raw[k]) if raw[k] else None for k in ("model_file", "share_file")}
         return cls(**{**raw, **paths, "serve": ServeParams.model_validate(raw["serve"]),
@@ -249,7 +249,8 @@ class Service:
 
     def shadowing(self, accepted: Accepted) -> bool:
         """Whether this request gets a shadow answer in the shadow log (after it is answered)."""
-        return self.router.shadow and self.shadow_log.path is not None and self.router.other(accepted.variant) is not None
+        return (self.router.shadow and self.shadow_log.path is not None
+                and self.router.other(accepted.variant) is not None)
 
     def score_shadow(self, accepted: Accepted, request_id: str) -> None:
         """The variant that did not answer scores the same body (by its own schema); its answer goes to the shadow

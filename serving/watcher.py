@@ -21,7 +21,7 @@ import multiprocessing
 import os
 import socket
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from tasks.config import TrackingParams
 from tasks.core.registry import CHALLENGER, CHAMPION

@@ -11,10 +11,18 @@ from tasks.contract import load_schema
 from tasks.core import paths
 from tasks.core.alias_history import run_actor
 from tasks.core.artifacts import read_json
-from tasks.core.holdout import load_holdout
 from tasks.core.errors import TorchshipError
-from tasks.core.registry import (CHALLENGER, CHAMPION, SHA_TAG, alias_version, aliases, find_version_by_sha,
-                                 registry_client, store_busy)
+from tasks.core.holdout import load_holdout
+from tasks.core.registry import (
+    CHALLENGER,
+    CHAMPION,
+    SHA_TAG,
+    alias_version,
+    aliases,
+    find_version_by_sha,
+    registry_client,
+    store_busy,
+)
 from tasks.core.verdicts import OUTCOME_TAG, Blessing, Registration, RegistrationOutcome
 from tasks.ops.lineage import lineage_tags
 from tasks.ops.passport import passport_html, passport_markdown
@@ -135,7 +143,8 @@ def moved_since_bless(client, name: str, version: str, blessing: Blessing) -> st
     challenger = alias_version(client, name, CHALLENGER)
     if challenger is not None and str(challenger.version) != str(version):
         return (f"v{challenger.version} holds `challenger` (another pipeline's canary is running, or was "
-                f"interrupted); re-run `torchship run` when it has ended, or `torchship promote {version} --reason ...`")
+                f"interrupted); re-run `torchship run` when it has ended, or "
+                f"`torchship promote {version} --reason ...`")
     return None
 
 

@@ -40,7 +40,8 @@ def main(version: bool = typer.Option(False, "--version", callback=show_version,
     """torchship command line."""
 
 
-for command in (pipeline.run, pipeline.plan, servers.ui, servers.serve, registry.status, registry.history, registry.promote, registry.rollback,
+for command in (pipeline.run, pipeline.plan, servers.ui, servers.serve, registry.status, registry.history,
+                registry.promote, registry.rollback,
                 registry.rebaseline, registry.rebuild,
                 workspace.clean, data.ingest, loop.monitor, loop.deploy, predict.predict,
                 observability.observability):

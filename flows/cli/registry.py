@@ -95,7 +95,8 @@ def promote(version: str = typer.Argument(..., help="The registered version to m
 
     done = promote_version(load_params(), version, reason, force)
     was = f" (was v{done.replaced}, tagged previous)" if done.replaced and done.replaced != done.promoted else ""
-    console.print(f"champion of {done.model_name} is v{done.promoted}{was}{' [yellow]forced[/]' if done.forced else ''}; "
+    forced = " [yellow]forced[/]" if done.forced else ""
+    console.print(f"champion of {done.model_name} is v{done.promoted}{was}{forced}; "
                   f"running services follow within {done.poll_seconds:g}s.")
 
 

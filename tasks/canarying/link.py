@@ -7,9 +7,9 @@ import contextlib
 import secrets
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import orjson
 import pandas as pd

@@ -25,7 +25,7 @@ class Scrape:
     buckets: dict[str, dict[float, float]] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, text: str) -> "Scrape":
+    def parse(cls, text: str) -> Scrape:
         from prometheus_client.parser import text_string_to_metric_families
 
         scrape = cls()
@@ -38,7 +38,7 @@ class Scrape:
                     scrape.buckets.setdefault(labels["variant"], {})[float(labels["le"])] = sample.value
         return scrape
 
-    def minus(self, before: "Scrape") -> "Scrape":
+    def minus(self, before: Scrape) -> Scrape:
         """What happened between `before` and this scrape."""
         return Scrape({k: v - before.counts.get(k, 0.0) for k, v in self.counts.items()},
                       {variant: {le: v - before.buckets.get(variant, {}).get(le, 0.0) for le, v in b.items()}

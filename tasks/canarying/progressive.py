@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from tasks.canarying.analysis import judge_step, phase_name, requests_wanted
 from tasks.canarying.link import ServiceLink
 from tasks.canarying.observe import Scrape, StepLogs, challenger_samples, read_step_logs, smoke_figures, step_figures
 from tasks.config import CanaryParams
+from tasks.core.alias_history import run_actor
 from tasks.core.gate import GateResult
 from tasks.core.registry import CHALLENGER, CHAMPION, alias_version
 from tasks.core.verdicts import CanaryOutcome, StepVerdict, VariantFigures
-from tasks.core.alias_history import run_actor
 from tasks.ops.registry import promote, recorded_move, reject
 
 log = logging.getLogger("torchship.canary")

@@ -20,8 +20,8 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pydantic import BaseModel
 

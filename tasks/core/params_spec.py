@@ -25,13 +25,20 @@ class Section(BaseModel):
 class DataParams(Section):
     """Where the rows come from and what to call the model."""
 
-    source: str = Field("synthetic", description="Where rows come from: `synthetic`, `sklearn:<name>` (breast_cancer, digits, iris, wine) or a path to a CSV or Parquet file.")
-    target: str | None = Field(None, description="Target column. Default: `churned` for synthetic, `target` for sklearn; required for a file.")
+    source: str = Field("synthetic", description="Where rows come from: `synthetic`, `sklearn:<name>` (breast_cancer, "
+                                                 "digits, iris, wine) or a path to a CSV or Parquet file.")
+    target: str | None = Field(None, description="Target column. Default: `churned` for synthetic, `target` for "
+                                                 "sklearn; required for a file.")
     rows: int = Field(100_000, ge=200, le=20_000_000, description="Rows the synthetic generator makes.")
     seed: int = Field(42, description="Seed of the synthetic generator.")
-    drift: float = Field(0.0, ge=0.0, le=1.0, description="Synthetic only: strength of covariate and concept shift (0 = reference distribution).")
-    model_name: str | None = Field(None, description="Registered model name. Default: derived from the data source, so each data set gets its own model.")
-    max_source_mb: float = Field(2048, gt=0, description="Largest data file read, in MiB: on disk for a CSV, uncompressed (as its metadata declares) for a Parquet file, so a small file that expands to more is refused before it is read.")
+    drift: float = Field(0.0, ge=0.0, le=1.0, description="Synthetic only: strength of covariate and concept shift (0 "
+                                                          "= reference distribution).")
+    model_name: str | None = Field(None, description="Registered model name. Default: derived from the data source, so "
+                                                     "each data set gets its own model.")
+    max_source_mb: float = Field(2048, gt=0, description="Largest data file read, in MiB: on disk for a CSV, "
+                                                         "uncompressed (as its metadata declares) for a Parquet file, "
+                                                         "so a small file that expands to more is refused before it is "
+                                                         "read.")
 
     def registered_model_name(self) -> str:
         """The registry name: explicit, or derived from the source."""
@@ -39,24 +46,31 @@ class DataParams(Section):
             return self.model_name
         if self.source == "synthetic":
             return "synthetic-churn"
-        stem = Path(self.source.split(":", 1)[-1]).stem if not self.source.startswith("sklearn:") else self.source.replace(":", "-")
+        if self.source.startswith("sklearn:"):
+            stem = self.source.replace(":", "-")
+        else:
+            stem = Path(self.source.split(":", 1)[-1]).stem
         return re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-") or "model"
 
 
 class PrepareParams(Section):
     """Strict parsing and the stratified train / validation / holdout split."""
 
-    val_fraction: float = Field(0.15, gt=0.0, lt=0.5, description="Share of rows for validation during training (early stopping).")
-    holdout_fraction: float = Field(0.15, gt=0.0, lt=0.5, description="Share of rows kept for benchmarking, blessing and the canary replay.")
+    val_fraction: float = Field(0.15, gt=0.0, lt=0.5, description="Share of rows for validation during training (early "
+                                                                  "stopping).")
+    holdout_fraction: float = Field(0.15, gt=0.0, lt=0.5, description="Share of rows kept for benchmarking, blessing "
+                                                                      "and the canary replay.")
     seed: int = Field(42, description="Seed of the stratified split.")
-    max_categories: int = Field(50, ge=2, description="Most frequent categories kept per categorical column; rarer ones map to 'unknown'.")
+    max_categories: int = Field(50, ge=2, description="Most frequent categories kept per categorical column; rarer "
+                                                      "ones map to 'unknown'.")
 
 
 class ValidateParams(Section):
     """The Great Expectations gate on the prepared splits."""
 
     min_rows: int = Field(100, ge=1, description="Fewest training rows the gate accepts.")
-    max_null_share: float = Field(0.5, ge=0.0, le=1.0, description="Largest share of missing values allowed in a feature column.")
+    max_null_share: float = Field(0.5, ge=0.0, le=1.0, description="Largest share of missing values allowed in a "
+                                                                   "feature column.")
     warn_blocks: bool = Field(False, description="Whether a `warn` gate result stops the pipeline like a `fail`.")
     max_non_numeric_share: float = Field(
         MAX_NON_NUMERIC_SHARE, ge=0.0, lt=1.0,
@@ -70,30 +84,56 @@ AUTO = "auto"
 class TrainParams(Section):
     """The model and its training under torchrun; `adapt` fits batch, epochs and patience to the table."""
 
-    model: str = Field(AUTO, description="The teacher: `auto` (by training rows: `mlp` for small tables, `ft_transformer` from `train.ft_min_rows`; the summary says which and why), `ft_transformer`, `mlp`, or `package.module:Class` for your own nn.Module (called as Class(layout, **model_args[that name])). The served model is usually its distilled student (see `distill`).")
-    model_args: dict[str, dict[str, Any]] = Field({}, description="Arguments per model name, e.g. `{mlp: {hidden: [256, 128]}, ft_transformer: {layers: 3}}`: each entry is checked against its model (a key it does not take is an error), so arguments never silently apply to another model when `auto` picks; a model without an entry takes its defaults. See the model sections below.")
-    ft_min_rows: int = Field(5_000, ge=0, description="`model: auto` picks the FT-Transformer from this many training rows, the MLP below (bench/results/auto_model.json has the figures behind the rule).")
-    adapt: bool = Field(True, description="Fit the schedule to the table: shrink the batch so every epoch has at least 16 optimizer steps (never below 32 rows), raise epochs to reach `min_steps`, and stretch `patience` with them. `false` = exactly the values below.")
-    min_steps: int = Field(1000, ge=0, description="With `adapt`: optimizer steps a run gets at least (epochs are raised to reach it, up to `max_epochs`).")
+    model: str = Field(AUTO, description="The teacher: `auto` (by training rows: `mlp` for small tables, "
+                                         "`ft_transformer` from `train.ft_min_rows`; the summary says which and why), "
+                                         "`ft_transformer`, `mlp`, or `package.module:Class` for your own nn.Module "
+                                         "(called as Class(layout, **model_args[that name])). The served model is "
+                                         "usually its distilled student (see `distill`).")
+    model_args: dict[str, dict[str, Any]] = Field({}, description="Arguments per model name, e.g. `{mlp: {hidden: "
+                                                                  "[256, 128]}, ft_transformer: {layers: 3}}`: each "
+                                                                  "entry is checked against its model (a key it does "
+                                                                  "not take is an error), so arguments never silently "
+                                                                  "apply to another model when `auto` picks; a model "
+                                                                  "without an entry takes its defaults. See the model "
+                                                                  "sections below.")
+    ft_min_rows: int = Field(5_000, ge=0, description="`model: auto` picks the FT-Transformer from this many training "
+                                                      "rows, the MLP below (bench/results/auto_model.json has the "
+                                                      "figures behind the rule).")
+    adapt: bool = Field(True, description="Fit the schedule to the table: shrink the batch so every epoch has at least "
+                                          "16 optimizer steps (never below 32 rows), raise epochs to reach "
+                                          "`min_steps`, and stretch `patience` with them. `false` = exactly the values "
+                                          "below.")
+    min_steps: int = Field(1000, ge=0, description="With `adapt`: optimizer steps a run gets at least (epochs are "
+                                                   "raised to reach it, up to `max_epochs`).")
     max_epochs: int = Field(200, ge=1, description="With `adapt`: the most epochs `min_steps` may raise `epochs` to.")
     epochs: int = Field(8, ge=1, description="Epochs (at least, with `adapt`); early stopping may end sooner.")
-    batch_size: int = Field(512, ge=1, description="Global batch size (split across processes); with `adapt`, the largest.")
-    lr: float | None = Field(None, gt=0.0, description="Peak AdamW learning rate; null = the model's own (`default_lr` in its file in models/; 1e-3 for yours without one).")
+    batch_size: int = Field(512, ge=1, description="Global batch size (split across processes); with `adapt`, the "
+                                                   "largest.")
+    lr: float | None = Field(None, gt=0.0, description="Peak AdamW learning rate; null = the model's own (`default_lr` "
+                                                       "in its file in models/; 1e-3 for yours without one).")
     weight_decay: float = Field(1e-4, ge=0.0, description="AdamW weight decay.")
-    warmup_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="Share of steps spent warming the learning rate up.")
-    patience: int = Field(3, ge=1, description="Epochs without validation improvement before early stopping (stretched with epochs under `adapt`); the best epoch's weights are kept.")
+    warmup_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="Share of steps spent warming the learning rate "
+                                                                     "up.")
+    patience: int = Field(3, ge=1, description="Epochs without validation improvement before early stopping (stretched "
+                                               "with epochs under `adapt`); the best epoch's weights are kept.")
     grad_clip: float = Field(1.0, gt=0.0, description="Max gradient norm.")
     seed: int = Field(42, description="Seed of initialisation and shuffling.")
     nproc: int = Field(1, ge=1, description="Processes per node launched by torchrun.")
-    nnodes: int = Field(1, ge=1, description="Nodes in the job; above 1, torchrun meets the others at train.rdzv_endpoint (c10d).")
+    nnodes: int = Field(1, ge=1, description="Nodes in the job; above 1, torchrun meets the others at "
+                                             "train.rdzv_endpoint (c10d).")
     rdzv_endpoint: str = Field("127.0.0.1:29400", description="host:port of the c10d rendezvous (multi-node only).")
     rdzv_id: str = Field("torchship", description="Job id shared by all nodes of one run (multi-node only).")
-    max_restarts: int = Field(0, ge=0, description="torchrun restarts of failed workers; they resume from the last checkpoint.")
-    strategy: Literal["ddp", "fsdp"] = Field("ddp", description="`ddp` (replicas) or `fsdp` (FSDP2 fully_shard per Linear layer).")
-    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="Autocast precision; falls back to fp32 where it would not pay (the reason is logged).")
+    max_restarts: int = Field(0, ge=0, description="torchrun restarts of failed workers; they resume from the last "
+                                                   "checkpoint.")
+    strategy: Literal["ddp", "fsdp"] = Field("ddp", description="`ddp` (replicas) or `fsdp` (FSDP2 fully_shard per "
+                                                                "Linear layer).")
+    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="Autocast precision; falls back to fp32 "
+                                                                           "where it would not pay (the reason is "
+                                                                           "logged).")
     compile: bool = Field(False, description="torch.compile the model for training.")
     checkpoint_every: int = Field(200, ge=0, description="Steps between checkpoints (0 = only at epoch ends).")
-    collective_timeout_s: int = Field(300, ge=10, description="A rank stuck this long in a collective fails the job instead of hanging it.")
+    collective_timeout_s: int = Field(300, ge=10, description="A rank stuck this long in a collective fails the job "
+                                                              "instead of hanging it.")
     threads: int = Field(0, ge=0, description="Torch intra-op threads per process; 0 = cores / nproc.")
 
     @field_validator("model_args", mode="before")
@@ -117,26 +157,43 @@ class RuntimeParams(Section):
 class ExportParams(Section):
     """ONNX and torch.export variants and their parity gate."""
 
-    onnx_exporter: Literal["dynamo", "legacy"] = Field("dynamo", description="ONNX exporter: `dynamo` (torch.export based) or `legacy` (TorchScript, deprecated). Measured on the FT teacher in ONNX Runtime (bench/results/variants.json): dynamo 68.5 µs vs legacy 81.6 µs batch-1 p50, legacy about 17% faster at batch 256; serving is batch-1, so dynamo. Recorded in the file's metadata.")
-    parity_atol: float = Field(1e-4, gt=0.0, description="Largest allowed |logit difference| between a variant and eager.")
-    min_argmax_agreement: float = Field(0.999, ge=0.0, le=1.0, description="Smallest share of probe rows whose predicted class must match eager.")
+    onnx_exporter: Literal["dynamo", "legacy"] = Field("dynamo", description="ONNX exporter: `dynamo` (torch.export "
+                                                                             "based) or `legacy` (TorchScript, "
+                                                                             "deprecated). Measured on the FT teacher "
+                                                                             "in ONNX Runtime "
+                                                                             "(bench/results/variants.json): dynamo "
+                                                                             "68.5 µs vs legacy 81.6 µs batch-1 p50, "
+                                                                             "legacy about 17% faster at batch 256; "
+                                                                             "serving is batch-1, so dynamo. Recorded "
+                                                                             "in the file's metadata.")
+    parity_atol: float = Field(1e-4, gt=0.0, description="Largest allowed |logit difference| between a variant and "
+                                                         "eager.")
+    min_argmax_agreement: float = Field(0.999, ge=0.0, le=1.0, description="Smallest share of probe rows whose "
+                                                                           "predicted class must match eager.")
     probe_rows: int = Field(512, ge=16, description="Holdout rows in the parity probe set (edge rows are added).")
-    compile: bool = Field(True, description="Also parity-gate `torch.compile` of the eager model (a runtime option, not a file); the profile measures where it pays.")
+    compile: bool = Field(True, description="Also parity-gate `torch.compile` of the eager model (a runtime option, "
+                                            "not a file); the profile measures where it pays.")
 
 
 class CompressParams(Section):
     """int8 quantisation (ONNX Runtime and eager) and the accuracy budget every compressed variant must meet."""
 
-    metric: Literal["accuracy", "f1_macro"] = Field("f1_macro", description="Holdout metric the accuracy budget is measured on.")
-    max_drop: float = Field(0.005, ge=0.0, description="Largest allowed metric drop of a compressed or distilled variant vs the fp32 teacher (0.005 = 0.5 points).")
-    bootstrap: int = Field(1000, ge=100, description="Paired bootstrap resamples of the holdout behind each drop's confidence interval.")
-    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence level of the reported interval (the gate uses the point estimate).")
-    static_int8: bool = Field(False, description="Also build a static int8 ONNX model calibrated on training rows (slower to build; ONNX Runtime QDQ).")
+    metric: Literal["accuracy", "f1_macro"] = Field("f1_macro", description="Holdout metric the accuracy budget is "
+                                                                            "measured on.")
+    max_drop: float = Field(0.005, ge=0.0, description="Largest allowed metric drop of a compressed or distilled "
+                                                       "variant vs the fp32 teacher (0.005 = 0.5 points).")
+    bootstrap: int = Field(1000, ge=100, description="Paired bootstrap resamples of the holdout behind each drop's "
+                                                     "confidence interval.")
+    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence level of the reported interval (the gate "
+                                                                "uses the point estimate).")
+    static_int8: bool = Field(False, description="Also build a static int8 ONNX model calibrated on training rows "
+                                                 "(slower to build; ONNX Runtime QDQ).")
     calibration_rows: int = Field(2000, ge=16, description="Training rows fed to static int8 calibration.")
 
 
 class DistillParams(Section):
-    """The student: a small MLP trained on the teacher's soft targets by the same torchrun engine (in the compress stage)."""
+    """The student: a small MLP trained on the teacher's soft targets by the same torchrun engine (in the compress
+    stage)."""
 
     enabled: bool = Field(True, description="Train, export and quantise a student.")
     hidden: list[int] = Field([64], min_length=1, description="Hidden layer widths of the student MLP.")
@@ -144,7 +201,8 @@ class DistillParams(Section):
     epochs: int = Field(8, ge=1, description="Most student epochs (early stopping as in train.patience).")
     lr: float = Field(3e-3, gt=0.0, description="Peak AdamW learning rate of the student.")
     temperature: float = Field(4.0, gt=0.0, description="Softmax temperature of the soft targets (higher = softer).")
-    alpha: float = Field(0.9, ge=0.0, le=1.0, description="Weight of the soft-target loss; 1 - alpha weighs the true labels.")
+    alpha: float = Field(0.9, ge=0.0, le=1.0, description="Weight of the soft-target loss; 1 - alpha weighs the true "
+                                                          "labels.")
 
 
 class ProfileParams(Section):
@@ -153,7 +211,8 @@ class ProfileParams(Section):
     rounds: int = Field(300, ge=10, description="Timed batch-1 calls per variant.")
     batch_size: int = Field(256, ge=2, description="Batch size of the throughput figure.")
     throughput_seconds: float = Field(0.5, gt=0.0, description="How long each variant's throughput is measured.")
-    threads: int = Field(1, ge=1, description="Threads per variant while timing (set on purpose: 2-core boxes collapse otherwise).")
+    threads: int = Field(1, ge=1, description="Threads per variant while timing (set on purpose: 2-core boxes collapse "
+                                              "otherwise).")
 
 
 class BaselineParams(Section):
@@ -161,7 +220,8 @@ class BaselineParams(Section):
 
     logistic_c: float = Field(1.0, gt=0.0, description="Inverse regularisation strength of the logistic regression.")
     logistic_max_iter: int = Field(1000, ge=10, description="Solver iterations of the logistic regression.")
-    boosting_max_iter: int = Field(100, ge=1, description="Boosting rounds of the histogram gradient-boosting classifier.")
+    boosting_max_iter: int = Field(100, ge=1, description="Boosting rounds of the histogram gradient-boosting "
+                                                          "classifier.")
     seed: int = Field(0, description="Seed of the gradient boosting (its early stopping split).")
 
 
@@ -170,30 +230,57 @@ class BlessParams(Section):
     and the live champion re-scored on the same holdout), performance (candidate and champion timed in the same
     run), service (the candidate in the real service under a short load, judged against `slo`)."""
 
-    metric: Literal["accuracy", "f1_macro"] = Field("f1_macro", description="Holdout metric the quality stage judges (candidate vs champion, slices, baselines).")
-    max_regression: float = Field(0.01, ge=0.0, le=1.0, description="A candidate more than this below the live champion on the bless metric (point estimate, same holdout) fails; a smaller loss warns. A gain is claimed only when the paired bootstrap interval lies above 0.")
-    max_baseline_gap: float = Field(0.01, ge=0.0, le=1.0, description="A candidate more than this below the best scikit-learn baseline (bless metric, holdout) is not blessed, first model included.")
-    bootstrap: int = Field(1000, ge=100, description="Paired bootstrap resamples of the holdout (the same rows for candidate and champion) behind each interval.")
+    metric: Literal["accuracy", "f1_macro"] = Field("f1_macro", description="Holdout metric the quality stage judges "
+                                                                            "(candidate vs champion, slices, "
+                                                                            "baselines).")
+    max_regression: float = Field(0.01, ge=0.0, le=1.0, description="A candidate more than this below the live "
+                                                                    "champion on the bless metric (point estimate, "
+                                                                    "same holdout) fails; a smaller loss warns. A gain "
+                                                                    "is claimed only when the paired bootstrap "
+                                                                    "interval lies above 0.")
+    max_baseline_gap: float = Field(0.01, ge=0.0, le=1.0, description="A candidate more than this below the best "
+                                                                      "scikit-learn baseline (bless metric, holdout) "
+                                                                      "is not blessed, first model included.")
+    bootstrap: int = Field(1000, ge=100, description="Paired bootstrap resamples of the holdout (the same rows for "
+                                                     "candidate and champion) behind each interval.")
     confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence level of the intervals.")
-    slices: list[str] = Field(["plan"], description="Columns that cut the holdout into slices, each scored for candidate and champion: one slice per category of a categorical column, `slice_bins` quantile bins of a numeric one. A column the data lacks is reported and skipped.")
+    slices: list[str] = Field(["plan"], description="Columns that cut the holdout into slices, each scored for "
+                                                    "candidate and champion: one slice per category of a categorical "
+                                                    "column, `slice_bins` quantile bins of a numeric one. A column the "
+                                                    "data lacks is reported and skipped.")
     slice_bins: int = Field(4, ge=2, le=20, description="Quantile bins of a numeric slice column.")
     min_slice_rows: int = Field(100, ge=1, description="A slice with fewer holdout rows is reported but not judged.")
-    max_slice_regression: float = Field(0.05, ge=0.0, le=1.0, description="A judged slice fails when the candidate is more than this below the champion there and the slice's interval lies below 0.")
-    latency_rounds: int = Field(300, ge=20, description="Timed batch-1 calls per model in the performance stage (candidate and champion alternate in blocks, so machine noise hits both).")
-    throughput_seconds: float = Field(0.2, gt=0.0, description="Seconds of batch calls (`profile.batch_size` rows) per model in the performance stage.")
-    max_latency_ratio: float = Field(3.0, gt=0.0, description="The candidate's batch-1 p99 may be at most this many times the champion's (measured in the same run; one noisy run on a shared 2-core box moved a p99 2.2x, bench/results/bless.json).")
-    startup_timeout_s: float = Field(60.0, gt=0.0, description="Seconds the service stage waits for the candidate's service to come up.")
+    max_slice_regression: float = Field(0.05, ge=0.0, le=1.0, description="A judged slice fails when the candidate is "
+                                                                          "more than this below the champion there and "
+                                                                          "the slice's interval lies below 0.")
+    latency_rounds: int = Field(300, ge=20, description="Timed batch-1 calls per model in the performance stage "
+                                                        "(candidate and champion alternate in blocks, so machine noise "
+                                                        "hits both).")
+    throughput_seconds: float = Field(0.2, gt=0.0, description="Seconds of batch calls (`profile.batch_size` rows) per "
+                                                               "model in the performance stage.")
+    max_latency_ratio: float = Field(3.0, gt=0.0, description="The candidate's batch-1 p99 may be at most this many "
+                                                              "times the champion's (measured in the same run; one "
+                                                              "noisy run on a shared 2-core box moved a p99 2.2x, "
+                                                              "bench/results/bless.json).")
+    startup_timeout_s: float = Field(60.0, gt=0.0, description="Seconds the service stage waits for the candidate's "
+                                                               "service to come up.")
 
 
 class SloParams(Section):
     """Service level objectives of `/predict`: bless's service stage (and performance stage) judge a candidate
     against them; the service's alert rules derive from them."""
 
-    p99_ms: float = Field(250.0, gt=0.0, description="99th-percentile latency of a one-row `/predict` request, in milliseconds, as a client on the same host sees it (quiet 2-core box: 10-50 ms at 4 clients; 250 leaves room for a busy laptop without hiding a real regression).")
-    max_error_rate: float = Field(0.01, ge=0.0, le=1.0, description="Largest share of `/predict` requests that fail (not 2xx, or no answer).")
-    bless_requests: int = Field(300, ge=20, le=100_000, description="Requests bless's service stage sends the candidate (one holdout row each).")
+    p99_ms: float = Field(250.0, gt=0.0, description="99th-percentile latency of a one-row `/predict` request, in "
+                                                     "milliseconds, as a client on the same host sees it (quiet 2-core "
+                                                     "box: 10-50 ms at 4 clients; 250 leaves room for a busy laptop "
+                                                     "without hiding a real regression).")
+    max_error_rate: float = Field(0.01, ge=0.0, le=1.0, description="Largest share of `/predict` requests that fail "
+                                                                    "(not 2xx, or no answer).")
+    bless_requests: int = Field(300, ge=20, le=100_000, description="Requests bless's service stage sends the "
+                                                                    "candidate (one holdout row each).")
     bless_concurrency: int = Field(4, ge=1, le=64, description="Client threads sending them at once.")
-    bless_seconds: float = Field(10.0, gt=0.0, description="The most seconds that load may take; what is left unsent then is reported.")
+    bless_seconds: float = Field(10.0, gt=0.0, description="The most seconds that load may take; what is left unsent "
+                                                           "then is reported.")
 
 
 class CanaryParams(Section):
@@ -201,21 +288,57 @@ class CanaryParams(Section):
     default the canary replays holdout rows through a service it starts, against a running one it observes live
     traffic (torchship canary --url)."""
 
-    requests: int = Field(5000, ge=10, le=100_000, description="Holdout rows the embedded canary replays (reused in turn, each request under a fresh key; a step counts each distinct row once, so it judges at most this many pairs). The default holds the labelled pairs a drop of max_metric_drop needs at a step's second look up to a discordance of 0.2 (4,670 at the defaults; docs/canary.md).")
-    steps: list[float] = Field([0.05, 0.25, 0.5, 1.0], min_length=1, description="The challenger's share of traffic at each step, after the shadow phase (increasing; the last 1.0 promotes on pass).")
-    shadow: bool = Field(True, description="Start with a shadow phase (share 0: the challenger scores a copy of every request, logged, never returned). In every step the variant not answering shadows the request, so accuracy and PSI compare both on the same rows.")
-    smoke_requests: int = Field(300, ge=1, description="With no challenger (a first model): replayed holdout rows the champion answers in the embedded service to show it serves (the smoke test).")
-    min_samples: int = Field(50, ge=1, description="Requests the challenger must answer (shadow: score) in a step before the step is judged (error rate, latency; the quality checks read every row both variants scored, and ask for more when a figure worries them but is not yet significant).")
-    step_max_s: float = Field(120.0, gt=0.0, description="A step that has not reached min_samples after this many seconds ends the canary: inconclusive, traffic back to the champion.")
-    replay_max_requests: int = Field(5000, ge=1, description="The embedded canary's replay sends at most this many requests per step (bounded traffic).")
-    poll_s: float = Field(1.0, gt=0.0, description="How often a canary on a running service reads its /metrics while a step fills.")
-    max_metric_drop: float = Field(0.02, gt=0.0, description="A step fails on accuracy only when the challenger trails the champion by more than this on the labelled rows both scored (one answers, the other in shadow) and the drop is significant at canary.confidence (exact paired test).")
-    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence of the canary's quality checks (accuracy drop, PSI), over the whole canary: 1 - confidence is shared among the phases, the two checks and each step's looks (docs/canary.md). A worrying but not significant figure fills the step further; still not significant within step_max_s: inconclusive, never a rollback.")
-    max_error_rate: float = Field(0.0, ge=0.0, le=1.0, description="Largest share of failed challenger requests in a step.")
-    max_p95_ratio: float = Field(3.0, gt=0.0, description="Challenger p95 latency may be at most this many times the champion's...")
-    p95_slack_ms: float = Field(5.0, ge=0.0, description="...unless it is within this many milliseconds of it (sub-millisecond models on a busy box: a ratio alone is noise).")
-    max_psi: float = Field(0.2, gt=0.0, description="Largest PSI between the two variants' predicted-class distributions on the step's rows (0.1-0.25: moderate shift, over 0.25: large).")
-    startup_timeout_s: float = Field(60.0, gt=0.0, description="Seconds to wait for the service to come up (and to load the challenger).")
+    requests: int = Field(5000, ge=10, le=100_000, description="Holdout rows the embedded canary replays (reused in "
+                                                               "turn, each request under a fresh key; a step counts "
+                                                               "each distinct row once, so it judges at most this many "
+                                                               "pairs). The default holds the labelled pairs a drop of "
+                                                               "max_metric_drop needs at a step's second look up to a "
+                                                               "discordance of 0.2 (4,670 at the defaults; "
+                                                               "docs/canary.md).")
+    steps: list[float] = Field([0.05, 0.25, 0.5, 1.0], min_length=1, description="The challenger's share of traffic at "
+                                                                                 "each step, after the shadow phase "
+                                                                                 "(increasing; the last 1.0 promotes "
+                                                                                 "on pass).")
+    shadow: bool = Field(True, description="Start with a shadow phase (share 0: the challenger scores a copy of every "
+                                           "request, logged, never returned). In every step the variant not answering "
+                                           "shadows the request, so accuracy and PSI compare both on the same rows.")
+    smoke_requests: int = Field(300, ge=1, description="With no challenger (a first model): replayed holdout rows the "
+                                                       "champion answers in the embedded service to show it serves "
+                                                       "(the smoke test).")
+    min_samples: int = Field(50, ge=1, description="Requests the challenger must answer (shadow: score) in a step "
+                                                   "before the step is judged (error rate, latency; the quality checks "
+                                                   "read every row both variants scored, and ask for more when a "
+                                                   "figure worries them but is not yet significant).")
+    step_max_s: float = Field(120.0, gt=0.0, description="A step that has not reached min_samples after this many "
+                                                         "seconds ends the canary: inconclusive, traffic back to the "
+                                                         "champion.")
+    replay_max_requests: int = Field(5000, ge=1, description="The embedded canary's replay sends at most this many "
+                                                             "requests per step (bounded traffic).")
+    poll_s: float = Field(1.0, gt=0.0, description="How often a canary on a running service reads its /metrics while a "
+                                                   "step fills.")
+    max_metric_drop: float = Field(0.02, gt=0.0, description="A step fails on accuracy only when the challenger trails "
+                                                             "the champion by more than this on the labelled rows both "
+                                                             "scored (one answers, the other in shadow) and the drop "
+                                                             "is significant at canary.confidence (exact paired test).")
+    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence of the canary's quality checks (accuracy "
+                                                                "drop, PSI), over the whole canary: 1 - confidence is "
+                                                                "shared among the phases, the two checks and each "
+                                                                "step's looks (docs/canary.md). A worrying but not "
+                                                                "significant figure fills the step further; still not "
+                                                                "significant within step_max_s: inconclusive, never a "
+                                                                "rollback.")
+    max_error_rate: float = Field(0.0, ge=0.0, le=1.0, description="Largest share of failed challenger requests in a "
+                                                                   "step.")
+    max_p95_ratio: float = Field(3.0, gt=0.0, description="Challenger p95 latency may be at most this many times the "
+                                                          "champion's...")
+    p95_slack_ms: float = Field(5.0, ge=0.0, description="...unless it is within this many milliseconds of it "
+                                                         "(sub-millisecond models on a busy box: a ratio alone is "
+                                                         "noise).")
+    max_psi: float = Field(0.2, gt=0.0, description="Largest PSI between the two variants' predicted-class "
+                                                    "distributions on the step's rows (0.1-0.25: moderate shift, over "
+                                                    "0.25: large).")
+    startup_timeout_s: float = Field(60.0, gt=0.0, description="Seconds to wait for the service to come up (and to "
+                                                               "load the challenger).")
 
     @field_validator("steps")
     @classmethod
@@ -231,29 +354,54 @@ class ServeParams(Section):
 
     host: str = Field("127.0.0.1", description="Bind address; loopback unless you mean to expose it.")
     port: int = Field(8000, ge=0, le=65535, description="Port of `torchship serve`.")
-    challenger_share: float = Field(0.0, ge=0.0, le=1.0, description="Share of live traffic routed to the `challenger` alias.")
+    challenger_share: float = Field(0.0, ge=0.0, le=1.0, description="Share of live traffic routed to the `challenger` "
+                                                                     "alias.")
     poll_seconds: float = Field(5.0, gt=0.0, description="How often the service checks the registry for moved aliases.")
-    request_log: str = Field("data/serve/requests.jsonl", description="Where served rows are appended (JSON lines, one per row) for the monitor; feedback labels go to feedback.jsonl beside it; empty = no log.")
-    log_flush_seconds: float = Field(0.25, gt=0.0, le=60.0, description="The request log is buffered and written this often (and at shutdown): the most a crash of the service loses, and what it holds in memory (bench/results/serving.json).")
-    log_rotate_mb: float = Field(64.0, gt=0.0, description="Rotate the request log to requests-<time>.jsonl beside it when it grows past this size...")
+    request_log: str = Field("data/serve/requests.jsonl", description="Where served rows are appended (JSON lines, one "
+                                                                      "per row) for the monitor; feedback labels go to "
+                                                                      "feedback.jsonl beside it; empty = no log.")
+    log_flush_seconds: float = Field(0.25, gt=0.0, le=60.0, description="The request log is buffered and written this "
+                                                                        "often (and at shutdown): the most a crash of "
+                                                                        "the service loses, and what it holds in "
+                                                                        "memory (bench/results/serving.json).")
+    log_rotate_mb: float = Field(64.0, gt=0.0, description="Rotate the request log to requests-<time>.jsonl beside it "
+                                                           "when it grows past this size...")
     log_rotate_hours: float = Field(24.0, gt=0.0, description="...or when it is older than this.")
-    threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per loaded variant (requests are small: more threads only add overhead).")
-    max_body_mb: float = Field(4.0, gt=0.0, description="A /predict body larger than this is refused with 413 before it is read whole.")
-    batch: bool = Field(True, description="Micro-batch concurrent /predict requests into one ONNX Runtime run (bench/results/serving.json: about 2x the requests/s at 32 connections on both tables measured).")
+    threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per loaded variant (requests are small: "
+                                              "more threads only add overhead).")
+    max_body_mb: float = Field(4.0, gt=0.0, description="A /predict body larger than this is refused with 413 before "
+                                                        "it is read whole.")
+    batch: bool = Field(True, description="Micro-batch concurrent /predict requests into one ONNX Runtime run "
+                                          "(bench/results/serving.json: about 2x the requests/s at 32 connections on "
+                                          "both tables measured).")
     batch_max_rows: int = Field(64, ge=1, description="A micro-batch is scored once it holds this many rows...")
-    batch_wait_ms: float = Field(0.0, ge=0.0, le=100.0, description="...or this long after its first request; 0 = at the event loop's next turn (what arrived together, no added wait).")
-    workers: int = Field(1, ge=1, le=64, description="Server processes (uvicorn workers): each loads the models and polls the aliases itself; they append to one request log under a cross-process lock and share the challenger split (bench/results/serving.json: whether more pay).")
+    batch_wait_ms: float = Field(0.0, ge=0.0, le=100.0, description="...or this long after its first request; 0 = at "
+                                                                    "the event loop's next turn (what arrived "
+                                                                    "together, no added wait).")
+    workers: int = Field(1, ge=1, le=64, description="Server processes (uvicorn workers): each loads the models and "
+                                                     "polls the aliases itself; they append to one request log under a "
+                                                     "cross-process lock and share the challenger split "
+                                                     "(bench/results/serving.json: whether more pay).")
 
 
 class MonitorParams(Section):
     """`torchship monitor`: drift of the served rows against the training split (Evidently)."""
 
-    window_rows: int = Field(2000, ge=50, description="The newest served rows a window holds (the request log is read newest first).")
-    window_minutes: float = Field(0.0, ge=0.0, description="Also bound the window to rows served in the last N minutes; 0 = by count only.")
-    sample_rows: int = Field(5000, ge=100, description="Rows of window and reference each given to Evidently at most (a seeded sample): keeps the monitor's time flat in the log size.")
-    max_drifted_share: float = Field(0.3, gt=0.0, le=1.0, description="Share of drifted features at or above which the window counts as drifted (Evidently's per-column tests).")
-    prediction_drift: bool = Field(True, description="A drifted prediction column (vs the serving version's answers on the reference) also counts as drift.")
-    max_quality_drop: float = Field(0.05, ge=0.0, le=1.0, description="Accuracy on feedback-labelled rows this far below the champion's holdout accuracy counts as drift.")
+    window_rows: int = Field(2000, ge=50, description="The newest served rows a window holds (the request log is read "
+                                                      "newest first).")
+    window_minutes: float = Field(0.0, ge=0.0, description="Also bound the window to rows served in the last N "
+                                                           "minutes; 0 = by count only.")
+    sample_rows: int = Field(5000, ge=100, description="Rows of window and reference each given to Evidently at most "
+                                                       "(a seeded sample): keeps the monitor's time flat in the log "
+                                                       "size.")
+    max_drifted_share: float = Field(0.3, gt=0.0, le=1.0, description="Share of drifted features at or above which the "
+                                                                      "window counts as drifted (Evidently's "
+                                                                      "per-column tests).")
+    prediction_drift: bool = Field(True, description="A drifted prediction column (vs the serving version's answers on "
+                                                     "the reference) also counts as drift.")
+    max_quality_drop: float = Field(0.05, ge=0.0, le=1.0, description="Accuracy on feedback-labelled rows this far "
+                                                                      "below the champion's holdout accuracy counts as "
+                                                                      "drift.")
     min_labelled: int = Field(50, ge=1, description="Labelled rows a window needs before its accuracy is judged.")
     seed: int = Field(0, description="Seed of the Evidently samples (reproducible reports).")
 
@@ -262,10 +410,12 @@ class RetrainParams(Section):
     """Drift-triggered retraining and its guards: every trigger decision is recorded in data/monitor/decisions.jsonl."""
 
     enabled: bool = Field(True, description="Let material drift start a retrain (false: the monitor only reports).")
-    min_new_labels: int = Field(200, ge=1, description="Feedback-labelled rows, not used by an earlier retrain, a retrain needs.")
+    min_new_labels: int = Field(200, ge=1, description="Feedback-labelled rows, not used by an earlier retrain, a "
+                                                       "retrain needs.")
     cooldown_minutes: float = Field(60.0, ge=0.0, description="Minimum time between two retrains that fired.")
     max_per_day: int = Field(3, ge=0, description="Retrains fired per UTC day at most.")
-    workspace_wait_s: float = Field(2.0, ge=0.0, description="How long a retrain, pipeline or canary waits for the workspace's Prefect concurrency slot before giving up.")
+    workspace_wait_s: float = Field(2.0, ge=0.0, description="How long a retrain, pipeline or canary waits for the "
+                                                             "workspace's Prefect concurrency slot before giving up.")
 
 
 class TrackingParams(Section):
@@ -306,7 +456,7 @@ class Params(Section):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     @model_validator(mode="after")
-    def _splits_leave_training_rows(self) -> "Params":
+    def _splits_leave_training_rows(self) -> Params:
         if self.prepare.val_fraction + self.prepare.holdout_fraction >= 0.8:
             raise ValueError("prepare.val_fraction + prepare.holdout_fraction must leave at least 20% for training")
         if self.contract and self.data.target and self.data.target != self.contract.target:

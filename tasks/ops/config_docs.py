@@ -3,6 +3,7 @@ type, default and meaning, so the docs can never drift from the code (a test com
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 from pydantic import BaseModel
 
@@ -33,7 +34,7 @@ def configuration_markdown() -> str:
 
 
 def _section_table(key: str, section: type[BaseModel], title: str | None = None) -> list[str]:
-    lines = [f"## {title or f'`{key}`'}", "", (section.__doc__ or "").strip(), "",
+    lines = [f"## {title or f'`{key}`'}", "", inspect.cleandoc(section.__doc__ or ""), "",
              "| key | type | default | meaning |", "|---|---|---|---|"]
     for name, field in section.model_fields.items():
         kind = (str(field.annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
@@ -44,7 +45,7 @@ def _section_table(key: str, section: type[BaseModel], title: str | None = None)
 
 def _config_table(key: str, config: type) -> list[str]:
     """A model's Config dataclass (models/<model>.py): its fields, defaults and `doc` metadata."""
-    lines = [f"## `{key}`", "", (config.__doc__ or "").strip(), "",
+    lines = [f"## `{key}`", "", inspect.cleandoc(config.__doc__ or ""), "",
              "| key | type | default | meaning |", "|---|---|---|---|"]
     for field in dataclasses.fields(config):
         default = field.default_factory() if field.default is dataclasses.MISSING else field.default

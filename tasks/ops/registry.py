@@ -5,10 +5,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
-from tasks.core.alias_history import (OUTSIDE_REASON, HistoryEntry, alias_lock, outside_actor, read_history,
-                                      record_moves, rollback_target)
+from tasks.core.alias_history import (
+    OUTSIDE_REASON,
+    HistoryEntry,
+    alias_lock,
+    outside_actor,
+    read_history,
+    record_moves,
+    rollback_target,
+)
 from tasks.core.registry import CHALLENGER, CHAMPION, alias_version, aliases
 
 log = logging.getLogger("torchship.registry")

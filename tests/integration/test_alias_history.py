@@ -37,7 +37,7 @@ def template(tmp_path_factory):
     migrations take seconds), copied per test."""
     folder = tmp_path_factory.mktemp("template")
     client = project_with_registry(folder)
-    for version, bless in BLESS.items():
+    for bless in BLESS.values():
         client.create_model_version(MODEL, source=str(folder / "no-artifact"), tags={"bless": bless})
     return folder
 

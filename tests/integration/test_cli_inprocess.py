@@ -188,7 +188,8 @@ def test_a_user_error_is_one_red_paragraph(cli, tmp_path):
 STATE = ["data/prepare/train.parquet", "data/validate/docs/index.html", "data/train/model.pt",
          "data/export/model.onnx", "data/compress/variants/student.onnx", "data/profile/report.json",
          "data/quarantine/20260101-000000-abcdef-batch/reason.txt", "data/serve/requests.jsonl",
-         "data/batches/accepted.parquet", "data/monitor/decisions.jsonl", "mlflow/mlflow.db", "mlflow/artifacts/1/model.onnx",
+         "data/batches/accepted.parquet", "data/monitor/decisions.jsonl", "mlflow/mlflow.db",
+         "mlflow/artifacts/1/model.onnx",
          ".prefect/db/prefect.db"]
 
 

@@ -31,7 +31,8 @@ def test_first_run_registers_a_champion_with_lineage(tiny_pipeline, tmp_path):
     registry = project.registry(MODEL)
     assert set(registry["aliases"]) >= {"champion"}
     tags = registry["versions"][registry["aliases"]["champion"]]
-    assert tags["git_commit"] == subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=project.root, text=True).strip()
+    head = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=project.root, text=True).strip()
+    assert tags["git_commit"] == head
     # The fixture committed every file and a run changes none that git tracks (--set runs: the test below).
     assert tags["git_dirty"] == "false"
     lock = (project.root / "dvc.lock").read_text()
@@ -110,8 +111,8 @@ def test_local_dvc_remote_works_out_of_the_box(tiny_pipeline, tmp_path):
     finally:
         shutil.rmtree(remote, ignore_errors=True)
         shutil.move(tmp_path / "pushed-by-register", remote)
-    outs = {out["path"]: out["md5"] for stage in YAML(typ="safe").load((project.root / "dvc.lock").read_text())["stages"]
-            .values() for out in stage.get("outs", [])}
+    lock = YAML(typ="safe").load((project.root / "dvc.lock").read_text())
+    outs = {out["path"]: out["md5"] for stage in lock["stages"].values() for out in stage.get("outs", [])}
     for name in ("data/prepare/train.parquet", "data/train/model.pt", "data/export/model.onnx"):
         assert f"files/md5/{outs[name][:2]}/{outs[name][2:]}" in pushed, (name, sorted(pushed))
 
@@ -200,4 +201,5 @@ def test_every_variant_carries_its_proof(tiny_pipeline):
     assert selected == "onnx-fp32" or compress["variants"][selected]["publishable"]
     assert profile["variants"][selected]["p50_us"] == min(
         profile["variants"][name]["p50_us"] for name in profile["variants"]
-        if name == "onnx-fp32" or compress["variants"].get(name, {}).get("publishable") and "path" in compress["variants"][name])
+        if name == "onnx-fp32"
+        or compress["variants"].get(name, {}).get("publishable") and "path" in compress["variants"][name])

@@ -34,7 +34,8 @@ INCIDENTS = ("Out of memory", "A stuck or crashed distributed job", "A model tha
 # Fix commands a full pipeline run would exercise (minutes each): the tests that run them, and what this module
 # adds (`torchship plan` with the same overrides: the keys are valid and the stages that re-run are the ones named).
 ELSEWHERE = {
-    "torchship run": ("tests/integration/test_pipeline.py", "test_rerun_with_nothing_changed_skips_and_registers_nothing",
+    "torchship run": ("tests/integration/test_pipeline.py",
+                      "test_rerun_with_nothing_changed_skips_and_registers_nothing",
                       "tests/integration/test_training_engine.py",
                       "test_kill_minus_nine_then_resume_matches_an_uninterrupted_run"),
     "torchship run --set train.batch_size=128": (
@@ -83,7 +84,7 @@ def test_every_fix_command_in_the_runbooks_is_run_by_a_test():
     assert "runbooks.md" in (REPO / "README.md").read_text(), "the README does not link the runbooks"
 
 
-def run_fix(command: str, served: "Served", **values: str) -> str:
+def run_fix(command: str, served: Served, **values: str) -> str:
     """Run one fix command as the runbook writes it (placeholders filled in) in the project; its output."""
     filled = Template(command).substitute({"TORCHSHIP_ADMIN_TOKEN": TOKEN, **values})
     argv = shlex.split(filled.replace("127.0.0.1:8000", served.url.removeprefix("http://")))
@@ -209,7 +210,8 @@ def test_a_tail_latency_spike_sends_all_traffic_to_the_champion(served):
     challenger = served.register_copy()
     served.client.set_registered_model_alias(MODEL, CHALLENGER, challenger)
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    assert httpx.post(f"{served.url}/admin/share", params={"share": 0.5}, headers=headers, timeout=60).status_code == 200
+    shared = httpx.post(f"{served.url}/admin/share", params={"share": 0.5}, headers=headers, timeout=60)
+    assert shared.status_code == 200
     deadline = time.monotonic() + 60
     while served.health()["challenger"] != challenger:
         assert time.monotonic() < deadline, served.health()

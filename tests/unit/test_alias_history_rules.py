@@ -2,8 +2,15 @@
 a rollback restores, which champion raises a ticket, and entries that always fit one MLflow tag."""
 from __future__ import annotations
 
-from tasks.core.alias_history import (ENTRY_CHARS, HistoryEntry, champion_concern, clip, entries_from_tags,
-                                      rollback_target, unrecorded)
+from tasks.core.alias_history import (
+    ENTRY_CHARS,
+    HistoryEntry,
+    champion_concern,
+    clip,
+    entries_from_tags,
+    rollback_target,
+    unrecorded,
+)
 
 
 def entry(seq: int, alias: str, old: str | None, new: str | None, kind: str = "move") -> HistoryEntry:
@@ -54,7 +61,8 @@ def test_entries_round_trip_through_tags_in_order_and_always_fit_one_tag():
                         actor="a" * 3000, reason="r" * 20_000, evidence="e" * 20_000)
     clipped = long.model_copy(update={field: clip(getattr(long, field)) for field in ("actor", "reason", "evidence")})
     assert len(clipped.value()) <= ENTRY_CHARS
-    tags = {clipped.key(): clipped.value(), entry(9, "champion", "8", "9").key(): entry(9, "champion", "8", "9").value(),
+    ninth = entry(9, "champion", "8", "9")
+    tags = {clipped.key(): clipped.value(), ninth.key(): ninth.value(),
             "baseline": "v3: not an entry", "history.broken": "{not json"}
     assert [e.seq for e in entries_from_tags(tags)] == [9, 10]
     assert entries_from_tags(tags)[1].reason.startswith("rrr") and clipped.key() == "history.000010"

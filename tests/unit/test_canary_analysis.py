@@ -13,8 +13,16 @@ from tasks.canarying.analysis import histogram_quantile, judge_smoke, judge_step
 from tasks.canarying.observe import Scrape, StepLogs, smoke_figures, step_figures
 from tasks.config import CanaryParams
 from tasks.core.gate import GateResult
-from tasks.core.verdicts import (Blessing, BlessOutcome, CanaryOutcome, CanaryReport, PairedRows, Registration,
-                                 RegistrationOutcome, VariantFigures)
+from tasks.core.verdicts import (
+    Blessing,
+    BlessOutcome,
+    CanaryOutcome,
+    CanaryReport,
+    PairedRows,
+    Registration,
+    RegistrationOutcome,
+    VariantFigures,
+)
 
 RULES = CanaryParams(min_samples=20, max_error_rate=0.0, max_p95_ratio=3.0, p95_slack_ms=5.0, max_psi=0.2,
                      max_metric_drop=0.02)
@@ -157,7 +165,8 @@ def test_the_pipeline_verdict_follows_the_canary_outcome_not_its_wording(outcome
     from tasks.ops.summary import summarize
 
     passed = GateResult(gate="canary", status="pass")
-    blessing = Blessing(gate=passed, outcome=BlessOutcome.BETTER, model_name="m", candidate_path="x", candidate_sha256="0", candidate_metrics={})
+    blessing = Blessing(gate=passed, outcome=BlessOutcome.BETTER, model_name="m", candidate_path="x",
+                        candidate_sha256="0", candidate_metrics={})
     registration = Registration(model_name="m", version="2", created=True,
                                 outcome=RegistrationOutcome.CHALLENGER, aliases={"champion": "1", "challenger": "2"},
                                 action="v2 is challenger; the canary decides")
