@@ -44,6 +44,14 @@ ELSEWHERE = {
         "tests/integration/test_pipeline.py", "test_changed_params_make_a_new_version_that_is_promoted_or_rejected",
         "tests/integration/test_training_engine.py", "test_one_and_two_processes_reach_the_same_metric"),
 }
+# Fix commands that act on a Prefect server (the drift loop's schedule and trigger): the test that runs them on a
+# real server, with the deployments `torchship deploy` makes from prefect.yaml.
+ON_A_SERVER = ("tests/integration/test_drift_trigger.py",
+               "test_the_drift_runbook_pauses_and_resumes_the_schedule_and_the_trigger")
+SERVER_FIXES = {"prefect automation pause torchship-retrain-on-drift",
+                "prefect deployment schedule pause torchship-monitor/monitor $SCHEDULE_ID",
+                "prefect deployment schedule resume torchship-monitor/monitor $SCHEDULE_ID",
+                "prefect automation resume torchship-retrain-on-drift"}
 RUN_HERE = {  # fix command -> the test of this module that runs it
     "torchship rollback": "test_a_bad_promotion_is_rolled_back_and_the_service_follows",
     'torchship promote $VERSION --reason "v$VERSION was the last good model"':
@@ -75,6 +83,10 @@ def test_every_fix_command_in_the_runbooks_is_run_by_a_test():
         for command in fixes:
             if command in RUN_HERE:
                 assert RUN_HERE[command] in here, command
+                continue
+            if command in SERVER_FIXES:
+                file, test = ON_A_SERVER
+                assert f"def {test}(" in (REPO / file).read_text(), f"{file}::{test} is gone"
                 continue
             assert command in ELSEWHERE, f"{title}: no test runs the fix command `{command}`"
             named = ELSEWHERE[command]
