@@ -232,7 +232,9 @@ def test_a_service_without_a_loadable_champion_is_ready_again_after_a_rollback(s
     url = f"http://127.0.0.1:{port}"
     row = holdout_rows(served.project)[0]
     try:
-        wait_until_ready(fresh, lambda: f"could not load champion v{broken}" in fresh.output_tail(50_000), timeout=90)
+        refused = f"could not load champion v{broken}"   # logged before the service listens: wait for both
+        wait_until_ready(fresh, lambda: refused in fresh.output_tail(50_000) and httpx.get(f"{url}/ready", timeout=5)
+                         .status_code in (200, 503), timeout=90)
         ready = httpx.get(f"{url}/ready", timeout=30)
         assert ready.status_code == 503 and ready.json()["status"] == "no-model", ready.text
         assert httpx.post(f"{url}/predict", json={"rows": [row]}, timeout=30).status_code == 503
