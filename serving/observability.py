@@ -29,6 +29,12 @@ FAILED = f'{REQUESTS}{{status=~"{"|".join(FAILED_STATUSES)}"}}'
 NOT_OK = f'{REQUESTS}{{status!~"ok|shadow-error"}}'
 BUCKETS = "torchship_request_seconds_bucket"
 PREDICTIONS = "torchship_predictions_total"
+# alert -> the anchor of its section in docs/runbooks.md (GitHub's heading slug; tests/unit/test_observability.py
+# checks that each exists)
+RUNBOOK_ANCHORS = {"TorchshipP99LatencyHigh": "a-tail-latency-spike", "TorchshipErrorRateHigh": "a-5xx-page",
+                   "TorchshipDriftDetected": "a-drift-alert",
+                   "TorchshipModelLoadFailed": "a-model-that-fails-to-load-after-an-upgrade",
+                   "TorchshipChampionUnblessed": "a-bad-promotion"}
 
 
 @dataclass(frozen=True)
@@ -121,7 +127,7 @@ def dashboard(slo: SloParams, monitor: MonitorParams) -> dict:
 
 def alert_rules(slo: SloParams, monitor: MonitorParams) -> dict:
     """Prometheus rule groups: page on a p99 or error-rate breach of the SLO, ticket on drift, a refused load or an
-    unblessed champion."""
+    unblessed champion; each rule's `runbook_url` is its section of the runbooks under `slo.runbook_base_url`."""
     p99 = slo.p99_ms / 1e3
     if p99 >= LATENCY_BUCKETS[-1]:
         raise ConfigError(f"slo.p99_ms = {slo.p99_ms:g}: the latency histogram's largest bucket is "
@@ -129,7 +135,7 @@ def alert_rules(slo: SloParams, monitor: MonitorParams) -> dict:
                           f"bucket in serving/metrics.py")
     page = {"severity": "page"}
     ticket = {"severity": "ticket"}
-    return {"groups": [
+    groups = [
         {"name": "torchship-slo", "rules": [
             {"alert": "TorchshipP99LatencyHigh", "expr": f"{quantile(0.99, ALERT_WINDOW)} > {p99:g}",
              "for": ALERT_FOR, "labels": page,
@@ -157,7 +163,10 @@ def alert_rules(slo: SloParams, monitor: MonitorParams) -> dict:
              "annotations": {"summary": "the champion is a version bless did not pass, or one rejected",
                              "description": "Someone made it champion by hand (the MLflow UI, `torchship promote "
                                             "--force`): it keeps serving, as they decided. See `torchship "
-                                            "history` for who and when; `torchship rollback` undoes it."}}]}]}
+                                            "history` for who and when; `torchship rollback` undoes it."}}]}]
+    for rule in (rule for group in groups for rule in group["rules"]):
+        rule["annotations"]["runbook_url"] = f"{slo.runbook_base_url}#{RUNBOOK_ANCHORS[rule['alert']]}"
+    return {"groups": groups}
 
 
 def _expected(rules: dict, name: str, labels: dict) -> dict:

@@ -281,6 +281,13 @@ class SloParams(Section):
     bless_concurrency: int = Field(4, ge=1, le=64, description="Client threads sending them at once.")
     bless_seconds: float = Field(10.0, gt=0.0, description="The most seconds that load may take; what is left unsent "
                                                            "then is reported.")
+    runbook_base_url: str = Field("docs/runbooks.md", min_length=1, description="Where the runbooks are read: each "
+                                                                                "generated alert rule's `runbook_url` "
+                                                                                "is this plus `#` and its section's "
+                                                                                "anchor. The default is the path in "
+                                                                                "this repository, a placeholder: set "
+                                                                                "the URL your team reads them at (e.g. "
+                                                                                "the file on your Git host).")
 
 
 class CanaryParams(Section):

@@ -30,7 +30,7 @@ RUNBOOK = REPO / "docs" / "runbooks.md"
 MODEL = "synthetic-churn"
 TOKEN = "runbook-token"
 INCIDENTS = ("Out of memory", "A stuck or crashed distributed job", "A model that fails to load after an upgrade",
-             "A tail-latency spike", "A drift alert", "A bad promotion")
+             "/ready answers 503", "A 5xx page", "A tail-latency spike", "A drift alert", "A bad promotion")
 # Fix commands a full pipeline run would exercise (minutes each): the tests that run them, and what this module
 # adds (`torchship plan` with the same overrides: the keys are valid and the stages that re-run are the ones named).
 ELSEWHERE = {
@@ -45,8 +45,17 @@ ELSEWHERE = {
         "tests/integration/test_pipeline.py", "test_changed_params_make_a_new_version_that_is_promoted_or_rejected",
         "tests/integration/test_training_engine.py", "test_one_and_two_processes_reach_the_same_metric"),
 }
-RUN_HERE = {  # fix command -> the test of this module that runs it
-    "torchship rollback": "test_a_bad_promotion_is_rolled_back_and_the_service_follows",
+# Fix commands that act on a Prefect server (the drift loop's schedule and trigger): the test that runs them on a
+# real server, with the deployments `torchship deploy` makes from prefect.yaml.
+ON_A_SERVER = ("tests/integration/test_drift_trigger.py",
+               "test_the_drift_runbook_pauses_and_resumes_the_schedule_and_the_trigger")
+SERVER_FIXES = {"prefect automation pause torchship-retrain-on-drift",
+                "prefect deployment schedule pause torchship-monitor/monitor $SCHEDULE_ID",
+                "prefect deployment schedule resume torchship-monitor/monitor $SCHEDULE_ID",
+                "prefect automation resume torchship-retrain-on-drift"}
+RUN_HERE = {  # fix command -> the tests of this module that run it
+    "torchship rollback": ("test_a_bad_promotion_is_rolled_back_and_the_service_follows",
+                           "test_a_service_without_a_loadable_champion_is_ready_again_after_a_rollback"),
     'torchship promote $VERSION --reason "v$VERSION was the last good model"':
         "test_a_bad_promotion_is_rolled_back_and_the_service_follows",
     'curl -s -X POST -H "Authorization: Bearer $TORCHSHIP_ADMIN_TOKEN" 127.0.0.1:8000/admin/reload':
@@ -75,7 +84,12 @@ def test_every_fix_command_in_the_runbooks_is_run_by_a_test():
     for title, fixes in commands.items():
         for command in fixes:
             if command in RUN_HERE:
-                assert RUN_HERE[command] in here, command
+                named = RUN_HERE[command]
+                assert set([named] if isinstance(named, str) else named) <= here, command
+                continue
+            if command in SERVER_FIXES:
+                file, test = ON_A_SERVER
+                assert f"def {test}(" in (REPO / file).read_text(), f"{file}::{test} is gone"
                 continue
             assert command in ELSEWHERE, f"{title}: no test runs the fix command `{command}`"
             named = ELSEWHERE[command]
@@ -204,6 +218,33 @@ def test_a_model_that_fails_to_load_is_rolled_back_and_reloaded(served):
     reloaded = run_fix('curl -s -X POST -H "Authorization: Bearer $TORCHSHIP_ADMIN_TOKEN" 127.0.0.1:8000/admin/reload',
                        served)
     assert f'"champion":"{good}"' in reloaded.replace(" ", "")
+
+
+def test_a_service_without_a_loadable_champion_is_ready_again_after_a_rollback(served, tmp_path):
+    """A service started while champion names a version it refuses: /ready and /predict answer 503 (the
+    `unavailable` 5xx the error page counts) until the runbook's rollback, then 200 without a restart."""
+    good = served.champion()
+    broken = served.register_copy(sha256="0" * 64)
+    served.promote_by_hand(broken, "a hand-registered upgrade")
+    port = free_port()
+    fresh = start_child("fresh service", [sys.executable, "-m", "serving", "--port", str(port), "--model-name", MODEL,
+                                          "--poll-seconds", "0.2"], tmp_path / "fresh.log", cwd=served.project.root,
+                        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONUNBUFFERED": "1"})
+    url = f"http://127.0.0.1:{port}"
+    row = holdout_rows(served.project)[0]
+    try:
+        refused = f"could not load champion v{broken}"   # logged before the service listens: wait for both
+        wait_until_ready(fresh, lambda: refused in fresh.output_tail(50_000) and httpx.get(f"{url}/ready", timeout=5)
+                         .status_code in (200, 503), timeout=90)
+        ready = httpx.get(f"{url}/ready", timeout=30)
+        assert ready.status_code == 503 and ready.json()["status"] == "no-model", ready.text
+        assert httpx.post(f"{url}/predict", json={"rows": [row]}, timeout=30).status_code == 503
+        assert 'status="unavailable"' in httpx.get(f"{url}/metrics", timeout=30).text
+        run_fix("torchship rollback", served)
+        wait_until_ready(fresh, http_ok(f"{url}/ready", lambda health: health["champion"] == good), timeout=60)
+        assert httpx.post(f"{url}/predict", json={"rows": [row]}, timeout=30).json()["version"] == good
+    finally:
+        fresh.stop()
 
 
 def test_a_tail_latency_spike_sends_all_traffic_to_the_champion(served):

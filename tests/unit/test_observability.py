@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -69,7 +70,8 @@ def test_promtool_accepts_the_rules_and_their_unit_tests_pass(tmp_path):
     checked = subprocess.run([tool, "check", "rules", str(folder / RULES_FILE)], capture_output=True, text=True,
                              timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 4 rules found" in checked.stdout
+    rules = sum(len(group["rules"]) for group in alert_rules(*_params())["groups"])
+    assert rules >= 5 and f"SUCCESS: {rules} rules found" in checked.stdout
     tested = subprocess.run([tool, "test", "rules", TESTS_FILE], cwd=folder, capture_output=True, text=True,
                             timeout=60)
     assert tested.returncode == 0, tested.stdout + tested.stderr
@@ -144,3 +146,22 @@ def test_predicted_labels_are_counted_per_variant_and_failures_start_at_zero(tmp
     assert found[("torchship_predictions_total", (("label", "no"), ("variant", "champion")))] == 1
     assert found[("torchship_predictions_total", (("label", "no"), ("variant", "challenger")))] == 1
     assert found[("torchship_model_load_failures_total", (("alias", "challenger"),))] == 0
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    """The anchors a Git host gives `## ` headings: lower case, punctuation dropped, spaces to hyphens."""
+    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+            for title in re.findall(r"^#{1,6} (.+)$", markdown, flags=re.M)}
+
+
+def test_every_alert_links_its_section_of_the_runbooks_under_the_configured_base_url():
+    slo, monitor = _params()
+    anchors = heading_anchors((REPO / "docs" / "runbooks.md").read_text())
+    rules = [r for g in alert_rules(slo, monitor)["groups"] for r in g["rules"]]
+    for rule in rules:
+        base, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        assert base == slo.runbook_base_url and anchor in anchors, (rule["alert"], anchor, sorted(anchors))
+    assert len({r["annotations"]["runbook_url"] for r in rules}) == len(rules), "two alerts share one runbook"
+    hosted = alert_rules(SloParams(runbook_base_url="https://git.example/torchship/docs/runbooks.md"), monitor)
+    assert {r["annotations"]["runbook_url"].partition("#")[0] for g in hosted["groups"] for r in g["rules"]} == \
+        {"https://git.example/torchship/docs/runbooks.md"}
