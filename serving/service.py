@@ -177,8 +177,8 @@ class Service:
         metric raises a ticket (serving/observability.py) until the alias moves again."""
         self.metrics.champion_unblessed.set(1 if concern else 0)
         if concern:
-            log.warning("champion v%s serves although %s: a person decided so; see `torchship history`", version,
-                        concern)
+            log.warning("`champion` names v%s, %s: a person decided so, and it is served once it loads; see "
+                        "`torchship history`", version, concern)
 
     def _not_loaded(self, alias: str, version: str, reason: str) -> None:
         current: Variant | None = getattr(self.router, alias)
