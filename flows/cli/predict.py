@@ -33,4 +33,4 @@ def predict(source: Path = typer.Argument(..., help="The rows to score: a .csv (
     shares = ", ".join(f"{label} {n / max(summary.rows, 1):.1%}" for label, n in summary.labels.items())
     console.print(f"[green]scored[/] {summary.rows:,} rows of {summary.source} with v{summary.version} in "
                   f"{summary.seconds:.1f} s ({summary.chunks} chunks) -> {summary.output}\n  predicted: {shares}",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)   # paths stay whole: copyable, never folded mid-name

@@ -112,7 +112,7 @@ def test_the_command_scores_a_file_with_the_champion_or_a_version(champion, tmp_
     saved = dict(os.environ)
     monkeypatch.chdir(project.root)
     try:
-        runner = CliRunner(env={"COLUMNS": "400"})   # a long tmp path would otherwise fold (rich: "…")
+        runner = CliRunner()
         by_alias = runner.invoke(app, ["predict", str(source), "--output", str(tmp_path / "a.csv")])
         by_version = runner.invoke(app, ["predict", str(source), "-o", str(tmp_path / "b.csv"),
                                          "--version", variant.version])
