@@ -11,6 +11,7 @@ from tasks import bless, canary, register, validate
 from tasks.config import Params, load_params
 from tasks.core import paths, sources, tracking
 from tasks.core.artifacts import read_json
+from tasks.core.verdicts import BlessOutcome
 from tasks.ops import reproduce
 from tasks.ops.lineage import git_state
 from tasks.ops.summary import PipelineSummary, summarize
@@ -68,7 +69,8 @@ def pipeline(params_file: str = "params.yaml", trigger: dict[str, str] | None = 
                   dvc_stage("profile", parent_run)]
         blessing = bless_step(params, parent_run)
         registration = register_step(params, blessing, parent_run, trigger)
-        canary_report = canary_step(params, parent_run, None, record_step)
+        canary_report = canary_step(params, parent_run, None, record_step,
+                                    smoke=blessing.outcome is not BlessOutcome.UNCHANGED)
         record_decision(canary_report, params.data.registered_model_name())
         summary = summarize(stages, blessing, registration, canary_report, parent_run)
         publish_summary(params, parent_run, summary)

@@ -7,7 +7,8 @@ the first failure (Prefect-only):
 3. service: the candidate file in the real service on 127.0.0.1 under a short bounded load, against `slo`.
 One gate (pass | warn | fail with reasons), a JSON report (bless.json) and plots in the nested MLflow run.
 
-Recomputed every run: the champion is live registry state, which DVC cannot hash.
+Recomputed every run (the champion is live registry state, which DVC cannot hash), but for a candidate that is
+the champion's own file: a re-run with nothing changed has nothing to judge.
 """
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ from tasks.core import paths
 from tasks.core.artifacts import read_json, sha256_file
 from tasks.core.holdout import Holdout, load_holdout
 from tasks.core.plots import plot_latency
-from tasks.core.registry import CHAMPION, alias_version, download_onnx, registry_client
+from tasks.core.registry import CHAMPION, SHA_TAG, UNFINISHED_TAG, alias_version, download_onnx, registry_client
 from tasks.core.runtime import onnx_metadata, open_onnx, predict_proba
-from tasks.core.verdicts import Blessing, StageReport
+from tasks.core.verdicts import Blessing, BlessOutcome, GateResult, StageReport
 
 __all__ = ["bless_candidate", "judge_candidate", "run", "score_onnx"]   # judge_candidate: quality's rule, tested here
 log = logging.getLogger("torchship.bless")
@@ -175,12 +176,30 @@ def stage_metrics(blessing: Blessing) -> dict[str, float]:
     return figures
 
 
+def unchanged_champion(params: Params) -> Blessing | None:
+    """The candidate is the live champion's own file (a re-run with nothing changed): a pass with nothing judged,
+    since a model compared with itself can only tie, and its service was proven when it became champion."""
+    path = Path(read_json(paths.PROFILE_REPORT)["selected_path"])
+    name, sha256 = params.data.registered_model_name(), sha256_file(path)
+    champion = alias_version(registry_client(params.tracking), name, CHAMPION)
+    if champion is None or champion.tags.get(SHA_TAG) != sha256 or UNFINISHED_TAG in champion.tags:
+        return None
+    return Blessing(gate=GateResult(gate="bless", status="pass", reasons=[
+                        f"unchanged: the candidate is champion v{champion.version}'s own file (sha256 {sha256[:12]})"]),
+                    outcome=BlessOutcome.UNCHANGED, model_name=name, candidate_path=str(path), candidate_sha256=sha256,
+                    candidate_metrics={}, champion_version=str(champion.version))
+
+
 def run(params: Params, parent_run: str | None = None) -> Blessing:
-    """The step: bless the candidate and log the decision, its report and plots as a nested MLflow run."""
+    """The step: bless the candidate and log the decision, its report and plots as a nested MLflow run (nothing to
+    judge or log when the candidate is the champion's own file)."""
     import mlflow
 
     from tasks.core.tracking import stage_run
 
+    if (unchanged := unchanged_champion(params)) is not None:
+        log.info("bless: %s", unchanged.gate.summary())
+        return unchanged
     with stage_run(params.tracking, "bless", parent_run) as mlflow_run, \
             tempfile.TemporaryDirectory(prefix="torchship-bless-") as folder:
         blessing = bless_candidate(params, Path(folder))

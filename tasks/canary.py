@@ -55,11 +55,12 @@ def signature_difference(client, name: str, champion: str, challenger: str) -> s
 
 
 def run_canary(params: Params, holdout_rows: pd.DataFrame, schema: Schema, link: ServiceLink | None = None,
-               record: Record | None = None) -> CanaryReport:
-    """Smoke-test the champion alone, or run the progressive canary of the challenger against it and act on the
-    registry. `link`: a running service whose live traffic is observed; None (the embedded default): a service
-    started for the canary, fed with replayed holdout rows. `record` is called with each step's verdict.
-    Requests carry the model's features only (a contract's key column is data, not a feature)."""
+               record: Record | None = None, smoke: bool = True) -> CanaryReport:
+    """Smoke-test the champion alone (unless `smoke` is off: a re-run that changed nothing), or run the progressive
+    canary of the challenger against it and act on the registry. `link`: a running service whose live traffic is
+    observed; None (the embedded default): a service started for the canary, fed with replayed holdout rows.
+    `record` is called with each step's verdict. Requests carry the model's features only (a contract's key column
+    is data, not a feature)."""
     started = time.perf_counter()
     client = registry_client(params.tracking)
     name = params.data.registered_model_name()
@@ -79,6 +80,10 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame, schema: Schema, link:
         if link is not None:
             return report(GateResult(gate="canary", status="pass", reasons=["no challenger to canary"]),
                           CanaryOutcome.NOT_CANARIED, "skipped: no challenger")
+        if not smoke:
+            return report(GateResult(gate="canary", status="pass", reasons=[
+                f"champion v{champion.version} unchanged (smoke-tested when it became champion)"]),
+                CanaryOutcome.NOT_CANARIED, "skipped: no challenger")
         with replayed_service(name, rows, schema, timeout_s) as (service, traffic):
             smoke = smoke_step(service, str(champion.version), traffic, min(len(rows), params.canary.smoke_requests))
         return report(judge_smoke(smoke, params.canary), CanaryOutcome.SMOKE_TESTED, SMOKE_ONLY, smoke=smoke)
@@ -105,7 +110,7 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame, schema: Schema, link:
 
 
 def run(params: Params, parent_run: str | None = None, link: ServiceLink | None = None,
-        record: Record | None = None) -> CanaryReport:
+        record: Record | None = None, smoke: bool = True) -> CanaryReport:
     """The step: the canary (see run_canary), logged as a nested MLflow run."""
     import mlflow
 
@@ -113,7 +118,7 @@ def run(params: Params, parent_run: str | None = None, link: ServiceLink | None 
 
     schema = load_schema(paths.SCHEMA)
     with stage_run(params.tracking, "canary", parent_run):
-        report = run_canary(params, load_holdout(schema).rows, schema, link, record)
+        report = run_canary(params, load_holdout(schema).rows, schema, link, record, smoke)
         mlflow.log_dict(report.model_dump(), "canary.json")
         mlflow.set_tag("gate.status", report.gate.status)
     log.info("canary: %s -> %s", report.gate.summary(), report.action)

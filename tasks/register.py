@@ -17,6 +17,7 @@ from tasks.core.registry import (
     CHALLENGER,
     CHAMPION,
     SHA_TAG,
+    UNFINISHED_TAG,
     alias_version,
     aliases,
     find_version_by_sha,
@@ -33,9 +34,6 @@ log = logging.getLogger("torchship.register")
 # Waits between attempts when the store is busy (each attempt itself waits up to MLflow's 20 s SQLite busy
 # timeout): about 2 minutes in all before the step fails with StoreBusy.
 RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0)
-# On a version from its creation until its tags, passport and aliases are written: a retry or re-run that finds
-# its bytes finishes it (a version registered by hand, or finished, carries no such tag and is left as it is).
-UNFINISHED_TAG = "register_unfinished"
 
 
 class StoreBusy(TorchshipError):

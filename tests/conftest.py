@@ -5,15 +5,16 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tasks.core.procs import Child, free_port, http_ok, start_child, wait_until_ready
+from tasks.core.procs import free_port, http_ok, start_child
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -106,16 +107,55 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 @dataclass
 class PrefectServer:
-    """A real `prefect server start` on 127.0.0.1 for the session, started early and waited for only when
-    first used (it comes up while the first pipeline runs): each `torchship run` against it skips the ~6 s
-    an ephemeral API costs to start, and the scale-out mode (PREFECT_API_URL) is exercised too."""
+    """A real `prefect server start` on 127.0.0.1, started early and waited for only when first used (it comes up
+    while the first pipeline runs): each `torchship run` against it skips the ~6 s an ephemeral API costs to
+    start, and the scale-out mode (PREFECT_API_URL) is exercised too."""
 
-    child: Child
     url: str
+    pid: int
+    log: Path
 
     def api_url(self) -> str:
-        wait_until_ready(self.child, http_ok(f"{self.url}/health"), timeout=120, interval=0.5)
+        deadline = time.monotonic() + 120
+        while not http_ok(f"{self.url}/health")():
+            assert alive(self.pid), f"the Prefect server exited during start-up:\n{self.output_tail()}"
+            assert time.monotonic() < deadline, f"the Prefect server did not answer in 120 s:\n{self.output_tail()}"
+            time.sleep(0.5)
         return self.url
+
+    def output_tail(self, chars: int = 2000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def start_prefect_server(home: Path) -> PrefectServer:
+    """`prefect server start` on a free port with its own SQLite database in `home`, in its own session (stopped
+    by PID: `stop_prefect_server`)."""
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}, "PREFECT_HOME": str(home),
+           "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / 'prefect.db'}",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "true"}
+    child = start_child("prefect server", [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
+                                           "--port", str(port)], home / "server.log", env=env)
+    return PrefectServer(f"http://127.0.0.1:{port}/api", child.process.pid, child.log)
+
+
+def stop_prefect_server(server: PrefectServer) -> None:
+    """SIGTERM to the server's process group, SIGKILL after 15 s (it is not this process's child on a worker that
+    did not start it: no wait(), just watch the PID)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while alive(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.killpg(server.pid, signal.SIGKILL)
 
 
 @dataclass
@@ -190,19 +230,37 @@ def make_project(target: Path, overrides: dict | None = None, tiny: bool = True,
     return Project(target, prefect)
 
 
+SHARED_SERVER = "prefect-server.json"
+
+
 @pytest.fixture(scope="session")
-def prefect_server(tmp_path_factory) -> Iterator[PrefectServer]:
-    home = tmp_path_factory.mktemp("prefect-server")
-    port = free_port()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}, "PREFECT_HOME": str(home),
-           "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / 'prefect.db'}",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "true"}
-    child = start_child("prefect server", [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
-                                           "--port", str(port)], home / "server.log", env=env)
-    try:
-        yield PrefectServer(child, f"http://127.0.0.1:{port}/api")
-    finally:
-        child.stop()
+def prefect_server(tmp_path_factory) -> PrefectServer:
+    """One server for the whole test run, however many xdist workers ask: the first starts it (under a file lock),
+    the others read its address; the controller stops it when the run ends (pytest_sessionfinish). Three idle
+    servers, one per worker, cost two start-ups and a steady share of the two cores."""
+    from filelock import FileLock
+
+    folder = run_folder(tmp_path_factory)
+    record = folder / SHARED_SERVER
+    with FileLock(f"{record}.lock"):
+        if not record.exists():
+            home = folder / "prefect-server"
+            home.mkdir(exist_ok=True)
+            server = start_prefect_server(home)
+            record.write_text(json.dumps({"url": server.url, "pid": server.pid, "log": str(server.log)}))
+    saved = json.loads(record.read_text())
+    return PrefectServer(saved["url"], saved["pid"], Path(saved["log"]))
+
+
+def pytest_sessionfinish(session) -> None:
+    """The controller (or a run without workers) stops the shared server once every worker is done."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    record = factory.getbasetemp() / SHARED_SERVER if factory is not None else None
+    if record is not None and record.exists():
+        saved = json.loads(record.read_text())
+        stop_prefect_server(PrefectServer(saved["url"], saved["pid"], Path(saved["log"])))
 
 
 SECRETS = {  # fake secrets where real ones live -> values no real code would write by chance

@@ -16,6 +16,9 @@ from tasks.core.schema_spec import Schema, schema_from_metadata
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 SHA_TAG = "artifact_sha256"
+# On a version from its creation until its tags, passport and aliases are written: a retry or re-run that finds
+# its bytes finishes it (a version registered by hand, or finished, carries no such tag and is left as it is).
+UNFINISHED_TAG = "register_unfinished"
 
 
 def store_busy(exc: BaseException) -> bool:

@@ -17,6 +17,7 @@ class BlessOutcome(StrEnum):
     """What bless decided, for code to branch on; the gate's reasons say it in words, for people."""
 
     FIRST_MODEL = "first model"                # pass: no champion yet, and not below the baselines
+    UNCHANGED = "unchanged"                    # pass: the candidate is the champion's own bytes: nothing to judge
     BETTER = "better"                          # pass: the gain's interval lies above 0
     NO_WORSE = "no worse"                      # pass: not worse, not shown better
     WORSE_WITHIN_TOLERANCE = "worse within tolerance"   # warn: a loss within bless.max_regression

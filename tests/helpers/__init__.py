@@ -61,6 +61,25 @@ def workspace_restored(project, model: str) -> Iterator[None]:
         put_aliases_back(project_registry(project), model, aliases)
 
 
+# The session's first run proves compile, the dynamo exporter and the student: a later full run on its project
+# that tests something else leaves the three slow parts out.
+LIGHT_RUN = ("export.compile=false", "export.onnx_exporter=legacy", "distill.enabled=false")
+
+
+def lighten_params(project) -> None:
+    """Write LIGHT_RUN into the project's params.yaml, for runs that do not take --set (a deployment's flow run);
+    workspace_restored puts params.yaml back."""
+    from tasks.ops.overrides import resolve, write_params
+
+    raw, _ = resolve(list(LIGHT_RUN), base_file=str(project.root / "params.yaml"))
+    write_params(raw, str(project.root / "params.yaml"))
+
+
+def light_run_flags() -> list[str]:
+    """LIGHT_RUN as `torchship run` flags."""
+    return [flag for setting in LIGHT_RUN for flag in ("--set", setting)]
+
+
 def project_registry(project):
     """An MLflow client on the project's registry (its SQLite file)."""
     from tasks.config import TrackingParams

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from flows.loop import DRIFT_EVENT
-from tests.conftest import BIN, make_project
+from tests.conftest import BIN, make_project, start_prefect_server, stop_prefect_server
 from tests.reliability.test_runbooks import fix_commands
 
 RETRAIN, MONITOR = "torchship-retrain/retrain", "torchship-monitor/monitor"
@@ -26,13 +26,18 @@ STORM = 20
 
 
 @pytest.fixture(scope="module")
-def deployed(prefect_server, tmp_path_factory):
-    """The session's server with the project's deployments (made again by any later `torchship deploy`)."""
-    project = make_project(tmp_path_factory.mktemp("storm-project"), prefect=prefect_server)
-    done = project.torchship("deploy", timeout=300)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    with httpx.Client(base_url=prefect_server.api_url(), timeout=30) as api:
-        yield project, api
+def deployed(tmp_path_factory):
+    """A server of this module's own with the project's deployments: its trigger and schedules must not start runs
+    that the closed loop's worker (on the session's server) would pick up."""
+    server = start_prefect_server(tmp_path_factory.mktemp("storm-server"))
+    try:
+        project = make_project(tmp_path_factory.mktemp("storm-project"), prefect=server)
+        done = project.torchship("deploy", timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        with httpx.Client(base_url=server.api_url(), timeout=30) as api:
+            yield project, api
+    finally:
+        stop_prefect_server(server)
 
 
 def deployment(api: httpx.Client, name: str) -> dict:

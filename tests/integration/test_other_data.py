@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers import workspace_restored
+from tests.helpers import light_run_flags, workspace_restored
 
 pytestmark = pytest.mark.integration
 
@@ -24,10 +24,9 @@ def test_user_csv_multiclass_string_labels_odd_column_names(tiny_pipeline):
     champion = project.registry("synthetic-churn")["aliases"]["champion"]
     try:
         with workspace_restored(project, "synthetic-churn"):
-            # The data is the point here: the session's first run proved compile, dynamo and the student.
+            # The data is the point here (light_run_flags: the first run proved compile, dynamo and the student).
             result = project.torchship("run", "--set", "data.source=data/my customers.csv",
-                                       "--set", "data.target=Segment: 2026", "--set", "distill.enabled=false",
-                                       "--set", "export.compile=false", "--set", "export.onnx_exporter=legacy")
+                                       "--set", "data.target=Segment: 2026", *light_run_flags())
             schema = (project.root / "data" / "prepare" / "schema.json").read_text()
     finally:
         source.unlink()

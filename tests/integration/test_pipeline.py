@@ -14,7 +14,7 @@ from tasks.core.registry import download_onnx
 from tasks.ops.plan import LIVE_STEPS
 from tasks.ops.reproduce import pipeline_stages
 from tests.conftest import REPO
-from tests.helpers import dvc_clean, project_registry, workspace_restored
+from tests.helpers import dvc_clean, light_run_flags, project_registry, workspace_restored
 
 pytestmark = pytest.mark.integration
 
@@ -128,7 +128,12 @@ def test_rerun_with_nothing_changed_skips_and_registers_nothing(tiny_pipeline):
     assert after["versions"].keys() == before["versions"].keys()
     assert after["aliases"] == before["aliases"]
     assert "no new version" in again.stdout
-    assert f"Registry: no version of {MODEL} was registered; aliases unchanged." in " ".join(again.stdout.split())
+    said = " ".join(again.stdout.split())
+    assert f"Registry: no version of {MODEL} was registered; aliases unchanged." in said
+    # the champion's own file: nothing to judge again, nothing to smoke-test
+    champion = before["aliases"]["champion"]
+    assert f"unchanged: the candidate is champion v{champion}'s own file" in said, again.stdout[-3000:]
+    assert f"champion v{champion} unchanged" in said and "smoke test only" not in said
 
 
 def test_plan_names_what_would_rerun_without_changing_anything(tiny_pipeline):
@@ -146,9 +151,8 @@ def test_changed_params_make_a_new_version_that_is_promoted_or_rejected(tiny_pip
     project, _ = tiny_pipeline
     before = project.registry(MODEL)
     with workspace_restored(project, MODEL):  # the session's project is as the first run left it afterwards
-        # Only a new training matters here: the first run proved compile and the dynamo exporter (both slow).
-        changed = project.torchship("run", "--set", "train.seed=7", "--set", "train.epochs=1",
-                                    "--set", "export.compile=false", "--set", "export.onnx_exporter=legacy")
+        # Only a new training matters here (light_run_flags: the first run proved compile, dynamo and the student).
+        changed = project.torchship("run", "--set", "train.seed=7", "--set", "train.epochs=1", *light_run_flags())
         after = project.registry(MODEL)
     assert changed.returncode == 0, changed.stdout[-3000:] + changed.stderr[-3000:]
     # prepare and validate depend on no train.* key: DVC must skip them.
