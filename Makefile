@@ -43,8 +43,9 @@ lint: install
 test: install prometheus lint
 	$(VENV)/bin/python -m pytest -q $(XDIST) --durations=15
 
+# In-memory suites, CPU-bound: two workers on two cores, each test sent where there is room (--dist load).
 test-fast: install prometheus lint
-	$(VENV)/bin/python -m pytest -q -m "unit or data or model"
+	$(VENV)/bin/python -m pytest -q -n 2 -m "unit or data or model"
 
 # Every bench but the per-table accuracy one (below: 15 pipeline runs).
 bench: install

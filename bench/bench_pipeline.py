@@ -3,7 +3,8 @@
 The current checkout's commit is cloned (`git clone`; uncommitted changes are not in it, and the JSON records the
 commit and whether the tree was dirty) into a temporary folder, where `make pipeline` runs twice: first on the
 fresh clone (the venv created and torchship installed, then every stage), then again with nothing changed (DVC
-skips every stage; bless, register and the canary re-check the live registry). `--reuse-venv PATH` links an
+skips every stage; bless finds the champion's own file and passes it unjudged, register reuses its version, and
+the canary has nothing to do). `--reuse-venv PATH` links an
 installed venv into the clone and tells make not to rebuild it (`make -o .venv/.installed`), with the clone's
 code first on PYTHONPATH: the first run then excludes the install, and the JSON says so (`install_included`).
 Also recorded: the time inside the flow (the summary table's title), both runs' printed summaries (shown in

@@ -117,11 +117,16 @@ class PrefectServer:
 
     def api_url(self) -> str:
         deadline = time.monotonic() + 120
-        while not http_ok(f"{self.url}/health")():
+        while not self.answers():
             assert alive(self.pid), f"the Prefect server exited during start-up:\n{self.output_tail()}"
             assert time.monotonic() < deadline, f"the Prefect server did not answer in 120 s:\n{self.output_tail()}"
             time.sleep(0.5)
         return self.url
+
+    def answers(self) -> bool:
+        with contextlib.suppress(Exception):   # not listening yet
+            return http_ok(f"{self.url}/health")()
+        return False
 
     def output_tail(self, chars: int = 2000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""

@@ -1,10 +1,14 @@
-"""One committed contract, enforced at the training door and the HTTP door: each bad-data case is refused
-naming the column, rule and count. Every case runs in-process through the code that makes the message
-(prepare's load/parse by the contract, then validate's Great Expectations suite); one case per failure family
-(parse error, expectation failure, unreadable file) also runs through the real CLI, which must exit non-zero,
-quarantine the file and leave the files and registry as they were."""
+"""A table the user brings, on the same pipeline, unchanged: odd column names, string labels, three classes and a
+key column, registered under its own name while the project's first model keeps its champion; and its committed
+contract, enforced at the training door and the HTTP door: each bad-data case is refused naming the column, rule
+and count. Every case runs in-process through the code that makes the message (prepare's load/parse by the
+contract, then validate's Great Expectations suite); one case per failure family (parse error, expectation failure)
+also runs through the real CLI, which must exit non-zero, quarantine the file and leave the files and registry as
+they were."""
 from __future__ import annotations
 
+import io
+import json
 import sys
 from pathlib import Path
 
@@ -20,24 +24,38 @@ from tasks.core.sources import load_source
 from tasks.ops.overrides import resolve
 from tasks.ops.proposal import propose_contract
 from tasks.prepare import prepare_tables
-from tests.conftest import REPO, make_project
-from tests.helpers import free_port, snapshot
+from tests.conftest import REPO, copy_project
+from tests.helpers import free_port, light_run_flags, snapshot
 
 pytestmark = pytest.mark.integration
 MODEL = "customers"
+TARGET = "Segment: 2026"
+AGE = "Age (years)"
 
 
 def _reference(rows: int = 3000, seed: int = 21):
+    """The synthetic customers with odd column names, a key, and a three-class string target in place of churn."""
     from tasks.core.sources import generate_customers
 
-    table = generate_customers(rows, seed=seed)
+    table = generate_customers(rows, seed=seed).rename(columns={"customer age": AGE,
+                                                                "monthly charges ($)": "monthly/charges $"})
+    spend = table["monthly/charges $"].rank(pct=True) + np.random.default_rng(seed).normal(0, 0.1, rows)
+    table = table.drop(columns=["churned"])
+    table[TARGET] = np.select([spend < 0.33, spend < 0.66], ["bronze", "silver"], "gold")
     table.insert(0, "customer_id", np.arange(1, rows + 1))
     return table
 
 
 def _review(proposal: str) -> str:
     """What the reviewer changes in the proposed contract: declare the key column."""
-    return proposal.replace("  target: churned\n", "  target: churned\n  key: customer_id\n", 1)
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    document = yaml.load(proposal)
+    document["contract"]["key"] = "customer_id"
+    buffer = io.StringIO()
+    yaml.dump(document, buffer)
+    return buffer.getvalue()
 
 
 def _bad(table, case):
@@ -45,7 +63,7 @@ def _bad(table, case):
     if case == "missing column":
         return table.drop(columns=["plan"])
     if case == "out of range":
-        table.loc[table.index[:5], "customer age"] = 500
+        table.loc[table.index[:5], AGE] = 500
     elif case == "unseen category":
         table.loc[table.index[:3], "region"] = "mars"
     elif case == "too many nulls":
@@ -55,9 +73,9 @@ def _bad(table, case):
     elif case == "too few rows":
         table = table.head(60)
     elif case == "single-class target":
-        table["churned"] = "no"
+        table[TARGET] = "bronze"
     elif case == "class share":
-        keep = table[table["churned"] == "no"].index.union(table[table["churned"] == "yes"].index[:20])
+        keep = table[table[TARGET] != "gold"].index.union(table[table[TARGET] == "gold"].index[:20])
         table = table.loc[keep]
     return table
 
@@ -81,13 +99,13 @@ def write_case(path: Path, case: str) -> None:
 CASES = {  # case -> words the error must contain (column, rule, count)
     "missing column": ["'plan'", "missing", "required by the contract"],
     "wrong dtype": ["'tenure_months'", "numeric", "line 12"],
-    "out of range": ["'customer age'", "between", "5 offending rows"],
+    "out of range": [f"'{AGE}'", "between", "5 offending rows"],
     "unseen category": ["'region'", "in_set", "3 offending rows", "mars"],
     "too many nulls": ["'satisfaction'", "not_be_null"],
     "duplicated key": ["'customer_id'", "unique", "5 offending rows"],  # 4 set to 7, plus id 7 itself,
     "too few rows": ["row_count"],
-    "single-class target": ["'churned'", "single class"],
-    "class share": ["class 'yes'", "min_class_share"],
+    "single-class target": [f"'{TARGET}'", "single class"],
+    "class share": ["class 'gold'", "min_class_share"],
     "empty file": ["is empty"],
     "not a CSV": ["not a valid CSV"],
 }
@@ -103,10 +121,10 @@ def committed(tmp_path_factory) -> Params:
     folder = tmp_path_factory.mktemp("contract-inprocess")
     reference = folder / "customers.csv"
     _reference().to_csv(reference, index=False)
-    proposal = propose_contract(load_params(REPO / "params.yaml").data, str(reference), "churned", margin=0.1)
+    proposal = propose_contract(load_params(REPO / "params.yaml").data, str(reference), TARGET, margin=0.1)
     (folder / "contract.yaml").write_text(_review(proposal))
-    _, params = resolve([f"data.source={reference}", "data.target=churned"], params_file=str(folder / "contract.yaml"),
-                        base_file=str(REPO / "params.yaml"))
+    _, params = resolve([f"data.source={reference}", f"data.target={TARGET}"],
+                        params_file=str(folder / "contract.yaml"), base_file=str(REPO / "params.yaml"))
     assert params.contract is not None and params.contract.key == "customer_id"
     return params
 
@@ -151,27 +169,39 @@ def test_the_reference_data_passes_the_same_door(committed, tmp_path):
 # Through the real CLI: exit code, quarantine, nothing touched.
 
 @pytest.fixture(scope="module")
-def contracted(tmp_path_factory, prefect_server):
-    """A project whose contract was suggested from reference data, reviewed (key added) and committed."""
-    project = make_project(tmp_path_factory.mktemp("contract"),
-                           {"distill": {"enabled": False}},  # the doors, not the student
-                           prefect=prefect_server)
+def contracted(tiny_pipeline, tmp_path_factory):
+    """A copy of the session's project, given the user's table: a contract suggested from it, reviewed (key added)
+    and committed, then the first run on it (light_run_flags: the session's first run proved compile, dynamo and
+    the student)."""
+    session, _ = tiny_pipeline
+    project = copy_project(session.root, tmp_path_factory.mktemp("contract") / "project", session.prefect)
+    champion = project.registry("synthetic-churn")["aliases"]["champion"]
     _reference().to_csv(project.root / "data" / "customers.csv", index=False)
-    suggested = project.torchship("contract", "suggest", "data/customers.csv", "--target", "churned")
+    suggested = project.torchship("contract", "suggest", "data/customers.csv", "--target", TARGET)
     assert suggested.returncode == 0, suggested.stderr
     (project.root / "contract.yaml").write_text(_review(suggested.stdout))
     first = project.torchship("run", "--params", "contract.yaml", "--set", "data.source=data/customers.csv",
-                              "--set", "data.target=churned")
+                              "--set", f"data.target={TARGET}", *light_run_flags())
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    return project, first, champion
+
+
+def test_a_users_table_gets_its_own_champion_and_the_first_model_keeps_its_own(contracted):
+    project, first, champion = contracted
+    assert "3 classes" in first.stdout
+    schema = json.loads((project.root / "data" / "prepare" / "schema.json").read_text())
+    features = [feature["name"] for feature in schema["features"]]
+    assert sorted(schema["classes"]) == ["bronze", "gold", "silver"] and schema["target"] == TARGET
+    assert AGE in features and "monthly/charges $" in features and "customer_id" not in features   # the key is data
     assert "champion" in project.registry(MODEL)["aliases"]
+    assert project.registry("synthetic-churn")["aliases"]["champion"] == champion
     # The key column is data, not a feature: the canary must not send it (the service would refuse it).
     assert "│ canary   │ pass" in first.stdout, first.stdout[-3000:]
-    return project
 
 
 @pytest.mark.parametrize("case", CLI_CASES)
 def test_bad_data_is_refused_through_the_cli_and_quarantined(contracted, case):
-    project = contracted
+    project, _, _ = contracted
     before = snapshot(project, MODEL)
     quarantine = project.root / "data" / "quarantine"
     earlier = set(quarantine.glob("*"))
@@ -196,15 +226,15 @@ def test_bad_data_is_refused_through_the_cli_and_quarantined(contracted, case):
 
 
 def test_the_same_bad_row_is_refused_at_both_doors(contracted, committed, tmp_path):
-    project = contracted
-    row = _reference().drop(columns=["customer_id", "churned"]).head(1)
-    row.loc[row.index[0], "customer age"] = 500
+    project, _, _ = contracted
+    row = _reference().drop(columns=["customer_id", TARGET]).head(1)
+    row.loc[row.index[0], AGE] = 500
     # Training door.
     batch = _reference()
-    batch.loc[batch.index[0], "customer age"] = 500
+    batch.loc[batch.index[0], AGE] = 500
     batch.to_csv(tmp_path / "batch.csv", index=False)
     message = refusal(tmp_path / "batch.csv", committed) or ""
-    assert "'customer age'" in message and "between" in message and "1 offending rows" in message
+    assert f"'{AGE}'" in message and "between" in message and "1 offending rows" in message
     # HTTP door: the service's request model comes from the same contract (carried in the model file).
     import httpx
 
@@ -218,13 +248,13 @@ def test_the_same_bad_row_is_refused_at_both_doors(contracted, committed, tmp_pa
         response = httpx.post(f"{url}/predict", json={"rows": [payload]})
         assert response.status_code == 422, response.text
         problem = response.json()["detail"][0]
-        assert problem["field"] == "customer age" and problem["rule"] == "less_than_equal"
-        payload["customer age"] = 40.0
+        assert problem["field"] == AGE and problem["rule"] == "less_than_equal"
+        payload[AGE] = 40.0
         assert httpx.post(f"{url}/predict", json={"rows": [payload]}).status_code == 200
 
 
 def test_a_new_batch_is_judged_before_it_joins_the_training_set(contracted):
-    project = contracted
+    project, _, _ = contracted
     batches = project.root / "data" / "batches"
     good = _reference(400, seed=99)
     good["customer_id"] += 10_000
