@@ -10,6 +10,7 @@ from typing import Any
 
 from torch import nn
 
+from models.ensemble import FoldEnsemble
 from models.ft_transformer import FTTransformer, FTTransformerConfig
 from models.tabular import FeatureLayout, MLPConfig, TabularMLP, TabularPreprocessor
 
@@ -46,5 +47,5 @@ def default_lr(name: str) -> float:
     return float(getattr(model_class(name), "default_lr", FALLBACK_LR))
 
 
-__all__ = ["FALLBACK_LR", "FTTransformer", "FTTransformerConfig", "FeatureLayout", "MLPConfig", "MODELS",
-           "TabularMLP", "TabularPreprocessor", "build_model", "default_lr", "model_class"]
+__all__ = ["FALLBACK_LR", "FTTransformer", "FTTransformerConfig", "FeatureLayout", "FoldEnsemble", "MLPConfig",
+           "MODELS", "TabularMLP", "TabularPreprocessor", "build_model", "default_lr", "model_class"]

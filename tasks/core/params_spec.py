@@ -99,6 +99,11 @@ class TrainParams(Section):
     ft_min_rows: int = Field(5_000, ge=0, description="`model: auto` picks the FT-Transformer from this many training "
                                                       "rows, the MLP below (bench/results/auto_model.json has the "
                                                       "figures behind the rule).")
+    cv_max_rows: int = Field(2_000, ge=0, description="Below this many training rows, train `cv_folds` members by "
+                                                       "cross-validation (each early-stopped on its own fold) and "
+                                                       "serve them as one graph averaging their probabilities; their "
+                                                       "out-of-fold score is the model-selection figure. 0 = never.")
+    cv_folds: int = Field(5, ge=2, le=20, description="Folds (= ensemble members) below `cv_max_rows`.")
     adapt: bool = Field(True, description="Fit the schedule to the table: shrink the batch so every epoch has at least "
                                           "16 optimizer steps (never below 32 rows), raise epochs to reach "
                                           "`min_steps`, and stretch `patience` with them. `false` = exactly the values "

@@ -30,11 +30,19 @@ class FittedTraining(BaseModel):
     train_rows: int
     steps_per_epoch: int
     reasons: list[str]
+    folds: int = 1                     # > 1: cross-validated members, served as one averaging graph
+    candidates: dict[str, float] = {}  # family -> its lr: what cross-validation compares (one entry = no choice)
 
     def headline(self) -> str:
         why = f" ({'; '.join(self.reasons)})" if self.reasons else ""
-        return (f"{self.model}, batch {self.batch_size}, up to {self.epochs} epochs × {self.steps_per_epoch} steps, "
-                f"lr {self.lr:g}{why}")
+        members = f" × {self.folds} fold members" if self.folds > 1 else ""
+        return (f"{self.model}{members}, batch {self.batch_size}, up to {self.epochs} epochs × "
+                f"{self.steps_per_epoch} steps, lr {self.lr:g}{why}")
+
+
+def cross_validation_folds(settings: TrainParams, train_rows: int) -> int:
+    """`cv_folds` below `cv_max_rows` training rows, else 1 (one run early-stopped on the validation split)."""
+    return settings.cv_folds if 0 < train_rows < settings.cv_max_rows else 1
 
 
 def pick_model(settings: TrainParams, train_rows: int) -> tuple[str, str | None]:
@@ -51,6 +59,13 @@ def fit_training(settings: TrainParams, train_rows: int) -> FittedTraining:
     """The effective model, batch, epochs, patience and learning rate for `train_rows` training rows."""
     model, picked = pick_model(settings, train_rows)
     reasons = [picked] if picked else []
+    folds = cross_validation_folds(settings, train_rows)
+    if folds > 1:
+        reasons.append(f"{folds} cross-validated members: {train_rows:,} training rows < train.cv_max_rows "
+                       f"{settings.cv_max_rows:,}")
+    table_rows = train_rows
+    if folds > 1:
+        train_rows -= train_rows // folds   # a member trains on k-1 folds: fit its schedule to those rows
     batch, epochs, patience = settings.batch_size, settings.epochs, settings.patience
     if settings.adapt:
         fitting = max(MIN_BATCH, 1 << max(0, (train_rows // MIN_BATCHES_PER_EPOCH).bit_length() - 1))
@@ -66,9 +81,10 @@ def fit_training(settings: TrainParams, train_rows: int) -> FittedTraining:
             reasons.append(f"patience {settings.patience} -> {patience} epochs")
             epochs = needed
     lr = settings.lr if settings.lr is not None else default_lr(model)   # each model file declares its own
+    candidates = {model: lr} if folds > 1 else {}
     return FittedTraining(model=model, batch_size=batch, epochs=epochs, patience=patience, lr=lr,
-                          train_rows=train_rows, steps_per_epoch=max(1, math.ceil(train_rows / batch)),
-                          reasons=reasons)
+                          train_rows=table_rows, steps_per_epoch=max(1, math.ceil(train_rows / batch)),
+                          reasons=reasons, folds=folds, candidates=candidates)
 
 
 def fitted_settings(settings: TrainParams, fitted: FittedTraining) -> TrainParams:

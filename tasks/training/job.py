@@ -13,12 +13,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from models import build_model
 from tasks.config import Params, TrainParams
@@ -30,6 +31,7 @@ from tasks.core.errors import TorchshipError
 from tasks.core.procs import Child, running, tee_lines
 from tasks.training import checkpoint
 from tasks.training.adapt import FittedTraining
+from tasks.training.crossval import StartFold, candidates_for, cross_validate, finish_cross_validation
 from tasks.training.distributed import Runtime, broadcast_state, init_runtime, torchrun_command, wrap_model
 from tasks.training.loop import Split, Trainer, predict_logits
 from tasks.training.report import TrainingProgress, report_training
@@ -211,10 +213,31 @@ class JobTrainer(Trainer):
             self.progress.close()
 
 
+def start_trainer(job: TrainingJob, runtime: Runtime, n_classes: int, model: nn.Module, train: Split,
+                  val: Split) -> JobTrainer:
+    """The job's trainer on `model` (wrapped for DDP/FSDP, compiled if asked), set up and resumed."""
+    model = wrap_model(model, job.train.strategy, runtime)
+    trainer = JobTrainer(job, runtime, n_classes)
+    trainer.setup(torch.compile(model) if job.train.compile else model, train, val)
+    trainer.resume()
+    return trainer
+
+
+def fold_starter(job: TrainingJob, runtime: Runtime, n_classes: int) -> StartFold:
+    """Each cross-validation fold as a job of its own: its settings, a progress line naming it, and its own
+    checkpoint folder and fingerprint, so a re-run resumes the fold it stopped in and skips finished ones."""
+    def start(settings: TrainParams, tag: str, model: nn.Module, train: Split, val: Split) -> JobTrainer:
+        fold = replace(job, train=settings, stage=f"{job.stage} {tag}", identity=(*job.identity, tag),
+                       checkpoints=job.checkpoints / re.sub(r"\W+", "-", tag))
+        return start_trainer(fold, runtime, n_classes, model, train, val)
+
+    return start
+
+
 def worker(params: Params, job: TrainingJob) -> None:
-    """One torchrun process: join the group, build the model, resume or start, train, and (rank 0) save the
-    best weights and report."""
-    settings, spec = job.train, job.spec
+    """One torchrun process: join the group, build the model, resume or start, train (one run, or the folds of
+    cross-validation below train.cv_max_rows), and (rank 0) save the best weights and report."""
+    settings, spec, fitted, summary = job.train, job.spec, job.fitted, None
     runtime = init_runtime(settings)
     try:
         torch.manual_seed(settings.seed)
@@ -222,25 +245,33 @@ def worker(params: Params, job: TrainingJob) -> None:
         if runtime.rank == 0 and runtime.precision_note:
             log.warning("precision: %s", runtime.precision_note)
         schema = load_schema(paths.SCHEMA)
+        n_classes = len(schema.classes)
         train = load_split(paths.TRAIN_SPLIT, schema, runtime.device)
         val = load_split(paths.VAL_SPLIT, schema, runtime.device)
         if job.teacher is not None:
             train.soft = teacher_logits(job.teacher, train.features)
         layout = fit_layout(train.features.cpu().numpy(), schema)
-        model = wrap_model(build_model(spec["name"], layout, **spec["kwargs"]), settings.strategy, runtime)
-        trainer = JobTrainer(job, runtime, len(schema.classes))
-        trainer.setup(torch.compile(model) if settings.compile else model, train, val)
-        trainer.resume()
-        state = trainer.train()
-        trainer.close()
+        if fitted is not None and fitted.folds > 1:
+            chosen, runs = cross_validate(candidates_for(settings, fitted), train, layout, n_classes, fitted.folds,
+                                          settings.seed, fold_starter(job, runtime, n_classes), runtime.rank == 0)
+            history, settings = chosen.history, chosen.candidate.settings
+        else:
+            trainer = start_trainer(job, runtime, n_classes, build_model(spec["name"], layout, **spec["kwargs"]),
+                                    train, val)
+            state = trainer.train()
+            trainer.close()
+            history = state.history
         peak_rss_mb = summed_peak_rss_mb()
         if runtime.rank == 0:
-            best = build_model(spec["name"], layout, **spec["kwargs"])
-            best.load_state_dict(state.best_state)
+            if fitted is not None and fitted.folds > 1:
+                best, spec, fitted, summary = finish_cross_validation(chosen, runs, layout, fitted)
+            else:
+                best = build_model(spec["name"], layout, **spec["kwargs"])
+                best.load_state_dict(state.best_state)
             save_trained(job.weights, best, layout, spec, schema.classes)
-            report_training(params, best.eval(), Split(val.features.cpu(), val.labels.cpu()), state.history, schema,
+            report_training(params, best.eval(), Split(val.features.cpu(), val.labels.cpu()), history, schema,
                             runtime, peak_rss_mb=peak_rss_mb, folder=job.folder, stage=job.stage, train_params=settings,
-                            fitted=job.fitted)
+                            fitted=fitted, cross_validation=summary)
     finally:
         dist.destroy_process_group()
 

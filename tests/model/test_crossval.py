@@ -1,0 +1,126 @@
+"""Cross-validated training below train.cv_max_rows (tasks/training/crossval.py): stratified folds, members
+early-stopped on their own fold, the out-of-fold score recorded, and the members served as one ONNX graph whose
+probabilities are the mean of theirs (behind the raw-row front)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tasks.config import ExportParams, PrepareParams, TrainParams
+from tasks.contract import encode_features, encode_target
+from tasks.core.metrics import classification_metrics
+from tasks.core.runtime import open_onnx, predict_proba
+from tasks.core.sources import load_sklearn
+from tasks.prepare import prepare_tables
+from tasks.training.adapt import fit_training
+from tasks.training.crossval import (
+    SELECTION_METRIC,
+    Candidate,
+    cross_validate,
+    cross_validation_headline,
+    finish_cross_validation,
+    fold_assignment,
+)
+from tasks.training.loop import Split, Trainer, predict_logits
+from tasks.training.weights import build_trained, fit_layout
+from tasks.variants.exporters import export_onnx
+from tasks.variants.parity import raw_probe_rows
+from tasks.variants.preprocess import compose_raw_model
+
+pytestmark = pytest.mark.model
+
+# Few epochs, no schedule fitting: the wine table (~125 training rows, 13 numeric columns, 3 classes) learns in 20.
+QUICK = TrainParams(adapt=False, epochs=20, batch_size=32, patience=20, warmup_fraction=0.1, seed=0,
+                    model_args={"mlp": {"hidden": [16], "dropout": 0.0}})
+
+
+def split_of(frame, schema) -> Split:
+    return Split(torch.from_numpy(encode_features(frame, schema)),
+                 torch.from_numpy(encode_target(frame[schema.target], schema)))
+
+
+@pytest.fixture(scope="module")
+def wine():
+    torch.set_num_threads(1)
+    prepared = prepare_tables(load_sklearn("wine"), "target", "sklearn:wine", PrepareParams(seed=0))
+    train = split_of(prepared.train, prepared.schema)
+    return prepared, train, split_of(prepared.val, prepared.schema), fit_layout(train.features.numpy(),
+                                                                                prepared.schema)
+
+
+def plain_start(settings: TrainParams, tag: str, model, train: Split, val: Split) -> Trainer:
+    """The single-process trainer (no torchrun, no checkpoints): what JobTrainer runs, minus persistence."""
+    trainer = Trainer(settings, 3)
+    trainer.setup(model, train, val)
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def cross_validated(wine):
+    prepared, train, _, layout = wine
+    fitted = fit_training(QUICK.model_copy(update={"model": "mlp"}), len(train.labels))
+    candidates = []
+    for name, lr in fitted.candidates.items():
+        settings = QUICK.model_copy(update={"model": name, "lr": lr})
+        candidates.append(Candidate(name, settings, {"name": name, "kwargs": settings.model_args.get(name, {})}))
+    chosen, runs = cross_validate(candidates, train, layout, 3, fitted.folds, 0, plain_start)
+    return fitted, chosen, runs, finish_cross_validation(chosen, runs, layout, fitted)
+
+
+def test_folds_are_stratified_balanced_and_seeded():
+    labels = np.array([0] * 50 + [1] * 23 + [2] * 7)
+    folds = fold_assignment(labels, 5, seed=3)
+    sizes = np.bincount(folds, minlength=5)
+    assert sizes.max() - sizes.min() <= 1
+    for label, count in ((0, 50), (1, 23), (2, 7)):
+        per_fold = np.bincount(folds[labels == label], minlength=5)
+        assert per_fold.max() - per_fold.min() <= 1 and per_fold.sum() == count
+    assert np.array_equal(folds, fold_assignment(labels, 5, seed=3))
+    assert not np.array_equal(folds, fold_assignment(labels, 5, seed=4))
+
+
+def test_every_member_is_early_stopped_on_its_own_fold_and_every_row_is_scored_out_of_fold(wine, cross_validated):
+    _, train, _, _ = wine
+    fitted, chosen, runs, _ = cross_validated
+    assert fitted.folds == 5 and [run.candidate.name for run in runs] == ["mlp"]
+    for run in runs:
+        assert len(run.members) == 5 and {r["fold"] for r in run.history} == {1, 2, 3, 4, 5}
+        assert np.allclose(run.out_of_fold.sum(1), 1.0, atol=1e-5)   # every row got its held-out member's vote
+        assert run.scores == classification_metrics(train.labels.numpy(), run.out_of_fold.argmax(1), 3)
+    assert chosen.scores[SELECTION_METRIC] == max(run.scores[SELECTION_METRIC] for run in runs)
+
+
+def test_the_ensemble_learns_a_small_sklearn_table(wine, cross_validated):
+    prepared, _, val, layout = wine
+    _, chosen, _, (ensemble, spec, _, _) = cross_validated
+    assert chosen.scores["accuracy"] > 0.85
+    scores = classification_metrics(val.labels.numpy(), predict_logits(ensemble, val.features).argmax(1).numpy(), 3)
+    assert scores["accuracy"] > 0.85, scores
+    rebuilt = build_trained(spec, layout)   # what load_trained builds from the saved spec
+    rebuilt.load_state_dict(ensemble.state_dict())
+    assert torch.equal(predict_logits(rebuilt, val.features), predict_logits(ensemble, val.features))
+
+
+def test_the_out_of_fold_score_is_recorded(cross_validated):
+    fitted, chosen, runs, (_, spec, recorded, summary) = cross_validated
+    assert recorded == fitted and spec == {**chosen.candidate.spec, "members": 5}
+    assert summary == {"folds": 5, "metric": "f1_macro", "chosen": "mlp", "out_of_fold": chosen.scores,
+                       "candidates": {"mlp": chosen.scores}}
+    assert cross_validation_headline(summary) == f"5-fold out-of-fold f1_macro {chosen.scores['f1_macro']:.4f}"
+
+
+def test_the_served_graph_averages_its_members_probabilities(wine, cross_validated, tmp_path):
+    prepared, _, _, _ = wine
+    _, _, _, (ensemble, _, _, _) = cross_validated
+    schema = prepared.schema
+    path = tmp_path / "ensemble.onnx"
+    export_onnx(ensemble, schema, ExportParams().onnx_exporter, path)
+    import onnx
+
+    served = open_onnx(compose_raw_model(onnx.load(str(path)), schema).SerializeToString(), 1)
+    rows = raw_probe_rows(prepared.holdout, schema, 64)   # holdout rows plus missing and far-out values
+    encoded = torch.from_numpy(encode_features(rows, schema))
+    with torch.no_grad():
+        mean = torch.stack([torch.softmax(member(encoded), 1) for member in ensemble.members]).mean(0).numpy()
+    np.testing.assert_allclose(predict_proba(served, schema, rows), mean, atol=1e-5)
