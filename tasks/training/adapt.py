@@ -40,15 +40,26 @@ class FittedTraining(BaseModel):
                 f"{self.steps_per_epoch} steps, lr {self.lr:g}{why}")
 
 
-def cross_validation_folds(settings: TrainParams, train_rows: int) -> int:
-    """`cv_folds` below `cv_max_rows` training rows, else 1 (one run early-stopped on the validation split)."""
-    return settings.cv_folds if 0 < train_rows < settings.cv_max_rows else 1
+# What `auto` compares by out-of-fold score below train.cv_max_rows, simplest first (it wins a tie).
+SMALL_TABLE_FAMILIES = ("linear", "mlp")
+
+
+def cross_validation_plan(settings: TrainParams, train_rows: int) -> tuple[int, list[str]]:
+    """(folds, families to compare): folds > 1 below `cv_max_rows`; `auto` then compares SMALL_TABLE_FAMILIES."""
+    if not 0 < train_rows < settings.cv_max_rows:
+        return 1, []
+    return settings.cv_folds, list(SMALL_TABLE_FAMILIES) if settings.model == AUTO else [settings.model]
 
 
 def pick_model(settings: TrainParams, train_rows: int) -> tuple[str, str | None]:
-    """`auto` -> mlp below `ft_min_rows` training rows, else the FT-Transformer; an explicit model stays."""
+    """`auto` -> mlp below `ft_min_rows` training rows, else the FT-Transformer; an explicit model stays. Below
+    `cv_max_rows` the mlp is provisional: cross-validation picks the family (tasks/training/crossval.py)."""
     if settings.model != AUTO:
         return settings.model, None
+    folds, families = cross_validation_plan(settings, train_rows)
+    if len(families) > 1:
+        return "mlp", (f"auto compares {', '.join(families)} by {folds}-fold out-of-fold score: {train_rows:,} "
+                       f"training rows < train.cv_max_rows {settings.cv_max_rows:,}")
     if train_rows < settings.ft_min_rows:
         return "mlp", f"auto picked mlp: {train_rows:,} training rows < train.ft_min_rows {settings.ft_min_rows:,}"
     return "ft_transformer", (f"auto picked ft_transformer: {train_rows:,} training rows >= "
@@ -59,7 +70,7 @@ def fit_training(settings: TrainParams, train_rows: int) -> FittedTraining:
     """The effective model, batch, epochs, patience and learning rate for `train_rows` training rows."""
     model, picked = pick_model(settings, train_rows)
     reasons = [picked] if picked else []
-    folds = cross_validation_folds(settings, train_rows)
+    folds, families = cross_validation_plan(settings, train_rows)
     if folds > 1:
         reasons.append(f"{folds} cross-validated members: {train_rows:,} training rows < train.cv_max_rows "
                        f"{settings.cv_max_rows:,}")
@@ -81,7 +92,7 @@ def fit_training(settings: TrainParams, train_rows: int) -> FittedTraining:
             reasons.append(f"patience {settings.patience} -> {patience} epochs")
             epochs = needed
     lr = settings.lr if settings.lr is not None else default_lr(model)   # each model file declares its own
-    candidates = {model: lr} if folds > 1 else {}
+    candidates = {name: settings.lr if settings.lr is not None else default_lr(name) for name in families}
     return FittedTraining(model=model, batch_size=batch, epochs=epochs, patience=patience, lr=lr,
                           train_rows=table_rows, steps_per_epoch=max(1, math.ceil(train_rows / batch)),
                           reasons=reasons, folds=folds, candidates=candidates)
