@@ -20,6 +20,7 @@ from models import FeatureLayout, FoldEnsemble, build_model
 from tasks.config import TrainParams
 from tasks.core.metrics import classification_metrics
 from tasks.training.adapt import FittedTraining
+from tasks.training.calibration import calibrate
 from tasks.training.loop import Split, Trainer, predict_logits
 from tasks.training.weights import model_spec
 
@@ -46,7 +47,7 @@ class FamilyRun:
     candidate: Candidate
     members: list[dict]               # best state dict per fold (empty dicts on ranks > 0 under FSDP)
     history: list[dict]               # every fold's epoch records, each with its "fold" (1-based)
-    out_of_fold: np.ndarray | None    # (N, C) probabilities, each row from the one member that never trained on it
+    out_of_fold: np.ndarray | None    # (N, C) log-probabilities, each row from the one member that never trained on it
     scores: dict[str, float]          # out-of-fold accuracy and f1_macro (empty where not scored)
 
 
@@ -78,7 +79,7 @@ def _rows(split: Split, mask: torch.Tensor) -> Split:
 
 def train_family(candidate: Candidate, train: Split, layout: FeatureLayout, assignment: np.ndarray, n_classes: int,
                  start: StartFold, score: bool = True) -> FamilyRun:
-    """k members of one family, fold after fold; with `score`, their out-of-fold probabilities and scores.
+    """k members of one family, fold after fold; with `score`, their out-of-fold log-probabilities and scores.
     The layout (standardisation, category counts) is the whole training split's, shared by every member so the
     served ensemble has one front: the held-out fold's labels never reach it."""
     folds = int(assignment.max()) + 1
@@ -100,7 +101,7 @@ def train_family(candidate: Candidate, train: Split, layout: FeatureLayout, assi
             member = build_model(candidate.spec["name"], layout, **candidate.spec["kwargs"])
             member.load_state_dict(state.best_state)
             logits = predict_logits(member, held_out.features.cpu())
-            out_of_fold[held.cpu().numpy()] = torch.softmax(logits, 1).numpy()
+            out_of_fold[held.cpu().numpy()] = torch.log_softmax(logits, 1).numpy()
     scores = (classification_metrics(train.labels.cpu().numpy(), out_of_fold.argmax(1), n_classes)
               if score else {})
     return FamilyRun(candidate, members, history, out_of_fold, scores)
@@ -120,14 +121,14 @@ def cross_validate(candidates: list[Candidate], train: Split, layout: FeatureLay
     return (pick_family(runs) if score else runs[0]), runs
 
 
-def ensemble_of(run: FamilyRun, layout: FeatureLayout) -> FoldEnsemble:
+def ensemble_of(run: FamilyRun, layout: FeatureLayout, temperature: float = 1.0) -> FoldEnsemble:
     """The run's members as one module that averages their probabilities (eval mode, on the CPU)."""
     members = []
     for state in run.members:
         member = build_model(run.candidate.spec["name"], layout, **run.candidate.spec["kwargs"])
         member.load_state_dict(state)
         members.append(member)
-    return FoldEnsemble(members).eval()
+    return FoldEnsemble(members, temperature).eval()
 
 
 def ensemble_spec(run: FamilyRun) -> dict:
@@ -135,10 +136,12 @@ def ensemble_spec(run: FamilyRun) -> dict:
     return {**run.candidate.spec, "members": len(run.members)}
 
 
-def cross_validation_summary(chosen: FamilyRun, runs: list[FamilyRun]) -> dict:
-    """For metrics.json, the headline and MLflow: folds, the chosen family, every candidate's out-of-fold scores."""
+def cross_validation_summary(chosen: FamilyRun, runs: list[FamilyRun], calibration: dict | None = None) -> dict:
+    """For metrics.json, the headline and MLflow: folds, the chosen family, every candidate's out-of-fold scores,
+    and the chosen run's calibration (tasks/training/calibration.py)."""
     return {"folds": len(chosen.members), "metric": SELECTION_METRIC, "chosen": chosen.candidate.name,
-            "out_of_fold": chosen.scores, "candidates": {run.candidate.name: run.scores for run in runs}}
+            "out_of_fold": chosen.scores, "candidates": {run.candidate.name: run.scores for run in runs},
+            "calibration": calibration}
 
 
 def candidate_scores(summary: dict) -> str:
@@ -152,16 +155,23 @@ def cross_validation_headline(summary: dict) -> str:
     text = f"{summary['folds']}-fold out-of-fold {metric} {summary['out_of_fold'][metric]:.4f}"
     if len(summary["candidates"]) > 1:
         text += f" ({candidate_scores(summary)}: picked {summary['chosen']})"
+    calibration = summary.get("calibration")
+    if calibration and calibration["temperature"] != 1.0:
+        text += (f", temperature {calibration['temperature']:.3g} (out-of-fold ECE {calibration['ece_before']:.3f} "
+                 f"-> {calibration['ece_after']:.3f})")
     return text
 
 
 def finish_cross_validation(chosen: FamilyRun, runs: list[FamilyRun], layout: FeatureLayout,
-                            fitted: FittedTraining) -> tuple[FoldEnsemble, dict, FittedTraining, dict]:
-    """On rank 0 after the folds: (the served ensemble, its spec, the fitted training with the chosen family in,
-    the summary for the report)."""
-    summary = cross_validation_summary(chosen, runs)
+                            fitted: FittedTraining, labels: np.ndarray) -> tuple[FoldEnsemble, dict, FittedTraining,
+                                                                                  dict]:
+    """On rank 0 after the folds: (the served ensemble, temperature-scaled where its out-of-fold predictions are
+    off, its spec, the fitted training with the chosen family in, the summary for the report). `labels`: the
+    training split's, in the order the out-of-fold rows are."""
+    calibration = calibrate(chosen.out_of_fold, labels)
+    summary = cross_validation_summary(chosen, runs, calibration)
     name = chosen.candidate.name
     if len(runs) > 1:
         fitted = fitted.model_copy(update={"model": name, "lr": fitted.candidates[name], "reasons": [
             *fitted.reasons, f"auto picked {name} by out-of-fold {summary['metric']}: {candidate_scores(summary)}"]})
-    return ensemble_of(chosen, layout), ensemble_spec(chosen), fitted, summary
+    return ensemble_of(chosen, layout, calibration["temperature"]), ensemble_spec(chosen), fitted, summary

@@ -264,7 +264,8 @@ def worker(params: Params, job: TrainingJob) -> None:
         peak_rss_mb = summed_peak_rss_mb()
         if runtime.rank == 0:
             if fitted is not None and fitted.folds > 1:
-                best, spec, fitted, summary = finish_cross_validation(chosen, runs, layout, fitted)
+                best, spec, fitted, summary = finish_cross_validation(chosen, runs, layout, fitted,
+                                                                      train.labels.cpu().numpy())
             else:
                 best = build_model(spec["name"], layout, **spec["kwargs"])
                 best.load_state_dict(state.best_state)

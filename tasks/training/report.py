@@ -77,6 +77,9 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
             mlflow.log_metrics({f"oof_{name}_{key}": value for name, scores in cross_validation["candidates"].items()
                                 for key, value in scores.items()})
             mlflow.log_metrics({f"oof_{key}": value for key, value in cross_validation["out_of_fold"].items()})
+            if cross_validation.get("calibration"):
+                mlflow.log_metrics({f"calibration_{key}": value
+                                    for key, value in cross_validation["calibration"].items()})
         mlflow.log_artifacts(str(plots), artifact_path="plots")
         mlflow.log_artifact(str(history_path))
         if fitted:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from models import FoldEnsemble
 from tasks.config import PrepareParams, TrainParams
 from tasks.contract import encode_features, encode_target
 from tasks.core.metrics import classification_metrics
@@ -14,6 +15,7 @@ from tasks.core.runtime import open_onnx, predict_proba
 from tasks.core.sources import load_sklearn
 from tasks.prepare import prepare_tables
 from tasks.training.adapt import fit_training
+from tasks.training.calibration import calibrate, tempered
 from tasks.training.crossval import (
     SELECTION_METRIC,
     Candidate,
@@ -66,7 +68,7 @@ def cross_validated(wine):
         settings = QUICK.model_copy(update={"model": name, "lr": lr})
         candidates.append(Candidate(name, settings, {"name": name, "kwargs": settings.model_args.get(name, {})}))
     chosen, runs = cross_validate(candidates, train, layout, 3, fitted.folds, 0, plain_start)
-    return fitted, chosen, runs, finish_cross_validation(chosen, runs, layout, fitted)
+    return fitted, chosen, runs, finish_cross_validation(chosen, runs, layout, fitted, train.labels.numpy())
 
 
 def test_folds_are_stratified_balanced_and_seeded():
@@ -87,7 +89,7 @@ def test_every_member_is_early_stopped_on_its_own_fold_and_every_row_is_scored_o
     assert fitted.folds == 5 and [run.candidate.name for run in runs] == ["linear", "mlp"]
     for run in runs:
         assert len(run.members) == 5 and {r["fold"] for r in run.history} == {1, 2, 3, 4, 5}
-        assert np.allclose(run.out_of_fold.sum(1), 1.0, atol=1e-5)   # every row got its held-out member's vote
+        assert np.allclose(np.exp(run.out_of_fold).sum(1), 1.0, atol=1e-5)   # every row: its held-out member's vote
         assert run.scores == classification_metrics(train.labels.numpy(), run.out_of_fold.argmax(1), 3)
     assert chosen.scores[SELECTION_METRIC] == max(run.scores[SELECTION_METRIC] for run in runs)
 
@@ -103,12 +105,15 @@ def test_the_ensemble_learns_a_small_sklearn_table(wine, cross_validated):
     assert torch.equal(predict_logits(rebuilt, val.features), predict_logits(ensemble, val.features))
 
 
-def test_the_family_choice_and_every_candidates_score_are_recorded(cross_validated):
-    fitted, chosen, runs, (_, spec, recorded, summary) = cross_validated
+def test_the_family_choice_and_every_candidates_score_are_recorded(wine, cross_validated):
+    labels = wine[1].labels.numpy()
+    fitted, chosen, runs, (ensemble, spec, recorded, summary) = cross_validated
     name = chosen.candidate.name
     assert recorded.model == name and recorded.lr == fitted.candidates[name] and spec["name"] == name
     assert summary["chosen"] == name and summary["folds"] == 5 == spec["members"]
     assert summary["candidates"] == {run.candidate.name: run.scores for run in runs}
+    assert summary["calibration"] == calibrate(chosen.out_of_fold, labels)   # from the chosen run's own folds
+    assert float(ensemble.temperature) == pytest.approx(summary["calibration"]["temperature"])
     headline = cross_validation_headline(summary)
     assert f"picked {name}" in headline and all(run.candidate.name in headline for run in runs)
     assert recorded.reasons[-1].startswith(f"auto picked {name} by out-of-fold f1_macro: linear 0.")
@@ -121,20 +126,30 @@ def test_a_tie_goes_to_the_simpler_family(cross_validated):
     assert pick_family(tied).candidate.name == "linear"
 
 
-def test_the_served_graph_averages_its_members_probabilities(wine, cross_validated, tmp_path):
-    prepared, _, _, _ = wine
-    _, _, _, (ensemble, _, _, _) = cross_validated
-    schema = prepared.schema
-    path = tmp_path / "ensemble.onnx"
-    export_onnx(ensemble, schema, "legacy", path)   # dynamo (the default) passes too (export stage), 4x slower
+@pytest.mark.parametrize("temperature", [1.0, 1.7])
+def test_the_served_graph_averages_its_members_probabilities_at_its_temperature(wine, cross_validated, tmp_path,
+                                                                                 temperature):
     import onnx
 
+    prepared, _, _, _ = wine
+    _, _, _, (ensemble, _, _, _) = cross_validated
+    tempered_ensemble = FoldEnsemble(list(ensemble.members), temperature).eval()
+    schema = prepared.schema
+    path = tmp_path / "ensemble.onnx"
+    export_onnx(tempered_ensemble, schema, "legacy", path)   # dynamo (the default) passes too (export stage), slower
     served = open_onnx(compose_raw_model(onnx.load(str(path)), schema).SerializeToString(), 1)
     rows = raw_probe_rows(prepared.holdout, schema, 64)   # holdout rows plus missing and far-out values
     encoded = torch.from_numpy(encode_features(rows, schema))
     with torch.no_grad():
-        mean = torch.stack([torch.softmax(member(encoded), 1) for member in ensemble.members]).mean(0).numpy()
-    np.testing.assert_allclose(predict_proba(served, schema, rows), mean, atol=1e-5)
+        each = [member(encoded) for member in ensemble.members]
+        mean = torch.stack([torch.softmax(logits, 1) for logits in each]).mean(0).numpy()
+        # log of the mean without log(0) where a far-out row gives a class no probability at all
+        log_mean = (torch.logsumexp(torch.stack([torch.log_softmax(z, 1) for z in each]), 0) - np.log(len(each)))
+    probabilities = predict_proba(served, schema, rows)
+    np.testing.assert_allclose(probabilities, tempered(log_mean.numpy(), temperature), atol=1e-5)
+    assert np.array_equal(probabilities.argmax(1), mean.argmax(1))   # a temperature never changes the class
+    if temperature == 1.0:
+        np.testing.assert_allclose(probabilities, mean, atol=1e-5)
 
 
 def test_the_train_report_records_the_choice_in_metrics_headline_and_mlflow(wine, cross_validated, tmp_path):
@@ -160,3 +175,4 @@ def test_the_train_report_records_the_choice_in_metrics_headline_and_mlflow(wine
     for candidate in runs:
         name = candidate.candidate.name
         assert run.data.metrics[f"oof_{name}_f1_macro"] == pytest.approx(candidate.scores["f1_macro"])
+    assert run.data.metrics["calibration_temperature"] == pytest.approx(summary["calibration"]["temperature"])
