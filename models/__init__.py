@@ -10,10 +10,13 @@ from typing import Any
 
 from torch import nn
 
+from models.ensemble import FoldEnsemble
 from models.ft_transformer import FTTransformer, FTTransformerConfig
+from models.linear import LinearConfig, SoftmaxLinear
 from models.tabular import FeatureLayout, MLPConfig, TabularMLP, TabularPreprocessor
 
 MODELS: dict[str, Callable[..., nn.Module]] = {
+    "linear": SoftmaxLinear,
     "mlp": TabularMLP,
     "ft_transformer": FTTransformer,
 }
@@ -46,5 +49,6 @@ def default_lr(name: str) -> float:
     return float(getattr(model_class(name), "default_lr", FALLBACK_LR))
 
 
-__all__ = ["FALLBACK_LR", "FTTransformer", "FTTransformerConfig", "FeatureLayout", "MLPConfig", "MODELS",
-           "TabularMLP", "TabularPreprocessor", "build_model", "default_lr", "model_class"]
+__all__ = ["FALLBACK_LR", "FTTransformer", "FTTransformerConfig", "FeatureLayout", "FoldEnsemble", "LinearConfig",
+           "MLPConfig", "MODELS", "SoftmaxLinear", "TabularMLP", "TabularPreprocessor", "build_model", "default_lr",
+           "model_class"]

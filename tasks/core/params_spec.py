@@ -84,9 +84,11 @@ AUTO = "auto"
 class TrainParams(Section):
     """The model and its training under torchrun; `adapt` fits batch, epochs and patience to the table."""
 
-    model: str = Field(AUTO, description="The teacher: `auto` (by training rows: `mlp` for small tables, "
-                                         "`ft_transformer` from `train.ft_min_rows`; the summary says which and why), "
-                                         "`ft_transformer`, `mlp`, or `package.module:Class` for your own nn.Module "
+    model: str = Field(AUTO, description="The teacher: `auto` (below `cv_max_rows` training rows: `linear` or `mlp`, "
+                                         "whichever scores better out of fold; else by rows: `mlp` below "
+                                         "`train.ft_min_rows`, `ft_transformer` from it; the summary says which and "
+                                         "why), `ft_transformer`, `mlp`, `linear` (softmax regression), or "
+                                         "`package.module:Class` for your own nn.Module "
                                          "(called as Class(layout, **model_args[that name])). The served model is "
                                          "usually its distilled student (see `distill`).")
     model_args: dict[str, dict[str, Any]] = Field({}, description="Arguments per model name, e.g. `{mlp: {hidden: "
@@ -99,6 +101,12 @@ class TrainParams(Section):
     ft_min_rows: int = Field(5_000, ge=0, description="`model: auto` picks the FT-Transformer from this many training "
                                                       "rows, the MLP below (bench/results/auto_model.json has the "
                                                       "figures behind the rule).")
+    cv_max_rows: int = Field(2_000, ge=0, description="Below this many training rows, train `cv_folds` members by "
+                                                       "cross-validation (each early-stopped on its own fold) and "
+                                                       "serve them as one graph averaging their probabilities; their "
+                                                       "out-of-fold score is the model-selection figure, and "
+                                                       "`model: auto` picks the family on it. 0 = never.")
+    cv_folds: int = Field(5, ge=2, le=20, description="Folds (= ensemble members) below `cv_max_rows`.")
     adapt: bool = Field(True, description="Fit the schedule to the table: shrink the batch so every epoch has at least "
                                           "16 optimizer steps (never below 32 rows), raise epochs to reach "
                                           "`min_steps`, and stretch `patience` with them. `false` = exactly the values "

@@ -30,17 +30,36 @@ class FittedTraining(BaseModel):
     train_rows: int
     steps_per_epoch: int
     reasons: list[str]
+    folds: int = 1                     # > 1: cross-validated members, served as one averaging graph
+    candidates: dict[str, float] = {}  # family -> its lr: what cross-validation compares (one entry = no choice)
 
     def headline(self) -> str:
         why = f" ({'; '.join(self.reasons)})" if self.reasons else ""
-        return (f"{self.model}, batch {self.batch_size}, up to {self.epochs} epochs × {self.steps_per_epoch} steps, "
-                f"lr {self.lr:g}{why}")
+        members = f" × {self.folds} fold members" if self.folds > 1 else ""
+        return (f"{self.model}{members}, batch {self.batch_size}, up to {self.epochs} epochs × "
+                f"{self.steps_per_epoch} steps, lr {self.lr:g}{why}")
+
+
+# What `auto` compares by out-of-fold score below train.cv_max_rows, simplest first (it wins a tie).
+SMALL_TABLE_FAMILIES = ("linear", "mlp")
+
+
+def cross_validation_plan(settings: TrainParams, train_rows: int) -> tuple[int, list[str]]:
+    """(folds, families to compare): folds > 1 below `cv_max_rows`; `auto` then compares SMALL_TABLE_FAMILIES."""
+    if not 0 < train_rows < settings.cv_max_rows:
+        return 1, []
+    return settings.cv_folds, list(SMALL_TABLE_FAMILIES) if settings.model == AUTO else [settings.model]
 
 
 def pick_model(settings: TrainParams, train_rows: int) -> tuple[str, str | None]:
-    """`auto` -> mlp below `ft_min_rows` training rows, else the FT-Transformer; an explicit model stays."""
+    """`auto` -> mlp below `ft_min_rows` training rows, else the FT-Transformer; an explicit model stays. Below
+    `cv_max_rows` the mlp is provisional: cross-validation picks the family (tasks/training/crossval.py)."""
     if settings.model != AUTO:
         return settings.model, None
+    folds, families = cross_validation_plan(settings, train_rows)
+    if len(families) > 1:
+        return "mlp", (f"auto compares {', '.join(families)} by {folds}-fold out-of-fold score: {train_rows:,} "
+                       f"training rows < train.cv_max_rows {settings.cv_max_rows:,}")
     if train_rows < settings.ft_min_rows:
         return "mlp", f"auto picked mlp: {train_rows:,} training rows < train.ft_min_rows {settings.ft_min_rows:,}"
     return "ft_transformer", (f"auto picked ft_transformer: {train_rows:,} training rows >= "
@@ -51,6 +70,13 @@ def fit_training(settings: TrainParams, train_rows: int) -> FittedTraining:
     """The effective model, batch, epochs, patience and learning rate for `train_rows` training rows."""
     model, picked = pick_model(settings, train_rows)
     reasons = [picked] if picked else []
+    folds, families = cross_validation_plan(settings, train_rows)
+    if folds > 1:
+        reasons.append(f"{folds} cross-validated members: {train_rows:,} training rows < train.cv_max_rows "
+                       f"{settings.cv_max_rows:,}")
+    table_rows = train_rows
+    if folds > 1:
+        train_rows -= train_rows // folds   # a member trains on k-1 folds: fit its schedule to those rows
     batch, epochs, patience = settings.batch_size, settings.epochs, settings.patience
     if settings.adapt:
         fitting = max(MIN_BATCH, 1 << max(0, (train_rows // MIN_BATCHES_PER_EPOCH).bit_length() - 1))
@@ -66,9 +92,10 @@ def fit_training(settings: TrainParams, train_rows: int) -> FittedTraining:
             reasons.append(f"patience {settings.patience} -> {patience} epochs")
             epochs = needed
     lr = settings.lr if settings.lr is not None else default_lr(model)   # each model file declares its own
+    candidates = {name: settings.lr if settings.lr is not None else default_lr(name) for name in families}
     return FittedTraining(model=model, batch_size=batch, epochs=epochs, patience=patience, lr=lr,
-                          train_rows=train_rows, steps_per_epoch=max(1, math.ceil(train_rows / batch)),
-                          reasons=reasons)
+                          train_rows=table_rows, steps_per_epoch=max(1, math.ceil(train_rows / batch)),
+                          reasons=reasons, folds=folds, candidates=candidates)
 
 
 def fitted_settings(settings: TrainParams, fitted: FittedTraining) -> TrainParams:

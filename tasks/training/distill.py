@@ -22,6 +22,9 @@ def student_settings(params: Params) -> TrainParams:
         "model": "mlp", "model_args": {"mlp": {"hidden": list(student.hidden), "embedding_dim": student.embedding_dim,
                                                "dropout": 0.0}},
         "epochs": student.epochs, "lr": student.lr,
+        # One network, never cross-validated members: the student exists to be small and fast to serve, and its
+        # soft targets already carry the (ensembled) teacher's averaging.
+        "cv_max_rows": 0,
         "nnodes": 1})  # tiny: one node, even when the teacher used several
 
 

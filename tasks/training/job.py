@@ -1,4 +1,5 @@
-"""One torchrun training job, teacher (train stage) or student (distill): launch, worker, failure report."""
+"""One torchrun training job, teacher (train stage) or student (distill): launch, worker (one run, or the folds of
+cross-validation); why a job failed is tasks/training/failure.py's."""
 from __future__ import annotations
 
 import collections
@@ -13,12 +14,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from models import build_model
 from tasks.config import Params, TrainParams
@@ -30,7 +32,9 @@ from tasks.core.errors import TorchshipError
 from tasks.core.procs import Child, running, tee_lines
 from tasks.training import checkpoint
 from tasks.training.adapt import FittedTraining
+from tasks.training.crossval import StartFold, candidates_for, cross_validate, finish_cross_validation
 from tasks.training.distributed import Runtime, broadcast_state, init_runtime, torchrun_command, wrap_model
+from tasks.training.failure import describe_failure
 from tasks.training.loop import Split, Trainer, predict_logits
 from tasks.training.report import TrainingProgress, report_training
 from tasks.training.weights import fit_layout, load_trained, save_trained
@@ -100,68 +104,6 @@ def launch(job: TrainingJob) -> None:
         raise TorchshipError(describe_failure(list(tail), code, job.logs, job.train.collective_timeout_s))
 
 
-# torchrun's per-worker console prefix ("[default0]:[rank0]: ") hides where a line really starts.
-WORKER_PREFIX = re.compile(r"^(\[(default|rank)\d+\]:\s?)+")
-# How a collective timeout reads: gloo says "Timed out waiting 10000ms for recv operation" or, on a pair
-# another operation already timed out, "Application timeout caused pair closure"; nccl's watchdog says
-# "Watchdog caught collective operation timeout".
-COLLECTIVE_TIMEOUT = re.compile(r"Timed out waiting \d+\s*ms|Application timeout caused pair closure"
-                                r"|collective operation timeout")
-# How a lost peer reads in gloo: "Connection closed by peer [10.0.0.2]:41234" or "Read error [10.0.0.2]:41234:
-# Connection reset by peer": the address is that of the node whose rank went away.
-LOST_PEER = re.compile(r"(?:Connection closed by peer|(?:Read|Write) error) \[([^\]]+)\]:\d+")
-
-
-def describe_failure(lines: list[str], code: int, logs_folder: Path = paths.TRAIN_LOGS,
-                     collective_timeout_s: int | None = None) -> str:
-    """From torchrun's summary: which rank failed first, how (a signal, an exit code, or a collective timeout
-    and the rank it waited on), its own error and the last lines it logged."""
-    text = "\n".join(WORKER_PREFIX.sub("", line) for line in lines)
-    root = text[text.find("Root Cause"):] if "Root Cause" in text else text
-    # "rank      : 1 (local_rank: 0)": this node's log folders are named by the local rank
-    found = re.search(r"rank\s*:\s*(\d+)(?:\s*\(local_rank:\s*(\d+)\))?", root)
-    rank = found[1] if found else "?"
-    last = _last_log_lines(logs_folder, (found[2] or found[1]) if found else "0")
-    how = _how_it_failed(text, root, rank, last, collective_timeout_s)
-    own = [line for line in text.splitlines() if line.startswith("torchship ") and " failed: " in line]
-    return (f"rank {rank} of the torchrun job failed first: {how} (torchrun exit {code}). "
-            + (f"Its error: {own[0]} " if own else "")
-            + (f"Its last log lines: {' | '.join(last)}. " if last else "")
-            + f"Re-run to resume from the last checkpoint ({logs_folder.parent / 'checkpoints'}).")
-
-
-def _how_it_failed(text: str, root: str, rank: str, last: list[str], timeout_s: int | None) -> str:
-    """torchrun's signal, else a collective timeout (gloo/nccl say so in the error), else a peer that went away
-    (named by its address), else the exit code."""
-    signal_name = re.search(r"traceback\s*:\s*Signal \d+ \((\w+)\)", root)
-    if signal_name:
-        return f"killed by {signal_name[1]}"
-    if COLLECTIVE_TIMEOUT.search("\n".join([text, *last])):
-        # A rank that times out was waiting on another: torchrun then stops the rest with a signal, and
-        # the rank that stopped answering is among those (with two ranks, it is the other one).
-        stopped = [r for r, exit_code in re.findall(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", text)
-                   if r != rank and int(exit_code) < 0]
-        waited = (f"rank {stopped[0]}, which stopped answering" if len(stopped) == 1 else
-                  f"a rank that stopped answering, one of ranks {', '.join(stopped)}" if stopped else
-                  "a rank that stopped answering")
-        after = f" after {timeout_s} s" if timeout_s else ""
-        return f"a collective timed out{after} (train.collective_timeout_s) waiting for {waited}"
-    lost = LOST_PEER.search("\n".join([text, *last]))
-    if lost:
-        return (f"it lost its connection to the node at {lost[1]}, whose rank stopped (killed, crashed, or that "
-                "machine or its network went down)")
-    exit_code = re.search(r"exitcode\s*:\s*(-?\d+)", root)
-    return f"exit code {exit_code[1]}" if exit_code else "unknown cause"
-
-
-def _last_log_lines(logs_folder: Path, local_rank: str, count: int = 5) -> list[str]:
-    """The last non-empty lines of the newest torchrun log file of this node's `local_rank`."""
-    logs = sorted(logs_folder.glob(f"**/attempt_*/{local_rank}/*.log"),
-                  key=lambda p: p.stat().st_mtime)
-    lines = logs[-1].read_text(errors="replace").splitlines() if logs else []
-    return [WORKER_PREFIX.sub("", line) for line in lines if line.strip()][-count:]
-
-
 def teacher_logits(path: Path, features: torch.Tensor) -> torch.Tensor:
     """The trained teacher's logits on the given rows: the student's soft targets."""
     teacher, _ = load_trained(path)
@@ -211,10 +153,31 @@ class JobTrainer(Trainer):
             self.progress.close()
 
 
+def start_trainer(job: TrainingJob, runtime: Runtime, n_classes: int, model: nn.Module, train: Split,
+                  val: Split) -> JobTrainer:
+    """The job's trainer on `model` (wrapped for DDP/FSDP, compiled if asked), set up and resumed."""
+    model = wrap_model(model, job.train.strategy, runtime)
+    trainer = JobTrainer(job, runtime, n_classes)
+    trainer.setup(torch.compile(model) if job.train.compile else model, train, val)
+    trainer.resume()
+    return trainer
+
+
+def fold_starter(job: TrainingJob, runtime: Runtime, n_classes: int) -> StartFold:
+    """Each cross-validation fold as a job of its own: its settings, a progress line naming it, and its own
+    checkpoint folder and fingerprint, so a re-run resumes the fold it stopped in and skips finished ones."""
+    def start(settings: TrainParams, tag: str, model: nn.Module, train: Split, val: Split) -> JobTrainer:
+        fold = replace(job, train=settings, stage=f"{job.stage} {tag}", identity=(*job.identity, tag),
+                       checkpoints=job.checkpoints / re.sub(r"\W+", "-", tag))
+        return start_trainer(fold, runtime, n_classes, model, train, val)
+
+    return start
+
+
 def worker(params: Params, job: TrainingJob) -> None:
-    """One torchrun process: join the group, build the model, resume or start, train, and (rank 0) save the
-    best weights and report."""
-    settings, spec = job.train, job.spec
+    """One torchrun process: join the group, build the model, resume or start, train (one run, or the folds of
+    cross-validation below train.cv_max_rows), and (rank 0) save the best weights and report."""
+    settings, spec, fitted, summary = job.train, job.spec, job.fitted, None
     runtime = init_runtime(settings)
     try:
         torch.manual_seed(settings.seed)
@@ -222,25 +185,34 @@ def worker(params: Params, job: TrainingJob) -> None:
         if runtime.rank == 0 and runtime.precision_note:
             log.warning("precision: %s", runtime.precision_note)
         schema = load_schema(paths.SCHEMA)
+        n_classes = len(schema.classes)
         train = load_split(paths.TRAIN_SPLIT, schema, runtime.device)
         val = load_split(paths.VAL_SPLIT, schema, runtime.device)
         if job.teacher is not None:
             train.soft = teacher_logits(job.teacher, train.features)
         layout = fit_layout(train.features.cpu().numpy(), schema)
-        model = wrap_model(build_model(spec["name"], layout, **spec["kwargs"]), settings.strategy, runtime)
-        trainer = JobTrainer(job, runtime, len(schema.classes))
-        trainer.setup(torch.compile(model) if settings.compile else model, train, val)
-        trainer.resume()
-        state = trainer.train()
-        trainer.close()
+        if fitted is not None and fitted.folds > 1:
+            chosen, runs = cross_validate(candidates_for(settings, fitted), train, layout, n_classes, fitted.folds,
+                                          settings.seed, fold_starter(job, runtime, n_classes), runtime.rank == 0)
+            history, settings = chosen.history, chosen.candidate.settings
+        else:
+            trainer = start_trainer(job, runtime, n_classes, build_model(spec["name"], layout, **spec["kwargs"]),
+                                    train, val)
+            state = trainer.train()
+            trainer.close()
+            history = state.history
         peak_rss_mb = summed_peak_rss_mb()
         if runtime.rank == 0:
-            best = build_model(spec["name"], layout, **spec["kwargs"])
-            best.load_state_dict(state.best_state)
+            if fitted is not None and fitted.folds > 1:
+                best, spec, fitted, summary = finish_cross_validation(chosen, runs, layout, fitted,
+                                                                      train.labels.cpu().numpy())
+            else:
+                best = build_model(spec["name"], layout, **spec["kwargs"])
+                best.load_state_dict(state.best_state)
             save_trained(job.weights, best, layout, spec, schema.classes)
-            report_training(params, best.eval(), Split(val.features.cpu(), val.labels.cpu()), state.history, schema,
+            report_training(params, best.eval(), Split(val.features.cpu(), val.labels.cpu()), history, schema,
                             runtime, peak_rss_mb=peak_rss_mb, folder=job.folder, stage=job.stage, train_params=settings,
-                            fitted=job.fitted)
+                            fitted=fitted, cross_validation=summary)
     finally:
         dist.destroy_process_group()
 

@@ -246,6 +246,9 @@ class Trainer:
     def after_epoch(self, record: dict) -> None:
         """After each epoch's validation, with its history record."""
 
+    def close(self) -> None:
+        """After training: release what the hooks hold (a progress bar)."""
+
 
 def train_model(model: nn.Module, train: Split, val: Split, params: TrainParams,
                 n_classes: int | None = None, soft_targets: tuple[float, float] | None = None

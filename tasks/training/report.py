@@ -15,6 +15,7 @@ from tasks.core.artifacts import write_atomic, write_json_atomic
 from tasks.core.metrics import classification_metrics, confusion
 from tasks.core.plots import plot_confusion, plot_learning_curves, plot_roc_pr
 from tasks.training.adapt import FittedTraining
+from tasks.training.crossval import cross_validation_headline
 from tasks.training.loop import predict_logits
 
 log = logging.getLogger("torchship.train")
@@ -22,8 +23,10 @@ log = logging.getLogger("torchship.train")
 
 def report_training(params: Params, model: nn.Module, val, history: list[dict], schema: Schema, runtime,
                     peak_rss_mb: float = 0.0, folder: Path = paths.TRAIN, stage: str = "train",
-                    train_params: TrainParams | None = None, fitted: FittedTraining | None = None) -> dict:
-    """Write metrics.json / history.csv / plots under `folder` and log them with the params to MLflow."""
+                    train_params: TrainParams | None = None, fitted: FittedTraining | None = None,
+                    cross_validation: dict | None = None) -> dict:
+    """Write metrics.json / history.csv / plots under `folder` and log them with the params to MLflow;
+    `cross_validation` (tasks/training/crossval.py's summary) adds the out-of-fold scores and the family choice."""
     import mlflow
 
     from tasks.core.tracking import stage_run
@@ -46,9 +49,12 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
                "parameters": sum(p.numel() for p in model.parameters()),
                "headline": f"val f1 {scores['f1_macro']:.4f}, acc {scores['accuracy']:.4f} "
                            f"({len(history)} epochs, {train_params.strategy} {world}x{backend}, {runtime.precision})"
+                           + (f"; {cross_validation_headline(cross_validation)}" if cross_validation else "")
                            + (f"; {fitted.headline()}" if fitted else "")}
     if fitted:
         metrics["fitted"] = fitted.model_dump()
+    if cross_validation:
+        metrics["cross_validation"] = cross_validation
     write_json_atomic(metrics_path, metrics)
     frame = pd.DataFrame(history)
     write_atomic(history_path, lambda tmp: frame.to_csv(tmp, index=False))
@@ -63,9 +69,17 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
     with stage_run(params.tracking, stage):
         mlflow.log_params({**train_params.model_dump(), "backend": backend, "world_size": world,
                            "precision_used": runtime.precision, "precision_note": runtime.precision_note})
-        for record in history:
-            mlflow.log_metrics({k: v for k, v in record.items() if k != "epoch"}, step=record["epoch"])
+        for step, record in enumerate(history, start=1):   # = the epoch for one run; folds follow one another
+            mlflow.log_metrics({k: v for k, v in record.items() if k != "epoch"}, step=step)
         mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+        if cross_validation:
+            mlflow.log_params({"cv_members": cross_validation["folds"], "cv_chosen_model": cross_validation["chosen"]})
+            mlflow.log_metrics({f"oof_{name}_{key}": value for name, scores in cross_validation["candidates"].items()
+                                for key, value in scores.items()})
+            mlflow.log_metrics({f"oof_{key}": value for key, value in cross_validation["out_of_fold"].items()})
+            if cross_validation.get("calibration"):
+                mlflow.log_metrics({f"calibration_{key}": value
+                                    for key, value in cross_validation["calibration"].items()})
         mlflow.log_artifacts(str(plots), artifact_path="plots")
         mlflow.log_artifact(str(history_path))
         if fitted:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from models import FeatureLayout, build_model
+from models import FeatureLayout, FoldEnsemble, build_model
 from tasks.config import TrainParams
 from tasks.contract import Schema
 from tasks.core.artifacts import write_atomic
@@ -52,7 +52,14 @@ def load_trained(path: Path) -> tuple[nn.Module, dict]:
                              f"({reason.strip()}). It was refused and nothing in it ran; "
                              "re-create it with the train stage (torchship run), "
                              "and never load it with weights_only=False.") from None
-    spec = checkpoint["model"]
-    model = build_model(spec["name"], FeatureLayout(**checkpoint["layout"]), **spec["kwargs"])
+    model = build_trained(checkpoint["model"], FeatureLayout(**checkpoint["layout"]))
     model.load_state_dict(checkpoint["state_dict"])
     return model.eval(), checkpoint
+
+
+def build_trained(spec: dict, layout: FeatureLayout) -> nn.Module:
+    """The untrained module a saved spec describes: one model, or (with `members`, from cross-validation) that
+    many of it averaged as one FoldEnsemble."""
+    if spec.get("members"):
+        return FoldEnsemble([build_model(spec["name"], layout, **spec["kwargs"]) for _ in range(spec["members"])])
+    return build_model(spec["name"], layout, **spec["kwargs"])

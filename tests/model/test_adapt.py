@@ -13,7 +13,7 @@ pytestmark = pytest.mark.model
 
 
 def test_a_small_table_gets_a_smaller_batch_and_enough_steps():
-    fitted = fit_training(TrainParams(), 1257)   # digits' training split
+    fitted = fit_training(TrainParams(cv_max_rows=0), 1257)   # digits' training split, one validation split
     assert fitted.model == "mlp" and fitted.lr == 3e-3
     assert fitted.batch_size == 64 and fitted.steps_per_epoch >= MIN_BATCHES_PER_EPOCH
     assert fitted.epochs * fitted.steps_per_epoch >= TrainParams().min_steps
@@ -29,13 +29,13 @@ def test_the_default_data_keeps_the_params_values():
 
 
 def test_everything_stays_overridable():
-    exact = TrainParams(model="ft_transformer", adapt=False, batch_size=256, epochs=2, lr=0.01)
+    exact = TrainParams(model="ft_transformer", adapt=False, batch_size=256, epochs=2, lr=0.01, cv_max_rows=0)
     fitted = fit_training(exact, 300)
     assert (fitted.model, fitted.batch_size, fitted.epochs, fitted.lr, fitted.reasons) == (
         "ft_transformer", 256, 2, 0.01, [])
     capped = fit_training(TrainParams(max_epochs=20), 300)
     assert capped.epochs == 20 and capped.batch_size == 32
-    assert fit_training(TrainParams(ft_min_rows=0), 300).model == "ft_transformer"
+    assert fit_training(TrainParams(ft_min_rows=0, cv_max_rows=0), 300).model == "ft_transformer"
 
 
 def test_fitted_settings_leave_nothing_to_resolve():
@@ -43,3 +43,20 @@ def test_fitted_settings_leave_nothing_to_resolve():
     assert settings.model == "mlp" and settings.lr == 3e-3 and not settings.adapt
     assert chosen_model_kwargs(settings)["hidden"] == [128, 64]   # MLPConfig's defaults
     assert fit_training(settings, 1257) == fit_training(settings, 1257)   # idempotent: workers agree
+
+
+def test_below_the_cv_threshold_auto_compares_families_on_fold_sized_schedules():
+    fitted = fit_training(TrainParams(), 1257)
+    assert fitted.folds == 5 and fitted.candidates == {"linear": 1e-2, "mlp": 3e-3}   # each family's own lr
+    assert fitted.train_rows == 1257 and fitted.steps_per_epoch == -(-(1257 - 1257 // 5) // fitted.batch_size)
+    assert any("auto compares linear, mlp" in reason for reason in fitted.reasons)
+    explicit = fit_training(TrainParams(model="mlp", lr=0.02), 1257)
+    assert explicit.folds == 5 and explicit.candidates == {"mlp": 0.02}   # an explicit model: members, no choice
+    assert fit_training(TrainParams(), 2000).folds == 1 and fit_training(TrainParams(), 2000).candidates == {}
+
+
+def test_the_distilled_student_stays_one_network_on_a_small_table():
+    from tasks.config import Params
+    from tasks.training.distill import student_settings
+
+    assert fit_training(student_settings(Params()), 300).folds == 1

@@ -119,3 +119,15 @@ def test_models_package_imports_no_pipeline_libraries():
 def test_layout_round_trips_as_a_dict():
     assert FeatureLayout(**LAYOUT.to_dict()) == LAYOUT
     assert math.isclose(LAYOUT.to_dict()["numeric_std"][1], 0.5)
+
+
+def test_the_linear_model_is_a_softmax_regression_on_the_preprocessed_columns():
+    torch.manual_seed(0)
+    linear = build_model("linear", LAYOUT, embedding_dim=2).eval()
+    layers = [m for m in linear.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(layers) == 1 and layers[0].in_features == 2 + 2 * 2 and layers[0].out_features == 4
+    x = rows(8)
+    with torch.no_grad():
+        assert torch.allclose(linear(x), layers[0](linear.preprocess(x)))   # nothing between the two
+    with pytest.raises(ValueError, match="embedding_dim"):
+        MODELS["linear"].Config(embedding_dim=0)

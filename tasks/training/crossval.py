@@ -1,0 +1,177 @@
+"""Cross-validated training for small tables (issue #23): k stratified folds, one member per fold, each
+early-stopped on its own held-out fold; the out-of-fold probabilities are the model-selection figure, and with
+several candidate families (`train.model: auto`) the family that scores best out of fold is served, as one
+module averaging its members' probabilities (models/ensemble.py).
+
+Engine-agnostic: `start` builds a set-up trainer for each fold (torchrun's JobTrainer with a checkpoint folder per
+fold in tasks/training/job.py, the plain Trainer in tests), so the folds run through the same loop, DDP wrapping
+and checkpoints as a single run, one after another in the same job.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from models import FeatureLayout, FoldEnsemble, build_model
+from tasks.config import TrainParams
+from tasks.core.metrics import classification_metrics
+from tasks.training.adapt import FittedTraining
+from tasks.training.calibration import calibrate
+from tasks.training.loop import Split, Trainer, predict_logits
+from tasks.training.weights import model_spec
+
+# The out-of-fold figure families are compared on: the one each member early-stops on (validation macro-F1).
+SELECTION_METRIC = "f1_macro"
+
+# (settings, tag such as "mlp fold 2/5", model, fold's training rows, fold's held-out rows) -> a set-up trainer
+StartFold = Callable[[TrainParams, str, nn.Module, Split, Split], Trainer]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One family cross-validation trains: its fitted settings (model and lr its own) and constructor spec."""
+
+    name: str
+    settings: TrainParams
+    spec: dict
+
+
+@dataclass
+class FamilyRun:
+    """A candidate's k members and what they scored out of fold."""
+
+    candidate: Candidate
+    members: list[dict]               # best state dict per fold (empty dicts on ranks > 0 under FSDP)
+    history: list[dict]               # every fold's epoch records, each with its "fold" (1-based)
+    out_of_fold: np.ndarray | None    # (N, C) log-probabilities, each row from the one member that never trained on it
+    scores: dict[str, float]          # out-of-fold accuracy and f1_macro (empty where not scored)
+
+
+def fold_assignment(labels: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    """(N,) fold index per row, stratified: each class's rows are shuffled and dealt round the folds, continuing
+    where the previous class stopped, so every fold holds each class's share and sizes differ by at most one."""
+    rng = np.random.default_rng(seed)
+    assignment = np.empty(len(labels), dtype=np.int64)
+    dealt = 0
+    for label in np.unique(labels):
+        rows = rng.permutation(np.flatnonzero(labels == label))
+        assignment[rows] = (dealt + np.arange(len(rows))) % folds
+        dealt += len(rows)
+    return assignment
+
+
+def candidates_for(settings: TrainParams, fitted: FittedTraining) -> list[Candidate]:
+    """The families `fitted` compares, each with its own model, lr and constructor arguments."""
+    candidates = []
+    for name, lr in fitted.candidates.items():
+        own = settings.model_copy(update={"model": name, "lr": lr})
+        candidates.append(Candidate(name, own, model_spec(own)))
+    return candidates
+
+
+def _rows(split: Split, mask: torch.Tensor) -> Split:
+    return Split(split.features[mask], split.labels[mask], None if split.soft is None else split.soft[mask])
+
+
+def train_family(candidate: Candidate, train: Split, layout: FeatureLayout, assignment: np.ndarray, n_classes: int,
+                 start: StartFold, score: bool = True) -> FamilyRun:
+    """k members of one family, fold after fold; with `score`, their out-of-fold log-probabilities and scores.
+    The layout (standardisation, category counts) is the whole training split's, shared by every member so the
+    served ensemble has one front: the held-out fold's labels never reach it."""
+    folds = int(assignment.max()) + 1
+    members, history = [], []
+    out_of_fold = np.zeros((len(assignment), n_classes), dtype=np.float32) if score else None
+    for fold in range(folds):
+        held = torch.from_numpy(assignment == fold).to(train.features.device)
+        # Members differ in their data and also in their initialisation and shuffling.
+        settings = candidate.settings.model_copy(update={"seed": candidate.settings.seed + fold})
+        torch.manual_seed(settings.seed)
+        model = build_model(candidate.spec["name"], layout, **candidate.spec["kwargs"])
+        held_out = _rows(train, held)
+        trainer = start(settings, f"{candidate.name} fold {fold + 1}/{folds}", model, _rows(train, ~held), held_out)
+        state = trainer.train()
+        trainer.close()
+        members.append(state.best_state)
+        history += [{**record, "fold": fold + 1} for record in state.history]
+        if score:
+            member = build_model(candidate.spec["name"], layout, **candidate.spec["kwargs"])
+            member.load_state_dict(state.best_state)
+            logits = predict_logits(member, held_out.features.cpu())
+            out_of_fold[held.cpu().numpy()] = torch.log_softmax(logits, 1).numpy()
+    scores = (classification_metrics(train.labels.cpu().numpy(), out_of_fold.argmax(1), n_classes)
+              if score else {})
+    return FamilyRun(candidate, members, history, out_of_fold, scores)
+
+
+def pick_family(runs: list[FamilyRun]) -> FamilyRun:
+    """The best out-of-fold SELECTION_METRIC; on a tie the earlier (simpler) candidate."""
+    return max(runs, key=lambda run: (run.scores[SELECTION_METRIC], -runs.index(run)))
+
+
+def cross_validate(candidates: list[Candidate], train: Split, layout: FeatureLayout, n_classes: int, folds: int,
+                   seed: int, start: StartFold, score: bool = True) -> tuple[FamilyRun, list[FamilyRun]]:
+    """Every candidate on the same folds; (the chosen run, all runs). Without `score` (ranks > 0, which hold no
+    weights under FSDP) nothing is compared and the first run is returned."""
+    assignment = fold_assignment(train.labels.cpu().numpy(), folds, seed)
+    runs = [train_family(c, train, layout, assignment, n_classes, start, score) for c in candidates]
+    return (pick_family(runs) if score else runs[0]), runs
+
+
+def ensemble_of(run: FamilyRun, layout: FeatureLayout, temperature: float = 1.0) -> FoldEnsemble:
+    """The run's members as one module that averages their probabilities (eval mode, on the CPU)."""
+    members = []
+    for state in run.members:
+        member = build_model(run.candidate.spec["name"], layout, **run.candidate.spec["kwargs"])
+        member.load_state_dict(state)
+        members.append(member)
+    return FoldEnsemble(members, temperature).eval()
+
+
+def ensemble_spec(run: FamilyRun) -> dict:
+    """What `load_trained` rebuilds the ensemble from: the member family's spec and how many members."""
+    return {**run.candidate.spec, "members": len(run.members)}
+
+
+def cross_validation_summary(chosen: FamilyRun, runs: list[FamilyRun], calibration: dict | None = None) -> dict:
+    """For metrics.json, the headline and MLflow: folds, the chosen family, every candidate's out-of-fold scores,
+    and the chosen run's calibration (tasks/training/calibration.py)."""
+    return {"folds": len(chosen.members), "metric": SELECTION_METRIC, "chosen": chosen.candidate.name,
+            "out_of_fold": chosen.scores, "candidates": {run.candidate.name: run.scores for run in runs},
+            "calibration": calibration}
+
+
+def candidate_scores(summary: dict) -> str:
+    """e.g. 'linear 0.9712, mlp 0.9655': every candidate's out-of-fold selection score."""
+    return ", ".join(f"{name} {scores[summary['metric']]:.4f}" for name, scores in summary["candidates"].items())
+
+
+def cross_validation_headline(summary: dict) -> str:
+    """e.g. '5-fold out-of-fold f1_macro 0.9712 (linear 0.9712, mlp 0.9655: picked linear)'."""
+    metric = summary["metric"]
+    text = f"{summary['folds']}-fold out-of-fold {metric} {summary['out_of_fold'][metric]:.4f}"
+    if len(summary["candidates"]) > 1:
+        text += f" ({candidate_scores(summary)}: picked {summary['chosen']})"
+    calibration = summary.get("calibration")
+    if calibration and calibration["temperature"] != 1.0:
+        text += (f", temperature {calibration['temperature']:.3g} (out-of-fold ECE {calibration['ece_before']:.3f} "
+                 f"-> {calibration['ece_after']:.3f})")
+    return text
+
+
+def finish_cross_validation(chosen: FamilyRun, runs: list[FamilyRun], layout: FeatureLayout,
+                            fitted: FittedTraining, labels: np.ndarray) -> tuple[FoldEnsemble, dict, FittedTraining,
+                                                                                  dict]:
+    """On rank 0 after the folds: (the served ensemble, temperature-scaled where its out-of-fold predictions are
+    off, its spec, the fitted training with the chosen family in, the summary for the report). `labels`: the
+    training split's, in the order the out-of-fold rows are."""
+    calibration = calibrate(chosen.out_of_fold, labels)
+    summary = cross_validation_summary(chosen, runs, calibration)
+    name = chosen.candidate.name
+    if len(runs) > 1:
+        fitted = fitted.model_copy(update={"model": name, "lr": fitted.candidates[name], "reasons": [
+            *fitted.reasons, f"auto picked {name} by out-of-fold {summary['metric']}: {candidate_scores(summary)}"]})
+    return ensemble_of(chosen, layout, calibration["temperature"]), ensemble_spec(chosen), fitted, summary

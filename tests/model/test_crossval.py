@@ -1,0 +1,178 @@
+"""Cross-validated training below train.cv_max_rows (tasks/training/crossval.py): stratified folds, members
+early-stopped on their own fold, the family picked on the out-of-fold score and recorded, and the members served
+as one ONNX graph whose probabilities are the mean of theirs (behind the raw-row front)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from models import FoldEnsemble
+from tasks.config import PrepareParams, TrainParams
+from tasks.contract import encode_features, encode_target
+from tasks.core.metrics import classification_metrics
+from tasks.core.runtime import open_onnx, predict_proba
+from tasks.core.sources import load_sklearn
+from tasks.prepare import prepare_tables
+from tasks.training.adapt import fit_training
+from tasks.training.calibration import calibrate, tempered
+from tasks.training.crossval import (
+    SELECTION_METRIC,
+    Candidate,
+    cross_validate,
+    cross_validation_headline,
+    finish_cross_validation,
+    fold_assignment,
+    pick_family,
+)
+from tasks.training.loop import Split, Trainer, predict_logits
+from tasks.training.weights import build_trained, fit_layout
+from tasks.variants.exporters import export_onnx
+from tasks.variants.parity import raw_probe_rows
+from tasks.variants.preprocess import compose_raw_model
+
+pytestmark = pytest.mark.model
+
+# Few epochs, no schedule fitting: the wine table (~125 training rows, 13 numeric columns, 3 classes) learns in 20.
+QUICK = TrainParams(adapt=False, epochs=20, batch_size=32, patience=20, warmup_fraction=0.1, seed=0,
+                    model_args={"mlp": {"hidden": [16], "dropout": 0.0}})
+
+
+def split_of(frame, schema) -> Split:
+    return Split(torch.from_numpy(encode_features(frame, schema)),
+                 torch.from_numpy(encode_target(frame[schema.target], schema)))
+
+
+@pytest.fixture(scope="module")
+def wine():
+    torch.set_num_threads(1)
+    prepared = prepare_tables(load_sklearn("wine"), "target", "sklearn:wine", PrepareParams(seed=0))
+    train = split_of(prepared.train, prepared.schema)
+    return prepared, train, split_of(prepared.val, prepared.schema), fit_layout(train.features.numpy(),
+                                                                                prepared.schema)
+
+
+def plain_start(settings: TrainParams, tag: str, model, train: Split, val: Split) -> Trainer:
+    """The single-process trainer (no torchrun, no checkpoints): what JobTrainer runs, minus persistence."""
+    trainer = Trainer(settings, 3)
+    trainer.setup(model, train, val)
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def cross_validated(wine):
+    prepared, train, _, layout = wine
+    fitted = fit_training(QUICK.model_copy(update={"model": "auto"}), len(train.labels))
+    candidates = []
+    for name, lr in fitted.candidates.items():
+        settings = QUICK.model_copy(update={"model": name, "lr": lr})
+        candidates.append(Candidate(name, settings, {"name": name, "kwargs": settings.model_args.get(name, {})}))
+    chosen, runs = cross_validate(candidates, train, layout, 3, fitted.folds, 0, plain_start)
+    return fitted, chosen, runs, finish_cross_validation(chosen, runs, layout, fitted, train.labels.numpy())
+
+
+def test_folds_are_stratified_balanced_and_seeded():
+    labels = np.array([0] * 50 + [1] * 23 + [2] * 7)
+    folds = fold_assignment(labels, 5, seed=3)
+    sizes = np.bincount(folds, minlength=5)
+    assert sizes.max() - sizes.min() <= 1
+    for label, count in ((0, 50), (1, 23), (2, 7)):
+        per_fold = np.bincount(folds[labels == label], minlength=5)
+        assert per_fold.max() - per_fold.min() <= 1 and per_fold.sum() == count
+    assert np.array_equal(folds, fold_assignment(labels, 5, seed=3))
+    assert not np.array_equal(folds, fold_assignment(labels, 5, seed=4))
+
+
+def test_every_member_is_early_stopped_on_its_own_fold_and_every_row_is_scored_out_of_fold(wine, cross_validated):
+    _, train, _, _ = wine
+    fitted, chosen, runs, _ = cross_validated
+    assert fitted.folds == 5 and [run.candidate.name for run in runs] == ["linear", "mlp"]
+    for run in runs:
+        assert len(run.members) == 5 and {r["fold"] for r in run.history} == {1, 2, 3, 4, 5}
+        assert np.allclose(np.exp(run.out_of_fold).sum(1), 1.0, atol=1e-5)   # every row: its held-out member's vote
+        assert run.scores == classification_metrics(train.labels.numpy(), run.out_of_fold.argmax(1), 3)
+    assert chosen.scores[SELECTION_METRIC] == max(run.scores[SELECTION_METRIC] for run in runs)
+
+
+def test_the_ensemble_learns_a_small_sklearn_table(wine, cross_validated):
+    prepared, _, val, layout = wine
+    _, chosen, _, (ensemble, spec, _, _) = cross_validated
+    assert chosen.scores["accuracy"] > 0.85
+    scores = classification_metrics(val.labels.numpy(), predict_logits(ensemble, val.features).argmax(1).numpy(), 3)
+    assert scores["accuracy"] > 0.85, scores
+    rebuilt = build_trained(spec, layout)   # what load_trained builds from the saved spec
+    rebuilt.load_state_dict(ensemble.state_dict())
+    assert torch.equal(predict_logits(rebuilt, val.features), predict_logits(ensemble, val.features))
+
+
+def test_the_family_choice_and_every_candidates_score_are_recorded(wine, cross_validated):
+    labels = wine[1].labels.numpy()
+    fitted, chosen, runs, (ensemble, spec, recorded, summary) = cross_validated
+    name = chosen.candidate.name
+    assert recorded.model == name and recorded.lr == fitted.candidates[name] and spec["name"] == name
+    assert summary["chosen"] == name and summary["folds"] == 5 == spec["members"]
+    assert summary["candidates"] == {run.candidate.name: run.scores for run in runs}
+    assert summary["calibration"] == calibrate(chosen.out_of_fold, labels)   # from the chosen run's own folds
+    assert float(ensemble.temperature) == pytest.approx(summary["calibration"]["temperature"])
+    headline = cross_validation_headline(summary)
+    assert f"picked {name}" in headline and all(run.candidate.name in headline for run in runs)
+    assert recorded.reasons[-1].startswith(f"auto picked {name} by out-of-fold f1_macro: linear 0.")
+
+
+def test_a_tie_goes_to_the_simpler_family(cross_validated):
+    _, _, runs, _ = cross_validated
+    tied = [type(run)(run.candidate, run.members, run.history, run.out_of_fold, {SELECTION_METRIC: 0.9})
+            for run in runs]
+    assert pick_family(tied).candidate.name == "linear"
+
+
+@pytest.mark.parametrize("temperature", [1.0, 1.7])
+def test_the_served_graph_averages_its_members_probabilities_at_its_temperature(wine, cross_validated, tmp_path,
+                                                                                 temperature):
+    import onnx
+
+    prepared, _, _, _ = wine
+    _, _, _, (ensemble, _, _, _) = cross_validated
+    tempered_ensemble = FoldEnsemble(list(ensemble.members), temperature).eval()
+    schema = prepared.schema
+    path = tmp_path / "ensemble.onnx"
+    export_onnx(tempered_ensemble, schema, "legacy", path)   # dynamo (the default) passes too (export stage), slower
+    served = open_onnx(compose_raw_model(onnx.load(str(path)), schema).SerializeToString(), 1)
+    rows = raw_probe_rows(prepared.holdout, schema, 64)   # holdout rows plus missing and far-out values
+    encoded = torch.from_numpy(encode_features(rows, schema))
+    with torch.no_grad():
+        each = [member(encoded) for member in ensemble.members]
+        mean = torch.stack([torch.softmax(logits, 1) for logits in each]).mean(0).numpy()
+        # log of the mean without log(0) where a far-out row gives a class no probability at all
+        log_mean = (torch.logsumexp(torch.stack([torch.log_softmax(z, 1) for z in each]), 0) - np.log(len(each)))
+    probabilities = predict_proba(served, schema, rows)
+    np.testing.assert_allclose(probabilities, tempered(log_mean.numpy(), temperature), atol=1e-5)
+    assert np.array_equal(probabilities.argmax(1), mean.argmax(1))   # a temperature never changes the class
+    if temperature == 1.0:
+        np.testing.assert_allclose(probabilities, mean, atol=1e-5)
+
+
+def test_the_train_report_records_the_choice_in_metrics_headline_and_mlflow(wine, cross_validated, tmp_path):
+    from types import SimpleNamespace
+
+    from mlflow import MlflowClient
+
+    from tasks.config import Params, TrackingParams
+    from tasks.training.report import report_training
+
+    prepared, _, val, _ = wine
+    _, chosen, runs, (ensemble, _, fitted, summary) = cross_validated
+    tracking = TrackingParams(uri=f"sqlite:///{tmp_path}/mlflow.db", artifacts=str(tmp_path / "artifacts"))
+    runtime = SimpleNamespace(backend="gloo", world=1, device="cpu", precision="fp32", precision_note="")
+    metrics = report_training(Params(tracking=tracking), ensemble, val, chosen.history, prepared.schema, runtime,
+                              folder=tmp_path / "train", train_params=chosen.candidate.settings, fitted=fitted,
+                              cross_validation=summary)
+    assert metrics["cross_validation"] == summary and metrics["fitted"]["model"] == chosen.candidate.name
+    assert cross_validation_headline(summary) in metrics["headline"]
+    run = MlflowClient(tracking.resolved_uri()).search_runs([MlflowClient(tracking.resolved_uri())
+                                                             .get_experiment_by_name("torchship").experiment_id])[0]
+    assert run.data.params["cv_chosen_model"] == chosen.candidate.name and run.data.params["cv_members"] == "5"
+    for candidate in runs:
+        name = candidate.candidate.name
+        assert run.data.metrics[f"oof_{name}_f1_macro"] == pytest.approx(candidate.scores["f1_macro"])
+    assert run.data.metrics["calibration_temperature"] == pytest.approx(summary["calibration"]["temperature"])
