@@ -49,7 +49,7 @@ COLLECTIVE_TIMEOUT_S = 10   # the schema's minimum
 LOST_NODE_BOUND_S = COLLECTIVE_TIMEOUT_S + 20
 TRAIN = {"model": "mlp", "model_args": {"mlp": {"hidden": [16], "embedding_dim": 4}}, "epochs": 2, "batch_size": 64,
          "adapt": False, "nproc": 2, "nnodes": 1, "threads": 1, "checkpoint_every": CHECKPOINT_STEP,
-         "collective_timeout_s": COLLECTIVE_TIMEOUT_S}
+         "collective_timeout_s": COLLECTIVE_TIMEOUT_S, "cv_max_rows": 0}   # one network, not cross-validated members
 
 
 def ip(*args: str) -> subprocess.CompletedProcess:
