@@ -22,11 +22,13 @@ install: $(STAMP)
 
 # Where there is no NVIDIA GPU, install the CPU build of torch first (a local wheel on our machines):
 # an open torch range in a fresh venv would otherwise pull a multi-GB CUDA build. The rest goes in with uv
-# (~40 s instead of pip's ~4 min on 2 cores, the same versions), or with pip where uv cannot be had.
+# (~40 s instead of pip's ~4 min on 2 cores, the same versions), or with pip where uv cannot be had. Bytecode is
+# compiled at install, as pip does: left to the first import, a process with a capped file size (the disk-fault
+# tests) could write a truncated .pyc into the venv.
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	if ! command -v nvidia-smi >/dev/null 2>&1; then $(PIP) install -q torch==2.13.0; fi
-	$(PIP) install -q uv && $(VENV)/bin/uv pip install -q --python $(PY) -e '.[dev]' || $(PIP) install -q -e '.[dev]'
+	$(PIP) install -q uv && $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -e '.[dev]' || $(PIP) install -q -e '.[dev]'
 	touch $(STAMP)
 
 pipeline: install

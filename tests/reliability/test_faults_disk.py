@@ -32,7 +32,9 @@ def limited(limit: int = LIMIT):
 def run_child(code: str, cwd: Path, limit: int | None = LIMIT, args: list[str] = ()) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=cwd, capture_output=True, text=True,
                           timeout=120, preexec_fn=limited(limit) if limit else None,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          # no .pyc from a capped child: Python's bytecode cache ignores a short write, and a
+                          # module first imported here would leave a truncated .pyc that breaks every later import
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"})
 
 
 @contextlib.contextmanager
