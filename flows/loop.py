@@ -11,6 +11,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
+from flows.canary import canary_flow
 from flows.environment import server_configured
 from flows.pipeline import pipeline
 from flows.slot import WorkspaceBusy, workspace_slot
@@ -23,6 +24,7 @@ from tasks.core.gate import GateResult
 from tasks.core.registry import registry_client, versions_tagged
 from tasks.monitoring import guards
 from tasks.monitoring.window import read_window
+from tasks.ops.approvals import approved_challenger_without_canary, review_quietly
 
 DRIFT_EVENT = "torchship.drift.detected"
 TRIGGER_KEY, RETRAINED = "trigger", "retrain"   # the tag a retrain's version carries
@@ -63,12 +65,31 @@ def trigger_decision(params: Params, window, report: monitor_step.MonitorReport)
                                 labels_since=guards.high_water(history))
 
 
+@task(name="approvals")
+def approved_challenger(params: Params) -> str | None:
+    """Act on approval decisions made in the MLflow UI and on timeouts; the approved challenger no canary judged
+    yet, if any."""
+    review_quietly(params, "the monitor")
+    return approved_challenger_without_canary(params)
+
+
+def canary_approved(params_file: str) -> None:
+    """The approved challenger's canary (it takes the workspace slot: busy, the next monitor run tries again)."""
+    try:
+        canary_flow(params_file)
+    except TorchshipError as exc:
+        get_run_logger().warning("the approved challenger's canary did not run: %s", exc)
+
+
 @flow(name="torchship-monitor", log_prints=True)
 def monitor(params_file: str = "params.yaml", act: bool = True) -> guards.Decision:
-    """Judge the newest window of served traffic; on material drift, start a retrain (event or direct call)
-    unless a guard holds it back. Every decision is recorded in data/monitor/decisions.jsonl."""
+    """Start the canary of a challenger a person approved since (promotion.approval), then judge the newest window
+    of served traffic; on material drift, start a retrain (event or direct call) unless a guard holds it back.
+    Every decision is recorded in data/monitor/decisions.jsonl."""
     params = load_params(params_file)
     logger = get_run_logger()
+    if approved_challenger(params) is not None and act:
+        canary_approved(params_file)
     window, report = measure(params)
     decision = trigger_decision(params, window, report)
     logger.info("drift gate %s; trigger %s: %s", report.gate.status, decision.outcome, "; ".join(decision.reasons))

@@ -21,6 +21,7 @@ from tasks.core.params_spec import (
     Params,
     PrepareParams,
     ProfileParams,
+    PromotionParams,
     RetrainParams,
     RuntimeParams,
     Section,
@@ -33,8 +34,8 @@ from tasks.core.params_spec import (
 
 # The specs are re-exported: `tasks.config` stays the one place stages, flows and serving take their sections from.
 __all__ = ["AUTO", "BaselineParams", "BlessParams", "CanaryParams", "CompressParams", "DataParams", "DistillParams",
-           "ExportParams", "MonitorParams", "Params", "PrepareParams", "ProfileParams", "RetrainParams",
-           "RuntimeParams", "Section", "ServeParams", "SloParams", "TrackingParams", "TrainParams",
+           "ExportParams", "MonitorParams", "Params", "PrepareParams", "ProfileParams", "PromotionParams",
+           "RetrainParams", "RuntimeParams", "Section", "ServeParams", "SloParams", "TrackingParams", "TrainParams",
            "ValidateParams", "PARAMS_FILE", "load_params", "parse_params", "read_params_file"]
 
 PARAMS_FILE = "params.yaml"

@@ -364,6 +364,24 @@ class CanaryParams(Section):
         return steps
 
 
+class PromotionParams(Section):
+    """Whether a person must approve a blessed challenger before its canary starts (`torchship approve|reject`, or
+    the version's `approval` tag in the MLflow UI)."""
+
+    approval: Literal["none", "required"] = Field("none", description="`required`: register leaves a blessed "
+                                                                      "candidate `awaiting approval` (tag `approval`, "
+                                                                      "no alias: nothing routes traffic to it) and "
+                                                                      "the run ends; the canary starts when a person "
+                                                                      "approves. A first model still becomes "
+                                                                      "champion (nothing serves yet to protect).")
+    approval_timeout_s: float = Field(259200.0, gt=0.0, description="A version nobody approved or rejected within "
+                                                                    "this many seconds is rejected by the next "
+                                                                    "pipeline, monitor or status that sees it (the "
+                                                                    "default, 3 days, outlasts a weekend; later, its "
+                                                                    "blessing against the champion of its day is "
+                                                                    "stale).")
+
+
 class ServeParams(Section):
     """`torchship serve`: the HTTP service."""
 
@@ -461,6 +479,7 @@ class Params(Section):
     baseline: BaselineParams = BaselineParams()
     bless: BlessParams = BlessParams()
     slo: SloParams = SloParams()
+    promotion: PromotionParams = PromotionParams()
     canary: CanaryParams = CanaryParams()
     serve: ServeParams = ServeParams()
     monitor: MonitorParams = MonitorParams()
