@@ -23,6 +23,7 @@ from tasks.core.errors import TorchshipError
 from tasks.core.gate import GateResult
 from tasks.core.registry import registry_client, versions_tagged
 from tasks.monitoring import guards
+from tasks.monitoring.notices import announce_decision
 from tasks.monitoring.window import read_window
 from tasks.ops.approvals import approved_challenger_without_canary, review_quietly
 
@@ -65,6 +66,13 @@ def trigger_decision(params: Params, window, report: monitor_step.MonitorReport)
                                 labels_since=guards.high_water(history))
 
 
+def record(params: Params, decision: guards.Decision) -> guards.Decision:
+    """Record a trigger decision and send its notice (a retrain fired, retrains began to be suppressed), once."""
+    guards.record(paths.DECISIONS, decision)
+    announce_decision(params, decision, paths.DECISIONS)
+    return decision
+
+
 @task(name="approvals")
 def approved_challenger(params: Params) -> str | None:
     """Act on approval decisions made in the MLflow UI and on timeouts; the approved challenger no canary judged
@@ -94,7 +102,7 @@ def monitor(params_file: str = "params.yaml", act: bool = True) -> guards.Decisi
     decision = trigger_decision(params, window, report)
     logger.info("drift gate %s; trigger %s: %s", report.gate.status, decision.outcome, "; ".join(decision.reasons))
     if decision.outcome != "fired" or not act:
-        return guards.record(paths.DECISIONS, decision)
+        return record(params, decision)
     if server_configured():
         from prefect.events import emit_event
 
@@ -104,9 +112,9 @@ def monitor(params_file: str = "params.yaml", act: bool = True) -> guards.Decisi
                                       "window": decision.window, "report": report.report, "summary": report.summary,
                                       "reason": "; ".join(decision.reasons), "params_file": params_file})
         decision.run = f"event {emitted.id if emitted else '(not sent)'}: the retrain deployment's trigger starts it"
-        return guards.record(paths.DECISIONS, decision)
+        return record(params, decision)
     decision.run = "direct: embedded default (no Prefect server)"
-    guards.record(paths.DECISIONS, decision)
+    record(params, decision)
     retrain(params_file, decision.labels_since, decision.labels_until, "; ".join(decision.reasons), report.report)
     return decision
 
@@ -121,8 +129,8 @@ def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_
 
     def dropped(gate: GateResult, why: str) -> dict:
         logger.warning("retrain dropped: %s", why)
-        guards.record(paths.DECISIONS, guards.Decision(ts=time.time(), outcome="suppressed", gate=gate, reasons=[why],
-                                                       window={}, report=report or None, labels_since=labels_since))
+        record(params, guards.Decision(ts=time.time(), outcome="suppressed", gate=gate, reasons=[why], window={},
+                                       report=report or None, labels_since=labels_since))
         return {"batch": None, "pipeline": None, "dropped": why}
 
     try:
@@ -137,7 +145,7 @@ def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_
             batch = retrain_step.take_window(params, window, labels_since, labels_until or window.end)
             logger.info("retrain batch: %s", batch.gate.summary())
             if batch.batch is None:
-                guards.record(paths.DECISIONS, guards.make_decision(
+                record(params, guards.make_decision(
                     "suppressed", [f"batch door refused the window: {batch.gate.summary()}"], batch.gate, window,
                     report=report or None, labels_since=labels_since))
                 return {"batch": batch.model_dump(), "pipeline": None}

@@ -26,7 +26,7 @@ from tasks.core.registry import (
     store_busy,
 )
 from tasks.core.verdicts import OUTCOME_TAG, Blessing, Registration, RegistrationOutcome
-from tasks.ops.approvals import request_approval
+from tasks.ops.approvals import announce_waiting, request_approval
 from tasks.ops.lineage import lineage_tags
 from tasks.ops.passport import passport_html, passport_markdown
 from tasks.ops.rebuild import METRIC_TAG, METRICS, log_lineage, push_data
@@ -98,6 +98,8 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
              f"{active.info.run_id if active else '?'}/passport.md; v{version} tag bless_reasons")
     outcome, action = apply_aliases(client, name, version, blessing, run_actor(run_kind), proof,
                                     params.promotion.approval == "required")
+    if outcome is RegistrationOutcome.AWAITING_APPROVAL:
+        announce_waiting(params, client, name, version)   # after the lock: the notice takes it itself
     client.update_model_version(name, version, description=description)
     client.delete_model_version_tag(name, version, UNFINISHED_TAG)   # last: the version is complete
     return Registration(model_name=name, version=version, created=True, outcome=outcome, action=action,

@@ -382,6 +382,29 @@ class PromotionParams(Section):
                                                                     "stale).")
 
 
+NotifyEvent = Literal["approval-waiting", "canary-rolled-back", "retrain-fired", "retrain-suppressed",
+                      "champion-unblessed"]
+
+
+class NotifyParams(Section):
+    """The webhook torchship posts a JSON notice to, once per change of state. Its URL is a secret (a Slack or
+    Teams webhook holds its token in the path): it comes from the environment (TORCHSHIP_WEBHOOK_URL), never
+    from this file; unset, nothing is sent."""
+
+    events: list[NotifyEvent] = Field(["approval-waiting", "canary-rolled-back", "retrain-fired", "retrain-suppressed",
+                                       "champion-unblessed"], description="Which changes of state are sent: a version "
+                                                                          "awaits approval, the canary rolled back, a "
+                                                                          "retrain fired, retrains began to be "
+                                                                          "suppressed, an unblessed or rejected "
+                                                                          "champion serves.")
+    timeout_s: float = Field(5.0, gt=0.0, description="Seconds one POST may take (connect and answer).")
+    retries: int = Field(3, ge=0, le=10, description="Attempts after the first when the receiver is unreachable or "
+                                                     "answers 5xx, 408 or 429; other 4xx are not retried. Every "
+                                                     "attempt failed: the notice is not marked sent, so the next "
+                                                     "observer of the same state sends it again.")
+    retry_delay_s: float = Field(1.0, ge=0.0, description="Wait before the first retry, doubled before each next one.")
+
+
 class ServeParams(Section):
     """`torchship serve`: the HTTP service."""
 
@@ -484,6 +507,7 @@ class Params(Section):
     serve: ServeParams = ServeParams()
     monitor: MonitorParams = MonitorParams()
     retrain: RetrainParams = RetrainParams()
+    notify: NotifyParams = NotifyParams()
     tracking: TrackingParams = TrackingParams()
     contract: Contract | None = None
 

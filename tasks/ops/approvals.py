@@ -26,6 +26,7 @@ from tasks.core.approval import (
     request_tags,
 )
 from tasks.core.errors import TorchshipError
+from tasks.core.notify import approval_notice, notify_once
 from tasks.core.registry import CHALLENGER, CHAMPION, alias_version, model_version, registry_client
 from tasks.ops.registry import recorded_move, reject
 
@@ -50,12 +51,19 @@ class Waiting(BaseModel):
 
 
 def request_approval(client, name: str, version: str, actor: str, evidence: str = "") -> str:
-    """Leave `version` awaiting a person (tags, and a history entry); call it under the alias lock."""
+    """Leave `version` awaiting a person (tags, and a history entry); call it under the alias lock (and
+    `announce_waiting` after it)."""
     for key, value in request_tags().items():
         client.set_model_version_tag(name, version, key, value)
     record_decision(client, name, KIND, actor, "awaiting approval: blessed; a person approves or rejects before any "
                     "traffic reaches it", version, evidence)
     return f"v{version} awaits approval: `torchship approve {version} --reason ...` starts its canary"
+
+
+def announce_waiting(params: Params, client, name: str, version: str) -> str:
+    """The webhook's `approval-waiting` notice for `version`, once."""
+    deadline = time.time() + params.promotion.approval_timeout_s
+    return notify_once(client, approval_notice(name, version, deadline), params.notify)
 
 
 def why_blocked(client, name: str, version) -> tuple[str, str] | None:
@@ -145,8 +153,9 @@ def review_approvals(params: Params, observer: str, client=None) -> tuple[list[A
     for found in sorted(found_all, key=lambda v: int(v.version)):   # oldest first: the first approved goes first
         view = approval_view(found.tags, time.time(), timeout_s)
         version = str(found.version)
-        if view.state is ApprovalState.WAITING:
+        if view.state is ApprovalState.WAITING:   # its notice again, in case register's was not delivered (once)
             waiting.append(Waiting(version=version, requested=view.requested, deadline=view.deadline))
+            notify_once(client, approval_notice(name, version, view.deadline), params.notify)
         elif view.open():
             acted.append(decide(client, name, version, view.state.value, view.approver, _noticed(view, observer),
                                 _why(view, found.tags), timeout_s))

@@ -8,6 +8,7 @@ from pydantic import BaseModel
 
 from tasks.config import Params
 from tasks.core.alias_history import HistoryEntry, champion_concern, command_actor, notice_outside_moves, read_history
+from tasks.core.notify import champion_notice, notify_once
 from tasks.core.registry import aliases, registry_client
 from tasks.core.verdicts import OUTCOME_TAG
 from tasks.ops.approvals import ApprovalAction, Waiting, review_quietly
@@ -54,9 +55,11 @@ def registry_status(params: Params, limit: int = 10) -> RegistryStatus:
     found = client.search_model_versions(f"name='{name}'")
     champion = next((v for v in found if str(v.version) == current.get("champion")), None)
     versions = sorted(found, key=lambda v: -int(v.version))[:limit]
+    concern = champion_concern(champion.tags) if champion else None
+    if concern:
+        notify_once(client, champion_notice(name, current["champion"], concern), params.notify)
     return RegistryStatus(model_name=name, aliases=current, versions=[version_row(v, current) for v in versions],
-                          history=read_history(client, name)[-HISTORY_SHOWN:],
-                          champion_concern=champion_concern(champion.tags) if champion else None,
+                          history=read_history(client, name)[-HISTORY_SHOWN:], champion_concern=concern,
                           approvals=acted, waiting=waiting)
 
 
