@@ -11,6 +11,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
+from flows.canary import canary_flow
 from flows.environment import server_configured
 from flows.pipeline import pipeline
 from flows.slot import WorkspaceBusy, workspace_slot
@@ -22,7 +23,9 @@ from tasks.core.errors import TorchshipError
 from tasks.core.gate import GateResult
 from tasks.core.registry import registry_client, versions_tagged
 from tasks.monitoring import guards
+from tasks.monitoring.notices import announce_decision
 from tasks.monitoring.window import read_window
+from tasks.ops.approvals import approved_challenger_without_canary, review_quietly
 
 DRIFT_EVENT = "torchship.drift.detected"
 TRIGGER_KEY, RETRAINED = "trigger", "retrain"   # the tag a retrain's version carries
@@ -63,17 +66,43 @@ def trigger_decision(params: Params, window, report: monitor_step.MonitorReport)
                                 labels_since=guards.high_water(history))
 
 
+def record(params: Params, decision: guards.Decision) -> guards.Decision:
+    """Record a trigger decision and send its notice (a retrain fired, retrains began to be suppressed), once."""
+    guards.record(paths.DECISIONS, decision)
+    announce_decision(params, decision, paths.DECISIONS)
+    return decision
+
+
+@task(name="approvals")
+def approved_challenger(params: Params) -> str | None:
+    """Act on approval decisions made in the MLflow UI and on timeouts; the approved challenger no canary judged
+    yet, if any."""
+    review_quietly(params, "the monitor")
+    return approved_challenger_without_canary(params)
+
+
+def canary_approved(params_file: str) -> None:
+    """The approved challenger's canary (it takes the workspace slot: busy, the next monitor run tries again)."""
+    try:
+        canary_flow(params_file)
+    except TorchshipError as exc:
+        get_run_logger().warning("the approved challenger's canary did not run: %s", exc)
+
+
 @flow(name="torchship-monitor", log_prints=True)
 def monitor(params_file: str = "params.yaml", act: bool = True) -> guards.Decision:
-    """Judge the newest window of served traffic; on material drift, start a retrain (event or direct call)
-    unless a guard holds it back. Every decision is recorded in data/monitor/decisions.jsonl."""
+    """Start the canary of a challenger a person approved since (promotion.approval), then judge the newest window
+    of served traffic; on material drift, start a retrain (event or direct call) unless a guard holds it back.
+    Every decision is recorded in data/monitor/decisions.jsonl."""
     params = load_params(params_file)
     logger = get_run_logger()
+    if approved_challenger(params) is not None and act:
+        canary_approved(params_file)
     window, report = measure(params)
     decision = trigger_decision(params, window, report)
     logger.info("drift gate %s; trigger %s: %s", report.gate.status, decision.outcome, "; ".join(decision.reasons))
     if decision.outcome != "fired" or not act:
-        return guards.record(paths.DECISIONS, decision)
+        return record(params, decision)
     if server_configured():
         from prefect.events import emit_event
 
@@ -83,9 +112,9 @@ def monitor(params_file: str = "params.yaml", act: bool = True) -> guards.Decisi
                                       "window": decision.window, "report": report.report, "summary": report.summary,
                                       "reason": "; ".join(decision.reasons), "params_file": params_file})
         decision.run = f"event {emitted.id if emitted else '(not sent)'}: the retrain deployment's trigger starts it"
-        return guards.record(paths.DECISIONS, decision)
+        return record(params, decision)
     decision.run = "direct: embedded default (no Prefect server)"
-    guards.record(paths.DECISIONS, decision)
+    record(params, decision)
     retrain(params_file, decision.labels_since, decision.labels_until, "; ".join(decision.reasons), report.report)
     return decision
 
@@ -100,8 +129,8 @@ def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_
 
     def dropped(gate: GateResult, why: str) -> dict:
         logger.warning("retrain dropped: %s", why)
-        guards.record(paths.DECISIONS, guards.Decision(ts=time.time(), outcome="suppressed", gate=gate, reasons=[why],
-                                                       window={}, report=report or None, labels_since=labels_since))
+        record(params, guards.Decision(ts=time.time(), outcome="suppressed", gate=gate, reasons=[why], window={},
+                                       report=report or None, labels_since=labels_since))
         return {"batch": None, "pipeline": None, "dropped": why}
 
     try:
@@ -116,7 +145,7 @@ def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_
             batch = retrain_step.take_window(params, window, labels_since, labels_until or window.end)
             logger.info("retrain batch: %s", batch.gate.summary())
             if batch.batch is None:
-                guards.record(paths.DECISIONS, guards.make_decision(
+                record(params, guards.make_decision(
                     "suppressed", [f"batch door refused the window: {batch.gate.summary()}"], batch.gate, window,
                     report=report or None, labels_since=labels_since))
                 return {"batch": batch.model_dump(), "pipeline": None}

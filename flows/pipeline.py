@@ -13,6 +13,7 @@ from tasks.core import paths, sources, tracking
 from tasks.core.artifacts import read_json
 from tasks.core.verdicts import BlessOutcome
 from tasks.ops import reproduce
+from tasks.ops.approvals import review_approvals
 from tasks.ops.lineage import git_state
 from tasks.ops.summary import PipelineSummary, summarize
 
@@ -33,6 +34,7 @@ def dvc_stage(stage: str, parent_run: str) -> reproduce.StageOutcome:
 bless_step = task(name="bless")(bless.run)
 register_step = task(name="register")(register.run)
 canary_step = task(name="canary")(canary.run)
+approvals_review = task(name="approvals")(review_approvals)
 
 
 @task(name="check-source")
@@ -53,7 +55,7 @@ def publish_summary(params: Params, parent_run: str, summary: PipelineSummary) -
 @flow(name="torchship-pipeline", log_prints=True)
 def pipeline(params_file: str = "params.yaml", trigger: dict[str, str] | None = None) -> PipelineSummary:
     """dvc.yaml's stages, one call each in its order (tests/unit/test_paths.py checks), then bless -> register ->
-    canary.
+    approvals (promotion.approval: decisions made since, timeouts) -> canary.
     `trigger`: tags naming why this run happened (a retrain's window), put on the run and a new version."""
     params = load_params(params_file)
     check_source(params)
@@ -69,6 +71,7 @@ def pipeline(params_file: str = "params.yaml", trigger: dict[str, str] | None = 
                   dvc_stage("profile", parent_run)]
         blessing = bless_step(params, parent_run)
         registration = register_step(params, blessing, parent_run, trigger)
+        approvals_review(params, "the pipeline")   # decided in the MLflow UI, or timed out: the canary goes next
         canary_report = canary_step(params, parent_run, None, record_step,
                                     smoke=blessing.outcome is not BlessOutcome.UNCHANGED)
         record_decision(canary_report, params.data.registered_model_name())

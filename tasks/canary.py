@@ -19,6 +19,7 @@ from tasks.contract import Schema, load_schema
 from tasks.core import paths
 from tasks.core.gate import GateResult
 from tasks.core.holdout import load_holdout
+from tasks.core.notify import Notice, notify_once
 from tasks.core.registry import CHALLENGER, CHAMPION, alias_version, aliases, registry_client
 from tasks.core.verdicts import CanaryOutcome, CanaryReport
 
@@ -122,4 +123,15 @@ def run(params: Params, parent_run: str | None = None, link: ServiceLink | None 
         mlflow.log_dict(report.model_dump(), "canary.json")
         mlflow.set_tag("gate.status", report.gate.status)
     log.info("canary: %s -> %s", report.gate.summary(), report.action)
+    if report.outcome is CanaryOutcome.ROLLED_BACK:
+        name = params.data.registered_model_name()
+        notify_once(registry_client(params.tracking), rollback_notice(name, report), params.notify)
     return report
+
+
+def rollback_notice(name: str, report: CanaryReport) -> Notice:
+    """The webhook's notice of a rollback: once per version rolled back."""
+    last = report.steps[-1]
+    return Notice(event="canary-rolled-back", key=f"v{last.challenger.version}", model=name,
+                  text=f"{name}: the canary rolled back v{last.challenger.version} at step {last.phase}: "
+                       f"{'; '.join(last.reasons)}; champion unchanged")

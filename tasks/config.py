@@ -18,9 +18,11 @@ from tasks.core.params_spec import (
     DistillParams,
     ExportParams,
     MonitorParams,
+    NotifyParams,
     Params,
     PrepareParams,
     ProfileParams,
+    PromotionParams,
     RetrainParams,
     RuntimeParams,
     Section,
@@ -33,9 +35,10 @@ from tasks.core.params_spec import (
 
 # The specs are re-exported: `tasks.config` stays the one place stages, flows and serving take their sections from.
 __all__ = ["AUTO", "BaselineParams", "BlessParams", "CanaryParams", "CompressParams", "DataParams", "DistillParams",
-           "ExportParams", "MonitorParams", "Params", "PrepareParams", "ProfileParams", "RetrainParams",
-           "RuntimeParams", "Section", "ServeParams", "SloParams", "TrackingParams", "TrainParams",
-           "ValidateParams", "PARAMS_FILE", "load_params", "parse_params", "read_params_file"]
+           "ExportParams", "MonitorParams", "NotifyParams", "Params", "PrepareParams", "ProfileParams",
+           "PromotionParams", "RetrainParams", "RuntimeParams", "Section", "ServeParams", "SloParams",
+           "TrackingParams", "TrainParams", "ValidateParams", "PARAMS_FILE", "load_params", "parse_params",
+           "read_params_file"]
 
 PARAMS_FILE = "params.yaml"
 

@@ -14,11 +14,12 @@ from pydantic import BaseModel
 from tasks.config import Params
 from tasks.contract import Schema
 from tasks.core import paths
-from tasks.core.alias_history import notice_outside_moves
+from tasks.core.alias_history import champion_concern, notice_outside_moves
 from tasks.core.artifacts import write_json_atomic
 from tasks.core.gate import GateResult
+from tasks.core.notify import champion_notice, notify_once
 from tasks.core.quarantine import unique_stamp
-from tasks.core.registry import open_version, registry_client
+from tasks.core.registry import CHAMPION, alias_version, open_version, registry_client
 from tasks.core.runtime import predict_proba
 from tasks.monitoring.drift import PREDICTION, DriftFindings, judge, measure_drift, sample, save_html
 from tasks.monitoring.window import Window, read_window
@@ -81,11 +82,19 @@ def monitor_window(params: Params, window: Window, client=None) -> MonitorReport
 
 def notice_moves(params: Params) -> None:
     """Record alias moves made outside torchship since the history's last entry (when no service watched the
-    registry); the monitor's own verdict never waits on it or fails by it."""
-    for entry in notice_outside_moves(registry_client(params.tracking), params.data.registered_model_name(),
-                                      "the monitor"):
+    registry), and notify an unblessed or rejected champion; the monitor's own verdict never waits on it or fails
+    by it."""
+    client, name = registry_client(params.tracking), params.data.registered_model_name()
+    for entry in notice_outside_moves(client, name, "the monitor"):
         log.warning("monitor: %s %s moved outside torchship: recorded in the alias history", entry.alias,
                     entry.moved())
+    try:
+        champion = alias_version(client, name, CHAMPION)
+    except Exception as exc:   # never the monitor's failure
+        log.warning("monitor: the champion could not be read: %s", exc)
+        return
+    if champion is not None and (concern := champion_concern(champion.tags)):
+        notify_once(client, champion_notice(name, str(champion.version), concern), params.notify)
 
 
 def run(params: Params, window: Window | None = None) -> MonitorReport:

@@ -10,6 +10,7 @@ from tasks.config import Params
 from tasks.contract import load_schema
 from tasks.core import paths
 from tasks.core.alias_history import run_actor
+from tasks.core.approval import REQUESTED_TAG
 from tasks.core.artifacts import read_json
 from tasks.core.errors import TorchshipError
 from tasks.core.holdout import load_holdout
@@ -25,6 +26,7 @@ from tasks.core.registry import (
     store_busy,
 )
 from tasks.core.verdicts import OUTCOME_TAG, Blessing, Registration, RegistrationOutcome
+from tasks.ops.approvals import announce_waiting, request_approval
 from tasks.ops.lineage import lineage_tags
 from tasks.ops.passport import passport_html, passport_markdown
 from tasks.ops.rebuild import METRIC_TAG, METRICS, log_lineage, push_data
@@ -94,7 +96,10 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     active = mlflow.active_run()
     proof = (f"bless {blessing.gate.status} ({blessing.outcome}); passport: runs:/"
              f"{active.info.run_id if active else '?'}/passport.md; v{version} tag bless_reasons")
-    outcome, action = apply_aliases(client, name, version, blessing, run_actor(run_kind), proof)
+    outcome, action = apply_aliases(client, name, version, blessing, run_actor(run_kind), proof,
+                                    params.promotion.approval == "required")
+    if outcome is RegistrationOutcome.AWAITING_APPROVAL:
+        announce_waiting(params, client, name, version)   # after the lock: the notice takes it itself
     client.update_model_version(name, version, description=description)
     client.delete_model_version_tag(name, version, UNFINISHED_TAG)   # last: the version is complete
     return Registration(model_name=name, version=version, created=True, outcome=outcome, action=action,
@@ -102,9 +107,10 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
 
 
 def apply_aliases(client, name: str, version: str, blessing: Blessing, actor: str | None = None,
-                  evidence: str = "") -> tuple[RegistrationOutcome, str]:
+                  evidence: str = "", approval: bool = False) -> tuple[RegistrationOutcome, str]:
     """Not blessed -> tagged rejected (a first model too: never a champion worse than the baselines);
-    no champion yet -> champion; else challenger (the canary decides). Under the registry's alias lock, and
+    no champion yet -> champion; else challenger (the canary decides), or, with `approval` (promotion.approval
+    required), no alias but `awaiting approval` (tasks/ops/approvals.py). Under the registry's alias lock, and
     only if the aliases are still what bless judged against: when another pipeline moved them meanwhile, this
     version keeps no alias and says so (no lost update). Each move goes in the alias history as `actor`'s
     (default: a pipeline run). Returns what happened, typed and in words."""
@@ -112,6 +118,8 @@ def apply_aliases(client, name: str, version: str, blessing: Blessing, actor: st
     if held:   # an attempt that stopped after moving the aliases: nothing left to move
         holds = RegistrationOutcome.CHAMPION if CHAMPION in held else RegistrationOutcome.CHALLENGER
         return holds, f"v{version} already holds {', '.join(held)}"
+    if REQUESTED_TAG in client.get_model_version(name, version).tags:   # asked by an attempt that stopped
+        return RegistrationOutcome.AWAITING_APPROVAL, f"v{version} awaits approval (asked already)"
     if blessing.gate.status == "fail":
         reject(client, name, version, "bless: " + "; ".join(blessing.gate.reasons))
         return RegistrationOutcome.REJECTED, f"v{version} rejected by bless: {'; '.join(blessing.gate.reasons)}"
@@ -124,6 +132,8 @@ def apply_aliases(client, name: str, version: str, blessing: Blessing, actor: st
             move.reason = "register: first model of this name, blessed"
             promote(client, name, version, "first model of this name")
             return RegistrationOutcome.CHAMPION, f"v{version} is champion (first model)"
+        if approval:
+            return RegistrationOutcome.AWAITING_APPROVAL, request_approval(client, name, version, move.actor, evidence)
         move.reason = "register: blessed against the champion; the canary decides"
         client.set_registered_model_alias(name, CHALLENGER, version)
     return RegistrationOutcome.CHALLENGER, f"v{version} is challenger; the canary decides"

@@ -41,7 +41,7 @@ def main(version: bool = typer.Option(False, "--version", callback=show_version,
 
 
 for command in (pipeline.run, pipeline.plan, servers.ui, servers.serve, registry.status, registry.history,
-                registry.promote, registry.rollback,
+                registry.promote, registry.rollback, registry.approve, registry.reject,
                 registry.rebaseline, registry.rebuild,
                 workspace.clean, data.ingest, loop.monitor, loop.deploy, predict.predict,
                 observability.observability):

@@ -1,6 +1,8 @@
-"""`torchship status`, `history`, `promote`, `rollback`, `rebaseline`, `rebuild`: the registry state of this
-project's model, its alias history, and the by-hand moves."""
+"""`torchship status`, `history`, `promote`, `rollback`, `rebaseline`, `rebuild`, `approve`, `reject`: the registry
+state of this project's model, its alias history, the by-hand moves and the approval decisions."""
 from __future__ import annotations
+
+import time
 
 import typer
 from rich.table import Table
@@ -36,9 +38,53 @@ def status() -> None:
     if state.history:
         console.print(history_table(state.history, f"{state.model_name}: last alias moves (torchship history)",
                                     evidence=False))
+    for action in state.approvals:
+        console.print(f"approval: {action.action}" + (" ([bold]torchship canary[/] starts its canary now; the next "
+                                                       "pipeline or monitor run does otherwise)"
+                                                       if action.canary_due else ""))
+    for waiting in state.waiting:
+        console.print(f"[yellow]v{waiting.version} awaits approval[/] until {utc(waiting.deadline)} UTC: "
+                      f"torchship approve|reject {waiting.version} --reason ...")
     if state.champion_concern:
         console.print(f"[yellow]champion v{state.aliases.get('champion')} serves although {state.champion_concern}"
                       "[/]: a person moved it there (metric torchship_champion_unblessed, ticket alert).")
+
+
+def utc(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(epoch))
+
+
+def approve(version: str = typer.Argument(..., help="The version awaiting approval."),
+            reason: str = typer.Option(..., "--reason", help="Why: recorded in the alias history.")) -> None:
+    """Approve VERSION (registered awaiting approval, promotion.approval: required): it takes `challenger` and its
+    canary starts now (as `torchship canary`). The decision and the OS user go in the alias history. A version
+    past promotion.approval_timeout_s is rejected instead."""
+    enter_project()
+    from flows.cli.canary import render
+    from tasks.config import load_params
+    from tasks.core.alias_history import command_actor, os_user
+    from tasks.ops.approvals import decide_by_hand
+
+    done = decide_by_hand(load_params(), version, "approved", reason, command_actor("approve"), os_user())
+    console.print(done.action)
+    if done.canary_due:
+        from flows.canary import canary_flow
+
+        with console.status("canary: shadow, then canary.steps; each step waits for canary.min_samples"):
+            render(canary_flow(params_file="params.yaml"))
+
+
+def reject(version: str = typer.Argument(..., help="The version awaiting approval."),
+           reason: str = typer.Option(..., "--reason", help="Why: recorded on the version and in the history.")
+           ) -> None:
+    """Reject VERSION (registered awaiting approval): tagged rejected, never canaried; `champion` is untouched.
+    The decision and the OS user go in the alias history."""
+    enter_project()
+    from tasks.config import load_params
+    from tasks.core.alias_history import command_actor, os_user
+    from tasks.ops.approvals import decide_by_hand
+
+    console.print(decide_by_hand(load_params(), version, "rejected", reason, command_actor("reject"), os_user()).action)
 
 
 def history_table(entries, title: str, evidence: bool = True) -> Table:

@@ -50,6 +50,7 @@ class HistoryEntry(BaseModel):
     reason: str = ""
     evidence: str = ""                # where the decision's proof lies (bless passport, canary tags and run)
     kind: str = "move"                # move | start (the history's first sight of an alias it did not see move)
+    #                                   | approval (a decision on `to_version` that moves no alias itself)
 
     def key(self) -> str:
         return f"{PREFIX}{self.seq:06d}"
@@ -213,13 +214,17 @@ def champion_concern(tags: dict[str, str]) -> str | None:
     return None
 
 
+def os_user() -> str:
+    """The OS user running this process."""
+    try:
+        return getpass.getuser()
+    except Exception:   # no login name (a container without one): the uid still says who
+        return f"uid {os.getuid()}"
+
+
 def command_actor(command: str) -> str:
     """A by-hand torchship command, with the OS user who ran it."""
-    try:
-        user = getpass.getuser()
-    except Exception:   # no login name (a container without one): the uid still says who
-        user = f"uid {os.getuid()}"
-    return f"torchship {command} by {user}@{socket.gethostname()}"
+    return f"torchship {command} by {os_user()}@{socket.gethostname()}"
 
 
 def run_actor(kind: str) -> str:

@@ -42,6 +42,7 @@ PREFECT_UI_URL = "PREFECT_UI_URL"     # where that server's UI is, when not the 
 MLFLOW_STORE_ENV = "MLFLOW_BACKEND_STORE_URI"   # `mlflow server --backend-store-uri`, off the command line
 
 TOKEN_ENV = "TORCHSHIP_ADMIN_TOKEN"           # the service's admin endpoints need it; the canary sends it
+WEBHOOK_URL_ENV = "TORCHSHIP_WEBHOOK_URL"     # where notices are posted (a secret: never in params.yaml); unset: none
 PARAMS_ENV, DEFAULT_PARAMS = "TORCHSHIP_PARAMS", "params.yaml"   # the params file `python -m serving` reads
 SERVE_SETTINGS_ENV = "TORCHSHIP_SERVE_SETTINGS"   # serve.workers > 1: the settings each worker builds its app from
 PARENT_RUN_ENV = "TORCHSHIP_PARENT_RUN_ID"    # a stage's MLflow run nests under the pipeline's

@@ -364,6 +364,47 @@ class CanaryParams(Section):
         return steps
 
 
+class PromotionParams(Section):
+    """Whether a person must approve a blessed challenger before its canary starts (`torchship approve|reject`, or
+    the version's `approval` tag in the MLflow UI)."""
+
+    approval: Literal["none", "required"] = Field("none", description="`required`: register leaves a blessed "
+                                                                      "candidate `awaiting approval` (tag `approval`, "
+                                                                      "no alias: nothing routes traffic to it) and "
+                                                                      "the run ends; the canary starts when a person "
+                                                                      "approves. A first model still becomes "
+                                                                      "champion (nothing serves yet to protect).")
+    approval_timeout_s: float = Field(259200.0, gt=0.0, description="A version nobody approved or rejected within "
+                                                                    "this many seconds is rejected by the next "
+                                                                    "pipeline, monitor or status that sees it (the "
+                                                                    "default, 3 days, outlasts a weekend; later, its "
+                                                                    "blessing against the champion of its day is "
+                                                                    "stale).")
+
+
+NotifyEvent = Literal["approval-waiting", "canary-rolled-back", "retrain-fired", "retrain-suppressed",
+                      "champion-unblessed"]
+
+
+class NotifyParams(Section):
+    """The webhook torchship posts a JSON notice to, once per change of state. Its URL is a secret (a Slack or
+    Teams webhook holds its token in the path): it comes from the environment (TORCHSHIP_WEBHOOK_URL), never
+    from this file; unset, nothing is sent."""
+
+    events: list[NotifyEvent] = Field(["approval-waiting", "canary-rolled-back", "retrain-fired", "retrain-suppressed",
+                                       "champion-unblessed"], description="Which changes of state are sent: a version "
+                                                                          "awaits approval, the canary rolled back, a "
+                                                                          "retrain fired, retrains began to be "
+                                                                          "suppressed, an unblessed or rejected "
+                                                                          "champion serves.")
+    timeout_s: float = Field(5.0, gt=0.0, description="Seconds one POST may take (connect and answer).")
+    retries: int = Field(3, ge=0, le=10, description="Attempts after the first when the receiver is unreachable or "
+                                                     "answers 5xx, 408 or 429; other 4xx are not retried. Every "
+                                                     "attempt failed: the notice is not marked sent, so the next "
+                                                     "observer of the same state sends it again.")
+    retry_delay_s: float = Field(1.0, ge=0.0, description="Wait before the first retry, doubled before each next one.")
+
+
 class ServeParams(Section):
     """`torchship serve`: the HTTP service."""
 
@@ -461,10 +502,12 @@ class Params(Section):
     baseline: BaselineParams = BaselineParams()
     bless: BlessParams = BlessParams()
     slo: SloParams = SloParams()
+    promotion: PromotionParams = PromotionParams()
     canary: CanaryParams = CanaryParams()
     serve: ServeParams = ServeParams()
     monitor: MonitorParams = MonitorParams()
     retrain: RetrainParams = RetrainParams()
+    notify: NotifyParams = NotifyParams()
     tracking: TrackingParams = TrackingParams()
     contract: Contract | None = None
 

@@ -37,6 +37,7 @@ class RegistrationOutcome(StrEnum):
     STALE = "stale"              # the aliases moved while bless ran: registered without an alias
     CHAMPION = "champion"        # the first model of this name
     CHALLENGER = "challenger"    # the canary decides
+    AWAITING_APPROVAL = "awaiting approval"   # promotion.approval required: no alias until a person approves
 
 
 class StageReport(BaseModel):

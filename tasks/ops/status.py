@@ -1,16 +1,19 @@
 """`torchship status` and `torchship history`: the registry state of this project's model as typed rows, its alias
 history, and a run's registry changes in words. No alias moves here (those are in `tasks.ops.alias_moves`); the
-one write is the history's: moves nobody recorded (the MLflow UI) are recorded when status or history sees them."""
+writes are the history's: moves nobody recorded (the MLflow UI) are recorded when status or history sees them, and
+approval decisions made in the MLflow UI or timed out are acted on (tasks/ops/approvals.py)."""
 from __future__ import annotations
 
 from pydantic import BaseModel
 
 from tasks.config import Params
 from tasks.core.alias_history import HistoryEntry, champion_concern, command_actor, notice_outside_moves, read_history
+from tasks.core.notify import champion_notice, notify_once
 from tasks.core.registry import aliases, registry_client
 from tasks.core.verdicts import OUTCOME_TAG
+from tasks.ops.approvals import ApprovalAction, Waiting, review_quietly
 
-NOTE_TAGS = ("rejected", "previous", "promoted", "stale", "rebaselined")
+NOTE_TAGS = ("approval", "rejected", "previous", "promoted", "stale", "rebaselined")
 HISTORY_SHOWN = 5   # the last entries `torchship status` shows (`torchship history` shows all)
 
 
@@ -28,6 +31,8 @@ class RegistryStatus(BaseModel):
     versions: list[VersionRow]       # newest first
     history: list[HistoryEntry] = []  # the alias history's last entries, oldest first
     champion_concern: str | None = None   # why the champion should not serve unwatched (unblessed, rejected)
+    approvals: list[ApprovalAction] = []  # decisions this look acted on (an MLflow UI tag, a timeout)
+    waiting: list[Waiting] = []           # versions awaiting a person's approval
 
 
 def version_row(version, current: dict[str, str]) -> VersionRow:
@@ -45,13 +50,17 @@ def registry_status(params: Params, limit: int = 10) -> RegistryStatus:
     name = params.data.registered_model_name()
     client = registry_client(params.tracking)
     notice_outside_moves(client, name, command_actor("status"))
+    acted, waiting = review_quietly(params, command_actor("status"))
     current = aliases(client, name)
     found = client.search_model_versions(f"name='{name}'")
     champion = next((v for v in found if str(v.version) == current.get("champion")), None)
     versions = sorted(found, key=lambda v: -int(v.version))[:limit]
+    concern = champion_concern(champion.tags) if champion else None
+    if concern:
+        notify_once(client, champion_notice(name, current["champion"], concern), params.notify)
     return RegistryStatus(model_name=name, aliases=current, versions=[version_row(v, current) for v in versions],
-                          history=read_history(client, name)[-HISTORY_SHOWN:],
-                          champion_concern=champion_concern(champion.tags) if champion else None)
+                          history=read_history(client, name)[-HISTORY_SHOWN:], champion_concern=concern,
+                          approvals=acted, waiting=waiting)
 
 
 def alias_history(params: Params, model_name: str | None = None) -> tuple[str, list[HistoryEntry]]:
