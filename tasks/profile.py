@@ -26,6 +26,7 @@ from tasks.ops.stage import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.parity import check_raw_parity, raw_probe_rows
 from tasks.variants.preprocess import compose_raw_model
+from tasks.variants.quantize import BATCH_DEPENDENT
 from tasks.variants.runners import compiled_runner, eager_runner, onnx_runner, quantize_eager
 
 log = logging.getLogger("torchship.profile")
@@ -69,7 +70,8 @@ def select_variant(results: dict[str, dict], servable: dict[str, str]) -> str:
 
 
 def candidate_runners(params: Params) -> tuple[dict[str, Runner], dict[str, str]]:
-    """Every variant that passed its gate: name -> runner, and the servable ones: name -> ONNX path."""
+    """Every variant that passed its gate: name -> runner, and the servable ones: name -> ONNX path (an ONNX file
+    whose answer for a row does not depend on the rows batched with it: not BATCH_DEPENDENT)."""
     threads = params.profile.threads
     model, _ = load_trained(paths.MODEL_WEIGHTS)
     parity, compress = read_json(paths.PARITY_REPORT), read_json(paths.COMPRESS_REPORT)
@@ -82,7 +84,8 @@ def candidate_runners(params: Params) -> tuple[dict[str, Runner], dict[str, str]
             continue
         if "path" in entry:
             runners[name] = onnx_runner(Path(entry["path"]), threads)
-            servable[name] = entry["path"]
+            if name not in BATCH_DEPENDENT:
+                servable[name] = entry["path"]
         elif name == "eager-int8":
             runners[name] = eager_runner(quantize_eager(model))
     return runners, servable
@@ -136,7 +139,8 @@ def run(params: Params) -> None:
     raw_model, raw_gate = publish_raw_model(selected, Path(servable[selected]), holdout.rows, params.export,
                                             params.profile.threads)
     report = {"variants": results, "selected": selected, "selected_path": str(paths.RAW_MODEL),
-              "raw_model": raw_model,
+              "raw_model": raw_model, "not_served": {name: f"{how}: a row's answer depends on its batch"
+                                                     for name, how in BATCH_DEPENDENT.items() if name in results},
               "threads": params.profile.threads, "batch_size": batch, "compile_pays": compile_pays,
               "selected_vs_eager": {"p50_ratio": chosen["p50_us"] / eager["p50_us"],
                                     "throughput_ratio": chosen["rows_per_s"] / eager["rows_per_s"]},
@@ -164,10 +168,12 @@ def print_profile_table(report: dict) -> None:
     for column in ("variant", "p50 µs", "p99 µs", f"rows/s @{report['batch_size']}", "accuracy", "f1 macro"):
         table.add_column(column, justify="right" if column != "variant" else "left", no_wrap=True)
     for name, r in report["variants"].items():
-        mark = "[bold green]" if name == report["selected"] else ""
-        table.add_row(mark + name, f"{r['p50_us']:.0f}", f"{r['p99_us']:.0f}", f"{r['rows_per_s']:,.0f}",
-                      f"{r['accuracy']:.4f}", f"{r['f1_macro']:.4f}")
+        label = f"[dim]{name} (not served)" if name in report["not_served"] else name
+        table.add_row(f"[bold green]{name}" if name == report["selected"] else label, f"{r['p50_us']:.0f}",
+                      f"{r['p99_us']:.0f}", f"{r['rows_per_s']:,.0f}", f"{r['accuracy']:.4f}", f"{r['f1_macro']:.4f}")
     Console(stderr=True, width=120).print(table)
+    for name, why in report["not_served"].items():
+        Console(stderr=True, width=120).print(f"  {name}: not served ({why}; the service batches requests)")
 
 
 if __name__ == "__main__":

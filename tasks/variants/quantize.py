@@ -29,6 +29,12 @@ def _quiet_root_logger():
         root.setLevel(level)
 
 
+# Variants made by quantize_onnx: their activations are quantised per call over the whole batch, so one row's
+# answer moves with the rows batched beside it. The service micro-batches concurrent requests, so these are
+# profiled and reported but never served (a user's answer must not depend on another user's rows).
+BATCH_DEPENDENT = {"onnx-int8": "dynamic int8", "student-onnx-int8": "dynamic int8"}
+
+
 def quantize_onnx(source: Path, target: Path) -> None:
     """ONNX Runtime dynamic int8 (weights int8, activations quantised per call); metadata kept."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
