@@ -145,3 +145,12 @@ def test_the_deps_writer_fixes_a_missing_and_a_superfluous_dep_and_keeps_comment
     assert write_code_deps(tmp_path) == ["source", "baseline"]
     assert (tmp_path / "dvc.yaml").read_text() == current     # comments, data and params deps as they were
     assert stale_code_deps(tmp_path) == {}
+
+
+def test_no_two_test_modules_share_a_name():
+    """The test folders are not packages: two modules with one name make collection fail ('import file mismatch')
+    whenever both are collected in one process, which `make test-fast` or a single-folder run does not show."""
+    names: dict[str, list[str]] = {}
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        names.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    assert {name: found for name, found in names.items() if len(found) > 1} == {}
