@@ -71,7 +71,7 @@ def fit_training(settings: TrainParams, train_rows: int) -> FittedTraining:
     model, picked = pick_model(settings, train_rows)
     reasons = [picked] if picked else []
     folds, families = cross_validation_plan(settings, train_rows)
-    if folds > 1:
+    if folds > 1 and len(families) < 2:   # with two families, `picked` already says why there are folds
         reasons.append(f"{folds} cross-validated members: {train_rows:,} training rows < train.cv_max_rows "
                        f"{settings.cv_max_rows:,}")
     table_rows = train_rows
