@@ -1,5 +1,6 @@
-"""The train stage under real torchrun: 1 vs 2 processes, FSDP vs DDP, two nodes on loopback, kill -9 and
-resume, a dead rank named, a hung rank caught by the collective timeout, out-of-memory halving.
+"""The train stage under real torchrun: 1 vs 2 processes, FSDP vs DDP, kill -9 and resume, a dead rank named, a
+hung rank caught by the collective timeout, out-of-memory halving. (Two nodes: tests/integration/test_two_nodes.py,
+across network namespaces, against the weights of one node of two processes.)
 
 A small MLP on a few thousand rows: every run costs mostly process start and the report, so runs that
 several tests compare against are made once (`_metrics` caches them by their settings)."""
@@ -103,22 +104,6 @@ def test_fsdp_reaches_the_ddp_metric(project):
     fsdp = _metrics(project, nproc=2, strategy="fsdp")
     assert fsdp["strategy"] == "fsdp" and fsdp["world_size"] == 2
     assert abs(ddp["val_f1_macro"] - fsdp["val_f1_macro"]) <= TOLERANCE
-
-
-def test_two_nodes_on_loopback_form_one_job(project):
-    from tasks.core.procs import free_port
-
-    port = free_port()
-    _set(project, nnodes=2, rdzv_endpoint=f"127.0.0.1:{port}", rdzv_id=f"test-{port}")
-    _clear_checkpoints(project)
-    nodes = [subprocess.Popen([sys.executable, "-m", "tasks.train"], cwd=project.root, env=_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
-    outputs = [node.communicate(timeout=300)[0] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], "\n".join(o[-2000:] for o in outputs)
-    metrics = json.loads((project.root / "data/train/metrics.json").read_text())
-    assert metrics["world_size"] == 2
-    # Two nodes of one process shard the data as one node of two processes.
-    assert abs(metrics["val_f1_macro"] - _metrics(project, nproc=2)["val_f1_macro"]) <= TOLERANCE
 
 
 def test_kill_minus_nine_then_resume_matches_an_uninterrupted_run(project):
