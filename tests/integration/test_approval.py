@@ -147,3 +147,35 @@ def test_an_approval_tag_set_in_the_mlflow_ui_is_honoured_once(project):
     acted, _ = review_approvals(params, "the pipeline")                 # bob's approval waited for it
     assert [(a.version, a.outcome, a.approver) for a in acted] == [("3", "approved", "bob")]
     assert aliases(client, MODEL) == {"champion": "1", "challenger": "3"}
+
+
+def test_the_prefect_ui_form_decides_and_an_approval_starts_the_canary(project, monkeypatch):
+    """The `review` deployment's form: its fields are the flow's parameters (Prefect renders the form from this
+    schema); the flow's body decides as `approve|reject` do, with the reviewer as the person, and an approval starts
+    the canary (here without a server: the canary flow itself; on a server: a run of the canary deployment)."""
+    from prefect.utilities.callables import parameter_schema
+
+    from flows.review import review
+
+    folder, _, client = project
+    form = parameter_schema(review.fn).model_dump_for_openapi()
+    assert form["required"] == ["version", "decision", "reviewer", "reason"]
+    assert form["properties"]["decision"]["enum"] == ["approve", "reject"]
+    assert all(form["properties"][field].get("description") for field in form["required"])
+
+    started = []
+    monkeypatch.setattr("flows.canary.canary_flow", lambda params_file="params.yaml", **_: started.append(
+        aliases(client, MODEL)) or CanaryReport(gate=GateResult.decide("canary", []), outcome=CanaryOutcome.PROMOTED,
+                                                action="stub"))
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.chdir(folder)
+    awaiting(client, "2")
+    awaiting(client, "3")
+    review.fn("3", "reject", " dana ", "too slow on the dashboard")
+    assert client.get_model_version(MODEL, "3").tags[APPROVAL_TAG] == "rejected:dana" and started == []
+    review.fn("2", "approve", "erin", "passport read")
+    assert started == [{"champion": "1", "challenger": "2"}]
+    entries = [e for e in read_history(client, MODEL) if e.kind == "approval"]
+    assert [e.reason for e in entries[-2:]] == ["rejected by dana: too slow on the dashboard",
+                                                "approved by erin: passport read"]
+    assert all(e.actor == "the Prefect UI form" for e in entries[-2:])

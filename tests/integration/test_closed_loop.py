@@ -63,6 +63,10 @@ def test_drift_event_runs_the_retrain_deployment_on_a_process_worker(tiny_pipeli
         deployed = project.torchship("deploy")
         assert deployed.returncode == 0, deployed.stdout[-2000:] + deployed.stderr[-2000:]
         assert "prefect worker start --pool torchship-process" in deployed.stdout
+        # the approval form the Prefect UI renders from the deployed `review` flow's parameters
+        with httpx.Client(base_url=api, timeout=10) as client:
+            form = client.get("/deployments/name/torchship-review/review").json()["parameter_openapi_schema"]
+        assert form["properties"]["decision"]["enum"] == ["approve", "reject"] and "reviewer" in form["required"]
         worker = start_child("prefect worker", [str(BIN / "prefect"), "worker", "start", "--pool", "torchship-process"],
                              tmp_path / "worker.log", env=project_env(project, api), cwd=project.root)
         with running([worker]):
