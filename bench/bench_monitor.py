@@ -1,14 +1,15 @@
-"""Monitor: the drift monitor (tasks.monitoring.drift.measure_drift: Evidently 0.7 DataDriftPreset on seeded
-samples of at most monitor.sample_rows rows per side) vs plain scipy two-sample KS tests on every row of the
-same columns (the lower bound), at 10k, 100k and 1M logged rows x 30 features + the prediction column,
-alternating in one process.
+"""Monitor: the drift monitor (tasks.monitoring.drift.measure_drift: Evidently 0.7's per-column drift tests, as
+its DataDriftPreset chooses them, on seeded samples of at most monitor.sample_rows rows per side) vs plain scipy
+two-sample KS tests on every row of the same columns (the lower bound), at 10k, 100k and 1M logged rows x 30
+features + the prediction column, alternating in one process.
 
 Each size is first written as a real request log (tasks.core.servelog.served_line, rotated at the service's
 64 MiB like serving/request_log.py does) and read back with tasks.monitoring.window.read_window; that read is
 timed on its own line, not inside the monitor's time. Both sides then start from the same window DataFrame and
 the same fixed reference DataFrame (REFERENCE_ROWS rows). Also timed: Evidently on the full window and the full
 reference without sampling (10k and 100k only: at 1M it takes minutes), so the reader sees what sampling buys,
-and save_html of one snapshot. The window is shifted on purpose in a few columns: both sides must flag those.
+and save_html (the DataDriftPreset report with its plots, drawn from the verdict's samples). The window is
+shifted on purpose in a few columns: both sides must flag those.
 
 BENCH_ROWS (default 10000,100000,1000000), BENCH_FULL_ROWS (default 10000,100000) and BENCH_ROUNDS (default 2;
 the best round counts) set the work."""
@@ -145,13 +146,13 @@ def main() -> None:
             assert len(window.rows) == rows, len(window.rows)
             monitor_times, ks_times = [], []
             for _ in range(ROUNDS):   # alternate, so both meet the same machine noise
-                seconds, (findings, snapshot) = timed(
+                seconds, (findings, samples) = timed(
                     lambda window=window: measure_drift(reference, window.rows, schema, rules))
                 monitor_times.append(seconds)
                 seconds, ks_flags = timed(lambda window=window: ks_tests(reference, window.rows, schema))
                 ks_times.append(seconds)
             if html_s is None:
-                html_s, _ = timed(lambda snapshot=snapshot: save_html(snapshot, Path(folder) / "report.html"))
+                html_s, _ = timed(lambda samples=samples: save_html(samples, schema, Path(folder) / "report.html"))
             full_s = None
             if rows in FULL_SIZES:
                 full_s, (full_findings, _) = timed(

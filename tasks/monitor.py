@@ -63,10 +63,10 @@ def monitor_window(params: Params, window: Window, client=None) -> MonitorReport
     session, schema = open_version(client, name, version, params.runtime.threads)
     reference = reference_frame(schema, session, params.monitor.sample_rows, params.monitor.seed)
     wants_quality = len(window.labelled) >= params.monitor.min_labelled
-    findings, snapshot = measure_drift(reference, window.rows, schema, params.monitor,
+    findings, samples = measure_drift(reference, window.rows, schema, params.monitor,
                                        holdout_accuracy(schema, session) if wants_quality else None)
     stamp = unique_stamp()
-    report = save_html(snapshot, paths.MONITOR_REPORTS / f"{stamp}.html")
+    report = save_html(samples, schema, paths.MONITOR_REPORTS / f"{stamp}.html")
     summary = paths.MONITOR_REPORTS / f"{stamp}.json"
     gate = judge(findings, params.monitor, evidence=str(report))
     inputs_moved = findings.drifted_share >= params.monitor.max_drifted_share or (

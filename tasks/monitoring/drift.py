@@ -1,8 +1,13 @@
 """Drift of a window against the reference, by Evidently 0.7: per-feature drift and prediction drift
-(DataDriftPreset, Evidently's own choice of test per column), and accuracy on feedback-labelled rows against
-the serving version's accuracy on the holdout. Each side is a seeded sample of at most `sample_rows`: the
-tests' power depends on the sample, not the log's size, so the monitor's time stays flat as the log grows
-(bench/bench_monitor.py shows the figures and that detection holds)."""
+(Evidently's own choice of test per column), and accuracy on feedback-labelled rows against the serving version's
+accuracy on the holdout. Each side is a seeded sample of at most `sample_rows`: the tests' power depends on the
+sample, not the log's size, so the monitor's time stays flat as the log grows (bench/bench_monitor.py shows the
+figures and that detection holds).
+
+The verdict and the report are apart on purpose. Evidently draws every plot while it computes a Report (~90% of a
+DataDriftPreset's time), so the verdict calls the per-column test its ValueDrift metric calls
+(`get_one_column_drift`, same test, same threshold, same score), and the HTML report (DataDriftPreset over the
+same two samples) is drawn only where it is saved (tests/data/test_drift_detection.py checks both agree)."""
 from __future__ import annotations
 
 import json
@@ -65,22 +70,35 @@ def sample(frame: pd.DataFrame, rows: int, seed: int) -> pd.DataFrame:
     return frame if len(frame) <= rows else frame.sample(n=rows, random_state=seed)
 
 
-def evidently_report(reference: pd.DataFrame, current: pd.DataFrame, schema: Schema):
-    """The Evidently snapshot: DataDriftPreset over the features and the prediction column."""
+def drift_columns(schema: Schema) -> tuple[list[str], list[str]]:
+    """(numeric, categorical) columns Evidently compares: the features, and the prediction as a category."""
+    numeric = [f.name for f in schema.features if f.kind == "numeric"]
+    return numeric, [f.name for f in schema.features if f.kind == "categorical"] + [PREDICTION]
+
+
+class DriftSamples(BaseModel):
+    """The two typed samples a verdict was made on: what the HTML report is drawn from."""
+
+    model_config = {"arbitrary_types_allowed": True}
+    reference: pd.DataFrame
+    current: pd.DataFrame
+
+
+def evidently_report(samples: DriftSamples, schema: Schema):
+    """The Evidently snapshot: DataDriftPreset over the features and the prediction column (with its plots)."""
     from evidently import DataDefinition, Dataset, Report
     from evidently.presets import DataDriftPreset
 
-    numeric = [f.name for f in schema.features if f.kind == "numeric"]
-    categorical = [f.name for f in schema.features if f.kind == "categorical"] + [PREDICTION]
+    numeric, categorical = drift_columns(schema)
     definition = DataDefinition(numerical_columns=numeric, categorical_columns=categorical)
     columns = numeric + categorical
     return Report([DataDriftPreset(columns=columns)]).run(
-        reference_data=Dataset.from_pandas(reference[columns], data_definition=definition),
-        current_data=Dataset.from_pandas(current[columns], data_definition=definition))
+        reference_data=Dataset.from_pandas(samples.reference[columns], data_definition=definition),
+        current_data=Dataset.from_pandas(samples.current[columns], data_definition=definition))
 
 
-def column_drifts(snapshot) -> dict[str, ColumnDrift]:
-    """Evidently's ValueDrift metrics as {column: ColumnDrift} (the report holds numpy scalars: go through JSON)."""
+def report_drifts(snapshot) -> dict[str, ColumnDrift]:
+    """A snapshot's ValueDrift metrics as {column: ColumnDrift} (the report holds numpy scalars: go through JSON)."""
     found = {}
     for metric in json.loads(snapshot.json())["metrics"]:
         if metric["metric_name"].startswith("ValueDrift"):
@@ -93,8 +111,33 @@ def column_drifts(snapshot) -> dict[str, ColumnDrift]:
     return found
 
 
+def column_drifts(samples: DriftSamples, schema: Schema) -> dict[str, ColumnDrift]:
+    """Per column, the test Evidently's ValueDrift metric runs (its automatic choice of test and threshold, as
+    DataDriftPreset leaves them), without drawing its plot."""
+    from evidently.legacy.calculations.data_drift import get_one_column_drift
+    from evidently.legacy.core import ColumnType
+    from evidently.legacy.metric_results import DatasetColumns, DatasetUtilityColumns
+    from evidently.legacy.options.data_drift import DataDriftOptions
+
+    numeric, categorical = drift_columns(schema)
+    options, found = DataDriftOptions(), {}
+    for column in numeric + categorical:
+        kind = ColumnType.Numerical if column in numeric else ColumnType.Categorical
+        columns = DatasetColumns(
+            utility_columns=DatasetUtilityColumns(date=None, id=None, target=None, prediction=None),
+            target_type=None, task=None, num_feature_names=[column] if column in numeric else [],
+            cat_feature_names=[column] if column in categorical else [], text_feature_names=[],
+            datetime_feature_names=[], target_names=None)
+        drift = get_one_column_drift(current_data=samples.current[[column]], reference_data=samples.reference[[column]],
+                                     column_name=column, options=options, dataset_columns=columns, column_type=kind,
+                                     agg_data=True)
+        found[column] = ColumnDrift(method=drift.stattest_name, score=float(drift.drift_score),
+                                    threshold=float(drift.stattest_threshold), drifted=bool(drift.drift_detected))
+    return found
+
+
 def measure_drift(reference: pd.DataFrame, window: pd.DataFrame, schema: Schema, rules: MonitorParams,
-                  reference_accuracy: float | None = None) -> tuple[DriftFindings, object]:
+                  reference_accuracy: float | None = None) -> tuple[DriftFindings, DriftSamples]:
     """Pure core: `reference` holds the features and the serving version's predictions on them; `window`
     holds the served rows (features, prediction, and `label` where feedback came)."""
     # Sample first, then type: typing is per value, so typing only the sample keeps the time flat in the log size.
@@ -103,8 +146,8 @@ def measure_drift(reference: pd.DataFrame, window: pd.DataFrame, schema: Schema,
     current_sample = typed_like(current_raw, schema).assign(**{PREDICTION: current_raw[PREDICTION].astype(str).values})
     reference_sample = typed_like(reference_raw, schema).assign(
         **{PREDICTION: reference_raw[PREDICTION].astype(str).values})
-    snapshot = evidently_report(reference_sample, current_sample, schema)
-    columns = column_drifts(snapshot)
+    samples = DriftSamples(reference=reference_sample, current=current_sample)
+    columns = column_drifts(samples, schema)
     features = {f.name: columns[f.name] for f in schema.features if f.name in columns}
     quality = None
     labelled = window[window["label"].notna()] if "label" in window else window.iloc[:0]
@@ -116,7 +159,7 @@ def measure_drift(reference: pd.DataFrame, window: pd.DataFrame, schema: Schema,
                              sampled=len(current_sample), features=features,
                              drifted_share=float(np.mean([c.drifted for c in features.values()])) if features else 0.0,
                              prediction=columns.get(PREDICTION), quality=quality)
-    return findings, snapshot
+    return findings, samples
 
 
 def judge(findings: DriftFindings, rules: MonitorParams, evidence: str | None = None) -> GateResult:
@@ -141,6 +184,8 @@ def judge(findings: DriftFindings, rules: MonitorParams, evidence: str | None = 
     return GateResult.decide("drift", failures, warnings, evidence=evidence, passed=passed)
 
 
-def save_html(snapshot, path: Path) -> Path:
+def save_html(samples: DriftSamples, schema: Schema, path: Path) -> Path:
+    """The Evidently HTML report of the samples a verdict was made on (drawn here, not in the verdict)."""
+    snapshot = evidently_report(samples, schema)
     write_atomic(path, lambda tmp: snapshot.save_html(str(tmp)))
     return path

@@ -20,7 +20,7 @@ import pytest
 from tasks.config import MonitorParams
 from tasks.contract import Feature, Schema
 from tasks.core.sources import SYNTHETIC_TARGET, generate_customers
-from tasks.monitoring.drift import PREDICTION, judge, measure_drift
+from tasks.monitoring.drift import PREDICTION, evidently_report, judge, measure_drift, report_drifts
 
 W = 500               # rows per judged window
 REFERENCE_ROWS = 5000
@@ -100,3 +100,17 @@ def test_detection_delay_after_the_change_point_is_bounded(reference, schema, re
           + (f"; {findings.drifted_features()} drifted" if delay is not None else ""))
     assert delay is not None, f"no window failed within {len(drifted)} drifted rows"
     assert delay <= MAX_DELAY_REQUESTS, f"detected {delay} requests after the change, bound {MAX_DELAY_REQUESTS}"
+
+
+def test_the_verdict_agrees_with_the_html_report_column_by_column(reference, schema):
+    """The verdict runs Evidently's per-column test without its plots; the saved report (DataDriftPreset) draws
+    them: on a drifted window both name the same test, threshold, score and decision for every column."""
+    window = with_prediction(generate_customers(W, seed=4, drift=0.3))
+    findings, samples = measure_drift(reference, window, schema, RULES)
+    drawn = report_drifts(evidently_report(samples, schema))
+    assert set(drawn) == set(findings.features) | {PREDICTION}
+    for name, verdict in {**findings.features, PREDICTION: findings.prediction}.items():
+        assert (verdict.method, verdict.threshold, verdict.drifted) == (drawn[name].method, drawn[name].threshold,
+                                                                        drawn[name].drifted), name
+        assert verdict.score == pytest.approx(drawn[name].score, rel=1e-12, abs=1e-12), name
+    assert any(column.drifted for column in findings.features.values())
