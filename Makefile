@@ -45,9 +45,11 @@ lint: install
 test: install prometheus lint
 	$(VENV)/bin/python -m pytest -q $(XDIST) --durations=15
 
-# In-memory suites, CPU-bound: two workers on two cores, each test sent where there is room (--dist load).
+# In-memory suites, CPU-bound: two workers on two cores, each test sent where there is room (--dist load). Named by
+# folder, not by marker: a marker would still make each worker import every integration module to deselect it, and
+# none of these folders uses the property-testing plugins (hypothesis, schemathesis: ~4 s of imports a worker).
 test-fast: install prometheus lint
-	$(VENV)/bin/python -m pytest -q -n 2 -m "unit or data or model"
+	$(VENV)/bin/python -m pytest -q -n 2 -p no:hypothesispytest -p no:schemathesis tests/unit tests/data tests/model
 
 # Every bench but the per-table accuracy one (below: 15 pipeline runs).
 bench: install
