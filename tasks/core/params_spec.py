@@ -463,6 +463,13 @@ class MonitorParams(Section):
     max_quality_drop: float = Field(0.05, ge=0.0, le=1.0, description="Accuracy on feedback-labelled rows this far "
                                                                       "below the champion's holdout accuracy counts as "
                                                                       "drift.")
+    max_estimated_drop: float = Field(0.05, ge=0.0, le=1.0, description="The label-free accuracy estimate (CBPE: the "
+                                                                        "mean served probability of the served class, "
+                                                                        "from the request log) this far below the "
+                                                                        "champion's holdout accuracy counts as drift. "
+                                                                        "It assumes P(y|x) unchanged (covariate shift "
+                                                                        "only); a retrain it starts still needs "
+                                                                        "`retrain.min_new_labels` new labels.")
     min_labelled: int = Field(50, ge=1, description="Labelled rows a window needs before its accuracy is judged.")
     seed: int = Field(0, description="Seed of the Evidently samples (reproducible reports).")
 
