@@ -13,7 +13,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from tasks.config import Params
-from tasks.contract import Schema
+from tasks.contract import Schema, encode_target
 from tasks.core import paths
 from tasks.core.alias_history import champion_concern, notice_outside_moves
 from tasks.core.artifacts import write_json_atomic
@@ -23,7 +23,7 @@ from tasks.core.quarantine import unique_stamp
 from tasks.core.registry import CHAMPION, alias_version, open_version, registry_client
 from tasks.core.runtime import decide, decision_threshold, predict_proba
 from tasks.monitoring.drift import PREDICTION, DriftFindings, judge, measure_drift, sample, save_html
-from tasks.monitoring.estimate import Holdout, expected_accuracy
+from tasks.monitoring.estimate import Holdout, expected_accuracy, fit_reliability
 from tasks.monitoring.window import Window, read_window
 
 log = logging.getLogger("torchship.monitor")
@@ -58,12 +58,12 @@ def reference_frame(schema: Schema, session, rows: int, seed: int) -> pd.DataFra
 
 def holdout_scores(schema: Schema, session) -> Holdout:
     """The serving version on the holdout, scored now: its accuracy (the figure feedback accuracy and the estimate
-    are held to) and the label-free estimate on the same rows."""
+    are held to), its probabilities' own estimate there, and the reliability curves the window's estimate uses."""
     holdout = pd.read_parquet(paths.HOLDOUT_SPLIT)
     probabilities, decided = served_classes(schema, session, holdout)
-    truth = holdout[schema.target].astype(str).to_numpy()
-    accuracy = float((truth == np.asarray(schema.classes, dtype=object)[decided]).mean())
-    return Holdout(accuracy=accuracy, estimate=expected_accuracy(probabilities, decided)[0])
+    labels = encode_target(holdout[schema.target], schema)
+    return Holdout(accuracy=float((decided == labels).mean()), estimate=expected_accuracy(probabilities, decided)[0],
+                   reliability=fit_reliability(probabilities, decided, labels))
 
 
 def monitor_window(params: Params, window: Window, client=None) -> MonitorReport:

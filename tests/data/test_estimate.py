@@ -18,7 +18,7 @@ from tasks.core.servelog import served_line
 from tasks.core.sources import SYNTHETIC_TARGET, churn_logit, generate_customers
 from tasks.monitoring import guards
 from tasks.monitoring.drift import PREDICTION, DriftFindings, judge, measure_drift
-from tasks.monitoring.estimate import Estimate, Holdout, estimate_window, expected_accuracy
+from tasks.monitoring.estimate import Estimate, Holdout, estimate_window, expected_accuracy, fit_reliability
 from tasks.monitoring.window import Window, read_window
 
 CLASSES = ["no", "yes"]
@@ -55,6 +55,25 @@ def test_the_estimate_follows_a_covariate_shift_and_is_blind_to_a_concept_shift(
     blind, concept_actual, _ = estimate_and_truth(1.0, "concept")
     assert blind == pytest.approx(clean)                                   # the inputs did not move, nor does it
     assert abs(concept_actual - blind) > 0.02                              # the known limit (docs/closed-loop.md)
+
+
+def reweighted(probabilities: np.ndarray, weights: tuple[float, float] = (1.0, 4.0)) -> np.ndarray:
+    """What class-weighted training serves: every probability moved toward the rare class (`yes`)."""
+    moved = probabilities * np.asarray(weights)
+    return moved / moved.sum(axis=1, keepdims=True)
+
+
+def test_reliability_curves_from_a_labelled_holdout_undo_what_a_temperature_cannot():
+    _, reference, reference_labels = scored(0.0, "covariate", seed=1)
+    served_reference = reweighted(reference)
+    reliability = fit_reliability(served_reference, decide(served_reference), reference_labels)
+    _, probabilities, labels = scored(0.6, "covariate")
+    served = reweighted(probabilities)
+    decided = decide(served)
+    actual = float((decided == labels).mean())
+    alone, _ = expected_accuracy(served, decided)
+    mapped, _ = expected_accuracy(served, decided, reliability)
+    assert abs(alone - actual) > 0.03 and abs(mapped - actual) <= 0.02, (alone, mapped, actual)
 
 
 def test_a_threshold_in_the_graph_metadata_is_the_served_rule():
