@@ -69,7 +69,8 @@ class DriftCollector:
                                       "was written (unix time)", value=mtime)]
         if estimated:
             families += [GaugeMetricFamily("torchship_estimated_accuracy", "Label-free estimate of accuracy on the "
-                                           "newest monitor window (mean served probability of the served class)",
+                                           "newest monitor window (the chance each served answer is right, from "
+                                           "its probability)",
                                            value=estimated[0]),
                          GaugeMetricFamily("torchship_estimated_accuracy_drop", "The champion's holdout accuracy "
                                            "minus the estimate (monitor.max_estimated_drop)", value=estimated[1])]

@@ -96,7 +96,7 @@ def panels(slo: SloParams, monitor: MonitorParams) -> list[Panel]:
               [("torchship_drift_share", "drifted share"), ("torchship_drift_detected", "drift detected")],
               threshold=monitor.max_drifted_share),
         Panel("Estimated accuracy drop (label-free)", f"How far the newest monitored window's estimated accuracy "
-              f"(the mean served probability of the served class: no labels needed, valid while P(y|x) holds) lies "
+              f"(from the served probabilities: no labels needed, valid while P(y|x) holds) lies "
               f"below the champion's holdout accuracy (line: monitor.max_estimated_drop = "
               f"{monitor.max_estimated_drop:g}: above it the drift gate fails).", "percentunit",
               [("torchship_estimated_accuracy_drop", "estimated drop"),

@@ -464,8 +464,9 @@ class MonitorParams(Section):
                                                                       "below the champion's holdout accuracy counts as "
                                                                       "drift.")
     max_estimated_drop: float = Field(0.05, ge=0.0, le=1.0, description="The label-free accuracy estimate (CBPE: the "
-                                                                        "mean served probability of the served class, "
-                                                                        "from the request log) this far below the "
+                                                                        "chance each served answer is right, from its "
+                                                                        "logged probability through reliability curves "
+                                                                        "fitted on the holdout) this far below the "
                                                                         "champion's holdout accuracy counts as drift. "
                                                                         "It assumes P(y|x) unchanged (covariate shift "
                                                                         "only); a retrain it starts still needs "
