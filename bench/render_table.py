@@ -210,6 +210,29 @@ def render_headline(results: dict[str, dict]) -> list[str]:
     return lines
 
 
+def render_estimate(results: dict[str, dict]) -> list[str]:
+    """bench/bench_estimate.py: the label-free accuracy estimate against the realised accuracy, per shift."""
+    result = _need(results, "estimate")
+    f = result["figures"]
+    lines = [f"**{result['title']}** ({_when(result)}; goal: {result['goal']}). Accuracy, mean over the windows; "
+             "|error| = mean |estimated - actual| per window, in points.", "",
+             "| windows | shift | estimated | actual | \\|error\\| | served probabilities alone | raw model alone |",
+             "|---|---|---|---|---|---|---|"]
+    for name, case in f["cases"].items():
+        monitor, (table, _, strength) = case["monitor"], name.rsplit(" ", 2)
+        lines.append(f"| {table} | {case['kind']} {strength} | {monitor['estimated']:.4f} "
+                     f"| {monitor['actual']:.4f} | {100 * monitor['mean_abs_error']:.2f} | "
+                     f"{100 * case['tempered']['mean_abs_error']:.2f} | {100 * case['raw']['mean_abs_error']:.2f} |")
+    calibration = "; ".join(f"{name} {c['unseen_rows_before']:.4f} → {c['unseen_rows_after']:.4f}"
+                            + (f" (temperature {c['fitted_on_validation']['temperature']:.3g})"
+                               if c["fitted_on_validation"]["temperature"] != 1.0 else " (no temperature needed)")
+                            for name, c in f["calibration"].items())
+    return lines + ["", f"Mean |error| under covariate shift {100 * f['covariate_mean_abs_error']:.2f} points (worst "
+                        f"shift {100 * f['covariate_worst_shift_error']:.2f}); under concept shift, the known limit, "
+                        f"{100 * f['concept_mean_abs_error']:.2f}. Expected calibration error on unseen rows, before → "
+                        f"after calibration: {calibration}."]
+
+
 def render_summary(results: dict[str, dict]) -> list[str]:
     """Every result on one line: what was measured, against what, the ratio and the goal; then the notes."""
     lines = ["| benchmark | torchship | baseline (same run) | ratio | goal | met | measured |",
@@ -227,7 +250,7 @@ def render_summary(results: dict[str, dict]) -> list[str]:
 RENDERERS: dict[str, Callable[[dict[str, dict]], list[str]]] = {
     "summary": render_summary, "serving": render_serving, "serving-ratios": render_serving_ratios,
     "workers": render_workers, "tables": render_tables, "bless": render_bless, "pipeline": render_pipeline,
-    "headline": render_headline, "load": render_load,
+    "headline": render_headline, "load": render_load, "estimate": render_estimate,
     "pipeline-output": render_pipeline_output}
 
 

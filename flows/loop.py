@@ -36,6 +36,7 @@ def drift_markdown(report: monitor_step.MonitorReport) -> str:
                      for name, c in report.findings.features.items())
     prediction = report.findings.prediction
     quality = report.findings.quality
+    estimate = report.findings.estimate
     return (f"# Drift: {report.gate.status}\n\n{'; '.join(report.gate.reasons)}\n\n"
             f"Window: {report.window['rows']} rows ({report.window['labelled']} labelled), served by "
             f"{report.window['versions']}; Evidently saw {report.findings.sampled} rows per side.\n\n"
@@ -43,6 +44,9 @@ def drift_markdown(report: monitor_step.MonitorReport) -> str:
             + (f"Prediction drift: {prediction.score:.3f} ({prediction.method}).\n\n" if prediction else "")
             + (f"Accuracy on feedback: {quality.accuracy:.3f} vs holdout {quality.reference_accuracy:.3f}.\n\n"
                if quality else "")
+            + (f"Estimated accuracy (label-free, from the served probabilities): {estimate.accuracy:.3f} ± "
+               f"{estimate.standard_error:.3f} on {estimate.rows} rows vs holdout {estimate.reference_accuracy:.3f} "
+               f"(the estimate said {estimate.reference_estimate:.3f} there).\n\n" if estimate else "")
             + f"Evidently report: `{Path(report.report).resolve()}` (also in MLflow run `{report.mlflow_run}`, "
               f"folder `monitor/`).\n")
 

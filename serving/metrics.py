@@ -14,6 +14,9 @@ What the dashboard and the alert rules read (serving/observability.py builds bot
 - `torchship_drift_share`, `torchship_drift_detected`, `torchship_drift_checked_timestamp_seconds`: the newest
   `torchship monitor` verdict (data/monitor/latest.json), read when scraped: the monitor is a batch job, so the
   service exposes its result instead of a pushgateway holding it.
+- `torchship_estimated_accuracy`, `torchship_estimated_accuracy_drop`: the same verdict's label-free estimate of
+  accuracy (tasks/monitoring/estimate.py) and how far it lies below the champion's holdout accuracy; absent when
+  the window's log carried no probabilities.
 """
 from __future__ import annotations
 
@@ -54,14 +57,24 @@ class DriftCollector:
             summary = json.loads(self.report.read_text())
             share = float(summary["findings"]["drifted_share"])
             detected = 1.0 if summary["gate"]["status"] == "fail" else 0.0
+            estimate = summary["findings"].get("estimate")
+            estimated = (float(estimate["accuracy"]), float(estimate["drop"])) if estimate else None
         except (OSError, ValueError, KeyError, TypeError):   # half-written or another format: export nothing
             return []
-        return [GaugeMetricFamily("torchship_drift_share", "Share of features drifted in the newest monitor "
-                                  "window (torchship monitor)", value=share),
-                GaugeMetricFamily("torchship_drift_detected", "1 when the newest monitor window failed the drift "
-                                  "gate", value=detected),
-                GaugeMetricFamily("torchship_drift_checked_timestamp_seconds", "When the newest monitor verdict "
-                                  "was written (unix time)", value=mtime)]
+        families = [GaugeMetricFamily("torchship_drift_share", "Share of features drifted in the newest monitor "
+                                      "window (torchship monitor)", value=share),
+                    GaugeMetricFamily("torchship_drift_detected", "1 when the newest monitor window failed the drift "
+                                      "gate", value=detected),
+                    GaugeMetricFamily("torchship_drift_checked_timestamp_seconds", "When the newest monitor verdict "
+                                      "was written (unix time)", value=mtime)]
+        if estimated:
+            families += [GaugeMetricFamily("torchship_estimated_accuracy", "Label-free estimate of accuracy on the "
+                                           "newest monitor window (the chance each served answer is right, from "
+                                           "its probability)",
+                                           value=estimated[0]),
+                         GaugeMetricFamily("torchship_estimated_accuracy_drop", "The champion's holdout accuracy "
+                                           "minus the estimate (monitor.max_estimated_drop)", value=estimated[1])]
+        return families
 
 
 class LabelCounts:

@@ -95,6 +95,12 @@ def panels(slo: SloParams, monitor: MonitorParams) -> list[Panel]:
               f"failed: a ticket).", "short",
               [("torchship_drift_share", "drifted share"), ("torchship_drift_detected", "drift detected")],
               threshold=monitor.max_drifted_share),
+        Panel("Estimated accuracy drop (label-free)", f"How far the newest monitored window's estimated accuracy "
+              f"(from the served probabilities: no labels needed, valid while P(y|x) holds) lies "
+              f"below the champion's holdout accuracy (line: monitor.max_estimated_drop = "
+              f"{monitor.max_estimated_drop:g}: above it the drift gate fails).", "percentunit",
+              [("torchship_estimated_accuracy_drop", "estimated drop"),
+               ("torchship_estimated_accuracy", "estimated accuracy")], threshold=monitor.max_estimated_drop),
     ]
 
 
@@ -151,8 +157,10 @@ def alert_rules(slo: SloParams, monitor: MonitorParams) -> dict:
             {"alert": "TorchshipDriftDetected", "expr": "torchship_drift_detected == 1", "labels": ticket,
              "annotations": {"summary": "served traffic drifted from the training data",
                              "description": f"The newest `torchship monitor` window failed the drift gate "
-                                            f"(monitor.max_drifted_share = {monitor.max_drifted_share:g}); see "
-                                            f"data/monitor/latest.json and its Evidently report."}},
+                                            f"(monitor.max_drifted_share = {monitor.max_drifted_share:g}, or the "
+                                            f"label-free accuracy estimate's drop > monitor.max_estimated_drop = "
+                                            f"{monitor.max_estimated_drop:g}); see data/monitor/latest.json and its "
+                                            f"Evidently report."}},
             {"alert": "TorchshipModelLoadFailed",
              "expr": f"increase(torchship_model_load_failures_total[{TICKET_WINDOW}]) > 0", "labels": ticket,
              "annotations": {"summary": "a registered version was refused by the service",

@@ -1,18 +1,19 @@
 """monitor: judge a window of served traffic against the training split with Evidently (per-feature drift,
-prediction drift, accuracy on feedback labels) and return the drift gate. Prefect-only: it reads live state
-(the request log, the registry). Evidence: an Evidently HTML report and a JSON summary under data/monitor/,
-both also logged to MLflow."""
+prediction drift, accuracy on feedback labels) and a label-free estimate of accuracy, and return the drift gate.
+Prefect-only: it reads live state (the request log, the registry). Evidence: an Evidently HTML report and a JSON
+summary under data/monitor/, both also logged to MLflow."""
 from __future__ import annotations
 
 import logging
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
 from tasks.config import Params
-from tasks.contract import Schema
+from tasks.contract import Schema, encode_target
 from tasks.core import paths
 from tasks.core.alias_history import champion_concern, notice_outside_moves
 from tasks.core.artifacts import write_json_atomic
@@ -20,8 +21,9 @@ from tasks.core.gate import GateResult
 from tasks.core.notify import champion_notice, notify_once
 from tasks.core.quarantine import unique_stamp
 from tasks.core.registry import CHAMPION, alias_version, open_version, registry_client
-from tasks.core.runtime import predict_proba
+from tasks.core.runtime import decide, decision_threshold, predict_proba
 from tasks.monitoring.drift import PREDICTION, DriftFindings, judge, measure_drift, sample, save_html
+from tasks.monitoring.estimate import Holdout, expected_accuracy, fit_reliability
 from tasks.monitoring.window import Window, read_window
 
 log = logging.getLogger("torchship.monitor")
@@ -40,18 +42,28 @@ class MonitorReport(BaseModel):
     seconds: float = 0.0
 
 
+def served_classes(schema: Schema, session, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(probabilities, the class indices the service answers) of the serving version on `rows`, by its decision
+    rule (argmax, or the threshold its graph's metadata names)."""
+    probabilities = predict_proba(session, schema, rows)
+    return probabilities, decide(probabilities, decision_threshold(session.get_modelmeta().custom_metadata_map))
+
+
 def reference_frame(schema: Schema, session, rows: int, seed: int) -> pd.DataFrame:
     """A seeded sample of the training split with the serving version's answers on it."""
     train = sample(pd.read_parquet(paths.TRAIN_SPLIT), rows, seed)
-    probabilities = predict_proba(session, schema, train)
-    return train.assign(**{PREDICTION: [schema.classes[i] for i in probabilities.argmax(1)]})
+    _, decided = served_classes(schema, session, train)
+    return train.assign(**{PREDICTION: [schema.classes[i] for i in decided]})
 
 
-def holdout_accuracy(schema: Schema, session) -> float:
-    """The serving version's accuracy on the holdout, scored now (the figure feedback accuracy is held to)."""
+def holdout_scores(schema: Schema, session) -> Holdout:
+    """The serving version on the holdout, scored now: its accuracy (the figure feedback accuracy and the estimate
+    are held to), its probabilities' own estimate there, and the reliability curves the window's estimate uses."""
     holdout = pd.read_parquet(paths.HOLDOUT_SPLIT)
-    predicted = [schema.classes[i] for i in predict_proba(session, schema, holdout).argmax(1)]
-    return float((holdout[schema.target].astype(str).to_numpy() == predicted).mean())
+    probabilities, decided = served_classes(schema, session, holdout)
+    labels = encode_target(holdout[schema.target], schema)
+    return Holdout(accuracy=float((decided == labels).mean()), estimate=expected_accuracy(probabilities, decided)[0],
+                   reliability=fit_reliability(probabilities, decided, labels))
 
 
 def monitor_window(params: Params, window: Window, client=None) -> MonitorReport:
@@ -62,15 +74,15 @@ def monitor_window(params: Params, window: Window, client=None) -> MonitorReport
     version = max(window.versions().items(), key=lambda item: item[1])[0]
     session, schema = open_version(client, name, version, params.runtime.threads)
     reference = reference_frame(schema, session, params.monitor.sample_rows, params.monitor.seed)
-    wants_quality = len(window.labelled) >= params.monitor.min_labelled
-    findings, samples = measure_drift(reference, window.rows, schema, params.monitor,
-                                       holdout_accuracy(schema, session) if wants_quality else None)
+    findings, samples = measure_drift(reference, window.rows, schema, params.monitor, holdout_scores(schema, session))
     stamp = unique_stamp()
     report = save_html(samples, schema, paths.MONITOR_REPORTS / f"{stamp}.html")
     summary = paths.MONITOR_REPORTS / f"{stamp}.json"
     gate = judge(findings, params.monitor, evidence=str(report))
+    # an estimated drop is the serving version held to its own holdout: no retrain answers differently there
     inputs_moved = findings.drifted_share >= params.monitor.max_drifted_share or (
-        findings.quality is not None and findings.quality.drop > params.monitor.max_quality_drop)
+        findings.quality is not None and findings.quality.drop > params.monitor.max_quality_drop) or (
+        findings.estimate is not None and findings.estimate.drop > params.monitor.max_estimated_drop)
     result = MonitorReport(gate=gate, findings=findings, window=window.describe(), model_name=name, version=version,
                            report=str(report), summary=str(summary),
                            prediction_only=gate.status == "fail" and not inputs_moved)
@@ -113,6 +125,9 @@ def run(params: Params, window: Window | None = None) -> MonitorReport:
                             "labelled_rows": len(window.labelled)})
         if result.findings.quality:
             mlflow.log_metric("feedback_accuracy", result.findings.quality.accuracy)
+        if result.findings.estimate:
+            mlflow.log_metrics({"estimated_accuracy": result.findings.estimate.accuracy,
+                                "estimated_accuracy_drop": result.findings.estimate.drop})
         mlflow.set_tags({"gate.status": result.gate.status, "model_version": result.version})
         result.mlflow_run = run.info.run_id
     log.info("monitor: %s", result.gate.summary())

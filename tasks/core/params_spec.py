@@ -16,6 +16,8 @@ from tasks.core.contract_spec import Contract
 # The default share of text cells above which a column is categorical: the strict parser (tasks/contract.py)
 # uses it when it is called without the params.
 MAX_NON_NUMERIC_SHARE = 0.2
+# What the synthetic generator's `data.drift` moves: the features P(x), the labelling P(y|x), both, or nothing.
+Shift = Literal["none", "covariate", "concept", "both"]
 
 class Section(BaseModel):
     # Unknown keys are typos: refuse them instead of silently ignoring them.
@@ -31,8 +33,11 @@ class DataParams(Section):
                                                  "sklearn; required for a file.")
     rows: int = Field(100_000, ge=200, le=20_000_000, description="Rows the synthetic generator makes.")
     seed: int = Field(42, description="Seed of the synthetic generator.")
-    drift: float = Field(0.0, ge=0.0, le=1.0, description="Synthetic only: strength of covariate and concept shift (0 "
+    drift: float = Field(0.0, ge=0.0, le=1.0, description="Synthetic only: strength of the shift `shift` names (0 "
                                                           "= reference distribution).")
+    shift: Shift = Field("both", description="Synthetic only: what `drift` moves. `covariate`: the feature "
+                                             "distributions P(x), keeping the labelling P(y|x) (what a label-free "
+                                             "performance estimate assumes); `concept`: P(y|x) only; `both`; `none`.")
     model_name: str | None = Field(None, description="Registered model name. Default: derived from the data source, so "
                                                      "each data set gets its own model.")
     max_source_mb: float = Field(2048, gt=0, description="Largest data file read, in MiB: on disk for a CSV, "
@@ -458,6 +463,14 @@ class MonitorParams(Section):
     max_quality_drop: float = Field(0.05, ge=0.0, le=1.0, description="Accuracy on feedback-labelled rows this far "
                                                                       "below the champion's holdout accuracy counts as "
                                                                       "drift.")
+    max_estimated_drop: float = Field(0.05, ge=0.0, le=1.0, description="The label-free accuracy estimate (CBPE: the "
+                                                                        "chance each served answer is right, from its "
+                                                                        "logged probability through reliability curves "
+                                                                        "fitted on the holdout) this far below the "
+                                                                        "champion's holdout accuracy counts as drift. "
+                                                                        "It assumes P(y|x) unchanged (covariate shift "
+                                                                        "only); a retrain it starts still needs "
+                                                                        "`retrain.min_new_labels` new labels.")
     min_labelled: int = Field(50, ge=1, description="Labelled rows a window needs before its accuracy is judged.")
     seed: int = Field(0, description="Seed of the Evidently samples (reproducible reports).")
 

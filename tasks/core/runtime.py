@@ -10,6 +10,9 @@ from tasks.core.encoding import encode_features, raw_columns
 
 Runner = Callable[[np.ndarray], np.ndarray]   # encoded rows (N, F) float32 -> logits (N, C)
 RAW_INPUTS = {"torchship.inputs": "raw"}   # metadata of a graph with one input per feature column
+# Metadata of a binary graph served with a decision threshold on the second class's probability (schema order);
+# without it the served class is the argmax.
+DECISION_THRESHOLD = "torchship.decision_threshold"
 
 
 def open_onnx(path: Path | bytes, threads: int):
@@ -42,6 +45,20 @@ def onnx_metadata(path: Path) -> dict[str, str]:
     import onnx
 
     return {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+
+
+def decision_threshold(metadata: dict[str, str]) -> float | None:
+    """The served graph's decision threshold (its metadata), or None for argmax."""
+    value = metadata.get(DECISION_THRESHOLD)
+    return None if value in (None, "") else float(value)
+
+
+def decide(probabilities: np.ndarray, threshold: float | None = None) -> np.ndarray:
+    """(N,) the class index the service answers for (N, C) probabilities: the argmax or, for a binary graph with a
+    threshold, class 1 where its probability reaches the threshold."""
+    if threshold is None or probabilities.shape[1] != 2:
+        return probabilities.argmax(axis=1)
+    return (probabilities[:, 1] >= threshold).astype(np.int64)
 
 
 def takes_raw_rows(session) -> bool:

@@ -11,7 +11,7 @@ import pandas as pd
 from tasks.core import paths
 from tasks.core.contract_spec import Contract
 from tasks.core.errors import ConfigError, DataError
-from tasks.core.params_spec import DataParams
+from tasks.core.params_spec import DataParams, Shift
 from tasks.core.problems import Problem, raise_if_any
 from tasks.core.tables import read_table, require_target, table_columns
 
@@ -19,50 +19,59 @@ SKLEARN_SETS = ("breast_cancer", "digits", "iris", "wine")
 SYNTHETIC_TARGET = "churned"
 
 
-def generate_customers(rows: int, seed: int, drift: float = 0.0) -> pd.DataFrame:
+def generate_customers(rows: int, seed: int, drift: float = 0.0, shift: Shift = "both") -> pd.DataFrame:
     """A churn-like table: mixed types, missing values, ~1:4 imbalance, a learnable non-linear signal.
 
-    `drift` in [0, 1] shifts the feature distributions (covariate shift) and the way
-    features map to churn (concept shift), so monitors and retrains have something to find.
+    `drift` in [0, 1] is the strength of the shift `shift` names, so monitors and retrains have something to find:
+    `covariate` moves the feature distributions P(x) and keeps the labelling function P(y|x) (`churn_logit` at
+    concept 0); `concept` keeps P(x) and changes P(y|x); `both` (the default) does both; `none` ignores `drift`.
+    Every kind draws the same random numbers in the same order, so `both` is the table this generator always made.
     """
+    covariate = drift if shift in ("covariate", "both") else 0.0
+    concept = drift if shift in ("concept", "both") else 0.0
     rng = np.random.default_rng(seed)
     contract = rng.choice(["monthly", "annual", "two_year"], rows,
-                          p=[0.5 + 0.2 * drift, 0.3 - 0.1 * drift, 0.2 - 0.1 * drift])
+                          p=[0.5 + 0.2 * covariate, 0.3 - 0.1 * covariate, 0.2 - 0.1 * covariate])
     plan = rng.choice(["basic", "standard", "premium", "family"], rows, p=[0.35, 0.35, 0.2, 0.1])
     region = rng.choice(["north", "south", "east", "west", "central"], rows,
-                        p=np.array([0.25, 0.2, 0.2, 0.2, 0.15]) * (1 - drift)
-                        + np.array([0.1, 0.1, 0.1, 0.1, 0.6]) * drift)
+                        p=np.array([0.25, 0.2, 0.2, 0.2, 0.15]) * (1 - covariate)
+                        + np.array([0.1, 0.1, 0.1, 0.1, 0.6]) * covariate)
     payment = rng.choice(["card", "bank transfer", "paypal", "invoice"], rows, p=[0.4, 0.25, 0.2, 0.15])
-    age = np.clip(rng.normal(42 + 8 * drift, 12, rows), 18, 90).round()
-    tenure = np.minimum(rng.exponential(30 * (1 - 0.4 * drift), rows).round(), 120)
-    monthly = rng.lognormal(np.log(65) + 0.3 * drift, 0.35, rows).round(2)
-    support_calls = rng.poisson(1.2 * (1 + drift), rows)
-    satisfaction = np.clip(rng.normal(6.5 - 1.5 * drift, 2, rows).round(), 1, 10)
+    age = np.clip(rng.normal(42 + 8 * covariate, 12, rows), 18, 90).round()
+    tenure = np.minimum(rng.exponential(30 * (1 - 0.4 * covariate), rows).round(), 120)
+    monthly = rng.lognormal(np.log(65) + 0.3 * covariate, 0.35, rows).round(2)
+    support_calls = rng.poisson(1.2 * (1 + covariate), rows)
+    satisfaction = np.clip(rng.normal(6.5 - 1.5 * covariate, 2, rows).round(), 1, 10)
     usage_gb = rng.gamma(2.0, 8.0, rows).round(1)
     total = (tenure * monthly * rng.normal(1, 0.05, rows)).round(2)
-
-    logit = (-2.3
-             + 1.1 * (contract == "monthly") - 0.9 * (contract == "two_year")
-             + (0.45 - 0.9 * drift) * support_calls          # concept shift: calls stop predicting churn
-             - 0.035 * tenure
-             + 0.02 * (monthly - 65)
-             - 0.3 * (satisfaction - 6)
-             + 0.9 * ((plan == "basic") & (payment == "invoice"))
-             + 0.6 * np.sin(age / 7.0)
-             + 0.5 * (usage_gb < 4) + 0.8 * drift * (region == "central"))
-    churned = rng.random(rows) < 1 / (1 + np.exp(-logit))
 
     table = pd.DataFrame({
         "customer age": age, "tenure_months": tenure, "monthly charges ($)": monthly, "total_charges": total,
         "support_calls": support_calls.astype(float), "satisfaction": satisfaction, "data_usage_gb": usage_gb,
         "plan": plan, "region": region, "payment method": payment, "contract": contract,
-        SYNTHETIC_TARGET: np.where(churned, "yes", "no"),
     })
-    # Missing values where real exports have them.
+    churned = rng.random(rows) < 1 / (1 + np.exp(-churn_logit(table, concept)))
+    table[SYNTHETIC_TARGET] = np.where(churned, "yes", "no")
+    # Missing values where real exports have them (after labelling: the truth knew every value).
     for column, share in (("customer age", 0.02), ("total_charges", 0.01), ("satisfaction", 0.05),
                           ("payment method", 0.01)):
         table.loc[rng.random(rows) < share, column] = np.nan
     return table
+
+
+def churn_logit(table: pd.DataFrame, concept: float = 0.0) -> np.ndarray:
+    """(N,) the log-odds of churn given the features: the generator's labelling function, P(y|x). `concept` in
+    [0, 1] is its concept shift (support calls stop predicting churn, central customers start to)."""
+    contract, plan, payment = table["contract"], table["plan"], table["payment method"]
+    return (-2.3
+            + 1.1 * (contract == "monthly") - 0.9 * (contract == "two_year")
+            + (0.45 - 0.9 * concept) * table["support_calls"]
+            - 0.035 * table["tenure_months"]
+            + 0.02 * (table["monthly charges ($)"] - 65)
+            - 0.3 * (table["satisfaction"] - 6)
+            + 0.9 * ((plan == "basic") & (payment == "invoice"))
+            + 0.6 * np.sin(table["customer age"] / 7.0)
+            + 0.5 * (table["data_usage_gb"] < 4) + 0.8 * concept * (table["region"] == "central")).to_numpy(float)
 
 
 def load_sklearn(name: str) -> pd.DataFrame:
@@ -156,7 +165,7 @@ def read_source(data: DataParams, with_batches: bool = True) -> tuple[pd.DataFra
         check_source_size(path, data.max_source_mb)
         (raw, problems), origin = read_table(path), str(path)
     elif data.source == "synthetic":
-        raw, origin = generate_customers(data.rows, data.seed, data.drift), "synthetic"
+        raw, origin = generate_customers(data.rows, data.seed, data.drift, data.shift), "synthetic"
     else:
         raw, origin = load_sklearn(data.source.split(":", 1)[1]), data.source
     batches = sorted(paths.BATCHES.glob("*.parquet")) if with_batches else []

@@ -1,8 +1,8 @@
 """Drift of a window against the reference, by Evidently 0.7: per-feature drift and prediction drift
-(Evidently's own choice of test per column), and accuracy on feedback-labelled rows against the serving version's
-accuracy on the holdout. Each side is a seeded sample of at most `sample_rows`: the tests' power depends on the
-sample, not the log's size, so the monitor's time stays flat as the log grows (bench/bench_monitor.py shows the
-figures and that detection holds).
+(Evidently's own choice of test per column), accuracy on feedback-labelled rows against the serving version's
+accuracy on the holdout, and beside it the label-free estimate of accuracy (tasks/monitoring/estimate.py). Each
+side is a seeded sample of at most `sample_rows`: the tests' power depends on the sample, not the log's size, so
+the monitor's time stays flat as the log grows (bench/bench_monitor.py shows the figures and that detection holds).
 
 The verdict and the report are apart on purpose. Evidently draws every plot while it computes a Report (~90% of a
 DataDriftPreset's time), so the verdict calls the per-column test its ValueDrift metric calls
@@ -21,6 +21,7 @@ from tasks.config import MonitorParams
 from tasks.contract import Schema
 from tasks.core.artifacts import write_atomic
 from tasks.core.gate import GateResult
+from tasks.monitoring.estimate import Estimate, Holdout, estimate_window
 
 PREDICTION = "prediction"
 
@@ -47,6 +48,7 @@ class DriftFindings(BaseModel):
     drifted_share: float
     prediction: ColumnDrift | None = None
     quality: Quality | None = None
+    estimate: Estimate | None = None   # label-free, from the served probabilities of the sampled window rows
 
     def drifted_features(self) -> list[str]:
         return [name for name, column in self.features.items() if column.drifted]
@@ -137,9 +139,10 @@ def column_drifts(samples: DriftSamples, schema: Schema) -> dict[str, ColumnDrif
 
 
 def measure_drift(reference: pd.DataFrame, window: pd.DataFrame, schema: Schema, rules: MonitorParams,
-                  reference_accuracy: float | None = None) -> tuple[DriftFindings, DriftSamples]:
+                  holdout: Holdout | None = None) -> tuple[DriftFindings, DriftSamples]:
     """Pure core: `reference` holds the features and the serving version's predictions on them; `window`
-    holds the served rows (features, prediction, and `label` where feedback came)."""
+    holds the served rows (features, prediction, logged probabilities, and `label` where feedback came); with
+    `holdout`, accuracy on the labelled rows and the label-free estimate are held to its accuracy."""
     # Sample first, then type: typing is per value, so typing only the sample keeps the time flat in the log size.
     current_raw = sample(window, rules.sample_rows, rules.seed)
     reference_raw = sample(reference, rules.sample_rows, rules.seed)
@@ -151,14 +154,16 @@ def measure_drift(reference: pd.DataFrame, window: pd.DataFrame, schema: Schema,
     features = {f.name: columns[f.name] for f in schema.features if f.name in columns}
     quality = None
     labelled = window[window["label"].notna()] if "label" in window else window.iloc[:0]
-    if reference_accuracy is not None and len(labelled) >= rules.min_labelled:
+    if holdout is not None and len(labelled) >= rules.min_labelled:
         accuracy = float((labelled["label"].astype(str) == labelled[PREDICTION].astype(str)).mean())
-        quality = Quality(labelled=len(labelled), accuracy=accuracy, reference_accuracy=reference_accuracy,
-                          drop=reference_accuracy - accuracy)
+        quality = Quality(labelled=len(labelled), accuracy=accuracy, reference_accuracy=holdout.accuracy,
+                          drop=holdout.accuracy - accuracy)
+    # On the sample Evidently saw: at sample_rows rows its standard error is a fraction of a point.
+    estimate = estimate_window(current_raw, schema.classes, holdout) if holdout is not None else None
     findings = DriftFindings(window_rows=len(window), reference_rows=len(reference),
                              sampled=len(current_sample), features=features,
                              drifted_share=float(np.mean([c.drifted for c in features.values()])) if features else 0.0,
-                             prediction=columns.get(PREDICTION), quality=quality)
+                             prediction=columns.get(PREDICTION), quality=quality, estimate=estimate)
     return findings, samples
 
 
@@ -179,8 +184,15 @@ def judge(findings: DriftFindings, rules: MonitorParams, evidence: str | None = 
         failures.append(f"accuracy on {findings.quality.labelled} labelled rows {findings.quality.accuracy:.3f} is "
                         f"{findings.quality.drop:.3f} below the holdout's {findings.quality.reference_accuracy:.3f} "
                         f"(> {rules.max_quality_drop})")
+    estimate = findings.estimate
+    if estimate is not None and estimate.drop > rules.max_estimated_drop:
+        # a gate input like the others; a retrain it starts still needs new labels (retrain.min_new_labels)
+        failures.append(f"estimated accuracy (label-free) {estimate.accuracy:.3f} ± {estimate.standard_error:.3f} on "
+                        f"{estimate.rows} rows is {estimate.drop:.3f} below the holdout's "
+                        f"{estimate.reference_accuracy:.3f} (> {rules.max_estimated_drop})")
     passed = f"no drift: {share}" + (f", accuracy {findings.quality.accuracy:.3f} on {findings.quality.labelled} "
-                                      "labelled rows" if findings.quality else "")
+                                      "labelled rows" if findings.quality else "") + (
+        f", estimated accuracy {estimate.accuracy:.3f} (holdout {estimate.reference_accuracy:.3f})" if estimate else "")
     return GateResult.decide("drift", failures, warnings, evidence=evidence, passed=passed)
 
 

@@ -12,13 +12,15 @@ import pandas as pd
 from tasks.config import MonitorParams
 from tasks.core.errors import TorchshipError
 from tasks.core.servelog import feedback_path, served_files
+from tasks.monitoring.estimate import PROBABILITIES
 
 LABEL = "label"   # the column a joined feedback label lands in (None where no label came)
 
 
 @dataclass(frozen=True)
 class Window:
-    rows: pd.DataFrame          # one row per served row: id, ts, variant, version, prediction, label, features...
+    rows: pd.DataFrame          # one row per served row: id, ts, variant, version, prediction, probabilities
+                                # ({class: p}, None in logs written before they were logged), label, features...
     features: list[str]
     start: float                # unix seconds of the first and last row
     end: float
@@ -75,7 +77,8 @@ def frame_of(records: list[dict], labels: dict[str, str]) -> pd.DataFrame:
     meta = pd.DataFrame({"id": [r["id"] for r in records], "ts": [r["ts"] for r in records],
                          "variant": [r.get("variant", "") for r in records],
                          "version": [str(r.get("version", "")) for r in records],
-                         "prediction": [r.get("prediction") for r in records]})
+                         "prediction": [r.get("prediction") for r in records],
+                         PROBABILITIES: [r.get(PROBABILITIES) for r in records]})
     meta[LABEL] = meta["id"].map(labels)
     return pd.concat([meta, features.drop(columns=[c for c in meta.columns if c in features], errors="ignore")],
                      axis=1)
@@ -98,5 +101,6 @@ def read_window(request_log: Path, rules: MonitorParams, now: float | None = Non
         raise TorchshipError(f"no served rows in {request_log} (or its rotated files) for the window: start "
                              "`torchship serve` and send traffic, then run the monitor again.")
     rows = frame_of(records, read_feedback(feedback_path(request_log)))
-    features = [c for c in rows.columns if c not in {"id", "ts", "variant", "version", "prediction", LABEL}]
+    features = [c for c in rows.columns if c not in {"id", "ts", "variant", "version", "prediction", PROBABILITIES,
+                                                     LABEL}]
     return Window(rows=rows, features=features, start=float(rows["ts"].min()), end=float(rows["ts"].max()))

@@ -36,7 +36,7 @@ class DemoTraffic:
 
     def send(self, rows: int, drift: float, seed: int) -> str:
         """Serve `rows` generated rows in requests of ROWS_PER_REQUEST; the truths wait for send_feedback."""
-        table = generate_customers(rows, seed, drift)
+        table = generate_customers(rows, seed, drift, self.params.data.shift)
         truths = table.pop(SYNTHETIC_TARGET).astype(str).tolist()
         records = table.astype(object).where(table.notna(), None).to_dict(orient="records")
         served, versions = 0, {}

@@ -1,10 +1,19 @@
-"""Temperature scaling from out-of-fold predictions (issue #23): when the expected calibration error of the
-out-of-fold probabilities exceeds MAX_ECE, fit the one temperature T that minimises their negative log-likelihood.
-T divides log-probabilities, so the argmax (and every accuracy or F1 figure) stays; only confidence moves.
-Pure numpy: log-probabilities and labels in, figures out."""
+"""Temperature scaling of the served probabilities: when the expected calibration error of predictions on rows a
+model never trained on exceeds MAX_ECE, fit the one temperature T that minimises their negative log-likelihood.
+T divides log-probabilities, so the argmax (and every accuracy or F1 figure) stays; only confidence moves, which is
+what the monitor's label-free accuracy estimate (tasks/monitoring/estimate.py) reads.
+
+The rows are the out-of-fold predictions for cross-validated members (tasks/training/crossval.py), the validation
+split for a single model (`calibrate_single`); either way the temperature is carried in the served graph. The
+figures are pure numpy: log-probabilities and labels in, figures out."""
 from __future__ import annotations
 
 import numpy as np
+import torch
+from torch import nn
+
+from models import FoldEnsemble
+from tasks.training.loop import predict_logits
 
 # Above this, the served probabilities are off by more than two points on average: worth a temperature.
 MAX_ECE = 0.02
@@ -56,3 +65,15 @@ def calibrate(log_probs: np.ndarray, labels: np.ndarray) -> dict:
         if fitted_ece < before:
             temperature, after = fitted, fitted_ece
     return {"temperature": temperature, "ece_before": before, "ece_after": after, "max_ece": MAX_ECE}
+
+
+def calibrate_single(model: nn.Module, spec: dict, features: torch.Tensor,
+                     labels: np.ndarray) -> tuple[nn.Module, dict, dict]:
+    """(the model to serve, its spec, the calibration figures) for one trained model checked on its validation rows:
+    itself where they are calibrated, else the model inside a one-member FoldEnsemble that carries the temperature
+    (the CV path's served module: softmax(log_softmax(z) / T) = softmax(z / T); `members: 1` rebuilds it)."""
+    log_probs = torch.log_softmax(predict_logits(model, features.cpu()), 1).numpy().astype(np.float64)
+    calibration = calibrate(log_probs, labels)
+    if calibration["temperature"] == 1.0:
+        return model, spec, calibration
+    return FoldEnsemble([model], calibration["temperature"]).eval(), {**spec, "members": 1}, calibration

@@ -32,6 +32,7 @@ from tasks.core.errors import TorchshipError
 from tasks.core.procs import Child, running, tee_lines
 from tasks.training import checkpoint
 from tasks.training.adapt import FittedTraining
+from tasks.training.calibration import calibrate_single
 from tasks.training.crossval import StartFold, candidates_for, cross_validate, finish_cross_validation
 from tasks.training.distributed import Runtime, broadcast_state, init_runtime, torchrun_command, wrap_model
 from tasks.training.failure import describe_failure
@@ -177,7 +178,7 @@ def fold_starter(job: TrainingJob, runtime: Runtime, n_classes: int) -> StartFol
 def worker(params: Params, job: TrainingJob) -> None:
     """One torchrun process: join the group, build the model, resume or start, train (one run, or the folds of
     cross-validation below train.cv_max_rows), and (rank 0) save the best weights and report."""
-    settings, spec, fitted, summary = job.train, job.spec, job.fitted, None
+    settings, spec, fitted, summary, calibration = job.train, job.spec, job.fitted, None, None
     runtime = init_runtime(settings)
     try:
         torch.manual_seed(settings.seed)
@@ -209,10 +210,11 @@ def worker(params: Params, job: TrainingJob) -> None:
             else:
                 best = build_model(spec["name"], layout, **spec["kwargs"])
                 best.load_state_dict(state.best_state)
+                best, spec, calibration = calibrate_single(best, spec, val.features, val.labels.cpu().numpy())
             save_trained(job.weights, best, layout, spec, schema.classes)
             report_training(params, best.eval(), Split(val.features.cpu(), val.labels.cpu()), history, schema,
                             runtime, peak_rss_mb=peak_rss_mb, folder=job.folder, stage=job.stage, train_params=settings,
-                            fitted=fitted, cross_validation=summary)
+                            fitted=fitted, cross_validation=summary, calibration=calibration)
     finally:
         dist.destroy_process_group()
 

@@ -24,9 +24,10 @@ log = logging.getLogger("torchship.train")
 def report_training(params: Params, model: nn.Module, val, history: list[dict], schema: Schema, runtime,
                     peak_rss_mb: float = 0.0, folder: Path = paths.TRAIN, stage: str = "train",
                     train_params: TrainParams | None = None, fitted: FittedTraining | None = None,
-                    cross_validation: dict | None = None) -> dict:
+                    cross_validation: dict | None = None, calibration: dict | None = None) -> dict:
     """Write metrics.json / history.csv / plots under `folder` and log them with the params to MLflow;
-    `cross_validation` (tasks/training/crossval.py's summary) adds the out-of-fold scores and the family choice."""
+    `cross_validation` (tasks/training/crossval.py's summary) adds the out-of-fold scores, the family choice and
+    their calibration; `calibration`, a single model's on its validation rows (tasks/training/calibration.py)."""
     import mlflow
 
     from tasks.core.tracking import stage_run
@@ -35,6 +36,7 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
     train_params = train_params or params.train
     metrics_path, history_path, plots = folder / "metrics.json", folder / "history.csv", folder / "plots"
     logits = predict_logits(model, val.features)
+    calibration = calibration or (cross_validation or {}).get("calibration")
     predicted = logits.argmax(1).numpy()
     n_classes = len(schema.classes)
     scores = classification_metrics(val.labels.numpy(), predicted, n_classes)
@@ -50,11 +52,16 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
                "headline": f"val f1 {scores['f1_macro']:.4f}, acc {scores['accuracy']:.4f} "
                            f"({len(history)} epochs, {train_params.strategy} {world}x{backend}, {runtime.precision})"
                            + (f"; {cross_validation_headline(cross_validation)}" if cross_validation else "")
+                           + (f"; temperature {calibration['temperature']:.3g} (validation ECE "
+                              f"{calibration['ece_before']:.3f} -> {calibration['ece_after']:.3f})"
+                              if calibration and not cross_validation and calibration["temperature"] != 1.0 else "")
                            + (f"; {fitted.headline()}" if fitted else "")}
     if fitted:
         metrics["fitted"] = fitted.model_dump()
     if cross_validation:
         metrics["cross_validation"] = cross_validation
+    if calibration:
+        metrics["calibration"] = calibration
     write_json_atomic(metrics_path, metrics)
     frame = pd.DataFrame(history)
     write_atomic(history_path, lambda tmp: frame.to_csv(tmp, index=False))
@@ -77,9 +84,8 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
             mlflow.log_metrics({f"oof_{name}_{key}": value for name, scores in cross_validation["candidates"].items()
                                 for key, value in scores.items()})
             mlflow.log_metrics({f"oof_{key}": value for key, value in cross_validation["out_of_fold"].items()})
-            if cross_validation.get("calibration"):
-                mlflow.log_metrics({f"calibration_{key}": value
-                                    for key, value in cross_validation["calibration"].items()})
+        if calibration:
+            mlflow.log_metrics({f"calibration_{key}": value for key, value in calibration.items()})
         mlflow.log_artifacts(str(plots), artifact_path="plots")
         mlflow.log_artifact(str(history_path))
         if fitted:

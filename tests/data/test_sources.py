@@ -9,7 +9,14 @@ import pytest
 
 from tasks.config import DataParams
 from tasks.core.errors import ConfigError
-from tasks.core.sources import SYNTHETIC_TARGET, generate_customers, load_sklearn, resolve_target, source_path
+from tasks.core.sources import (
+    SYNTHETIC_TARGET,
+    churn_logit,
+    generate_customers,
+    load_sklearn,
+    resolve_target,
+    source_path,
+)
 
 
 def test_same_seed_same_table(customers):
@@ -49,6 +56,31 @@ def test_drift_shifts_age_up_and_changes_churn():
 
 def test_drift_zero_is_the_reference_distribution():
     pd.testing.assert_frame_equal(generate_customers(300, seed=5, drift=0.0), generate_customers(300, seed=5))
+
+
+def test_each_shift_moves_what_it_names():
+    features = lambda shift: generate_customers(2000, 9, 0.6, shift).drop(columns=[SYNTHETIC_TARGET])  # noqa: E731
+    pd.testing.assert_frame_equal(features("covariate"), features("both"))    # the same P(x) move
+    pd.testing.assert_frame_equal(features("concept"), features("none"))      # P(x) stays
+    pd.testing.assert_frame_equal(generate_customers(2000, 9, 0.6, "none"), generate_customers(2000, 9))
+    assert not features("covariate").equals(features("none"))
+
+
+def worst_calibration_gap(shift: str) -> float:
+    """The largest gap, over deciles of the unshifted labelling function's churn probability, between that
+    probability and the churn rate of a table generated at drift 0.6 with `shift`."""
+    table = generate_customers(20_000, 8, 0.6, shift).dropna(subset=["customer age", "satisfaction", "payment method"])
+    churn = 1 / (1 + np.exp(-churn_logit(table)))
+    churned = (table[SYNTHETIC_TARGET] == "yes").to_numpy()
+    deciles = pd.qcut(churn, 10, labels=False)
+    return max(abs(churned[deciles == d].mean() - churn[deciles == d].mean()) for d in range(10))
+
+
+def test_covariate_shift_keeps_the_labelling_and_concept_shift_changes_it():
+    # P(y|x) unchanged: rows at every level of the old churn probability still churn at that rate (within the
+    # sampling noise of ~1,800 rows a decile); under concept shift the top deciles churn ~0.1-0.2 less
+    assert worst_calibration_gap("covariate") < 0.035
+    assert worst_calibration_gap("concept") > 0.1
 
 
 def test_sklearn_digits_has_ten_classes_and_a_target_column():

@@ -1,12 +1,23 @@
-"""Temperature scaling from out-of-fold predictions (tasks/training/calibration.py): the ECE is the textbook
-figure, the fitted temperature recovers a known over-confidence, it is applied only above MAX_ECE and never moves
-the argmax."""
+"""Temperature scaling (tasks/training/calibration.py): the ECE is the textbook figure, the fitted temperature
+recovers a known over-confidence, it is applied only above MAX_ECE and never moves the argmax; a single model
+(not cross-validated) gets the same check on its validation rows, and its temperature travels with its weights."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-from tasks.training.calibration import MAX_ECE, calibrate, expected_calibration_error, fit_temperature, tempered
+from models import build_model
+from tasks.training.calibration import (
+    MAX_ECE,
+    calibrate,
+    calibrate_single,
+    expected_calibration_error,
+    fit_temperature,
+    tempered,
+)
+from tasks.training.loop import predict_logits
+from tasks.training.weights import load_trained, save_trained
 
 pytestmark = pytest.mark.model
 
@@ -44,3 +55,35 @@ def test_a_calibrated_model_is_left_alone():
     log_probs, labels = sampled(20000, sharpen=1.0)
     result = calibrate(log_probs, labels)
     assert result["ece_before"] <= MAX_ECE and result["temperature"] == 1.0
+
+
+def test_a_single_overconfident_model_is_served_tempered_and_rebuilds_from_its_weights(encoded, tmp_path):
+    """The non-cross-validated path: checked on its validation rows, tempered inside the served module (a one-member
+    FoldEnsemble), and what save_trained writes rebuilds that module, temperature included."""
+    torch.manual_seed(0)
+    spec = {"name": "linear", "kwargs": {}}
+    model = build_model(spec["name"], encoded.layout, **spec["kwargs"])
+    with torch.no_grad():   # an untrained model made 10x too sure of itself
+        model.body.weight.mul_(10.0)
+        model.body.bias.mul_(10.0)
+    labels = encoded.val.labels.numpy()
+    served, served_spec, figures = calibrate_single(model, spec, encoded.val.features, labels)
+    assert figures["ece_before"] > MAX_ECE and figures["temperature"] > 2
+    assert figures["ece_after"] < figures["ece_before"]
+    assert served_spec == {**spec, "members": 1}
+    raw, tempered_logits = predict_logits(model, encoded.val.features), predict_logits(served, encoded.val.features)
+    assert torch.equal(raw.argmax(1), tempered_logits.argmax(1))
+    save_trained(tmp_path / "model.pt", served, encoded.layout, served_spec, ["no", "yes"])
+    rebuilt, _ = load_trained(tmp_path / "model.pt")
+    assert torch.allclose(predict_logits(rebuilt, encoded.val.features), tempered_logits)
+
+
+def test_a_single_model_already_calibrated_is_served_as_it_is(encoded):
+    model = build_model("linear", encoded.layout)
+    with torch.no_grad():   # one constant answer at the validation rows' own class shares: ECE 0
+        model.body.weight.zero_()
+        share = float(encoded.val.labels.float().mean())
+        model.body.bias.copy_(torch.log(torch.tensor([1 - share, share])))
+    served, spec, figures = calibrate_single(model, {"name": "linear", "kwargs": {}}, encoded.val.features,
+                                             encoded.val.labels.numpy())
+    assert served is model and spec == {"name": "linear", "kwargs": {}} and figures["temperature"] == 1.0

@@ -106,13 +106,15 @@ def test_the_dashboard_has_the_on_call_panels_over_exported_metric_names():
     titles = [p["title"] for p in board["panels"]]
     assert titles == ["Request rate by variant and status", "Latency p95 / p99 by variant", "Error rate",
                       "Traffic split", "Model versions, reloads and load failures",
-                      "Prediction distribution by variant", "Drift (torchship monitor)"]
+                      "Prediction distribution by variant", "Drift (torchship monitor)",
+                      "Estimated accuracy drop (label-free)"]
     latency = board["panels"][1]
     assert latency["fieldConfig"]["defaults"]["thresholds"]["steps"][1]["value"] == _params()[0].p99_ms / 1e3
     assert metric_names(files) == {"torchship_requests_total", "torchship_request_seconds_bucket",
                                    "torchship_predictions_total", "torchship_model_version",
                                    "torchship_model_reloads_total", "torchship_model_load_failures_total",
                                    "torchship_drift_share", "torchship_drift_detected",
+                                   "torchship_estimated_accuracy", "torchship_estimated_accuracy_drop",
                                    "torchship_champion_unblessed"}
 
 
@@ -134,6 +136,13 @@ def test_the_monitor_verdict_is_exported_when_scraped_and_follows_the_file(tmp_p
     found = samples(metrics)
     assert found[("torchship_drift_detected", ())] == 0.0 and found[("torchship_drift_share", ())] == 0.1
     assert found[("torchship_drift_checked_timestamp_seconds", ())] == pytest.approx(later)
+    assert ("torchship_estimated_accuracy", ()) not in found   # the window's log carried no probabilities
+    findings = {"drifted_share": 0.0, "estimate": {"accuracy": 0.81, "drop": 0.06}}
+    report.write_text(json.dumps({"gate": {"status": "fail"}, "findings": findings}))
+    os.utime(report, (later + 5, later + 5))
+    found = samples(metrics)
+    assert found[("torchship_estimated_accuracy", ())] == 0.81
+    assert found[("torchship_estimated_accuracy_drop", ())] == 0.06
 
 
 def test_predicted_labels_are_counted_per_variant_and_failures_start_at_zero(tmp_path):
