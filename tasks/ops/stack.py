@@ -15,6 +15,7 @@ from tasks.core.env import PG_PASSWORD_ENV, STACK_DIR_ENV
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import free_port, start_child
 from tasks.ops import stack_parts as parts
+from tasks.ops import stack_postgres as postgres
 from tasks.ops.stack_state import (
     MOTO_SEED,
     StackPaths,
@@ -83,6 +84,7 @@ def start_detached(paths: StackPaths, state: StackState, name: str, command: lis
     """Start a part in its own session (it outlives this command), output to logs/NAME.log, and record it."""
     paths.logs.mkdir(parents=True, exist_ok=True)
     paths.logs.chmod(0o700)
+    paths.home(name).mkdir(parents=True, exist_ok=True, mode=0o700)
     child = start_child(name, command, paths.logs / f"{name}.log", env=env, cwd=paths.home(name))
     state.processes[name] = {"pid": child.process.pid, "started": process_start_time(child.process.pid) or 0.0}
     state.save(paths)
@@ -102,39 +104,28 @@ def port_taken(port: int) -> bool:
 
 
 def stack_up(paths: StackPaths, workers: int, environ: Mapping[str, str]) -> list[PartStatus]:
-    """Start what is not running, in dependency order, and wait until each answers; returns the status."""
+    """Start what is not running, each part as soon as what it needs answers, and wait until all answer (every
+    wait bounded); returns the status. PostgreSQL first; Prefect on it; MLflow once moto has issued the S3 keys;
+    the workers once Prefect answers."""
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.root.chmod(0o711)   # PostgreSQL (another user) traverses it; nobody else lists it
     state = StackState.load(paths)
     choose_ports(state)
     state.save(paths)
-    secrets = load_secrets(paths)
-    ports = state.ports
-    for name in ("moto", "mlflow", "prefect"):
-        paths.home(name).mkdir(parents=True, exist_ok=True)
-    moto = state.processes.get("moto")
-    if is_running(moto) and not moto.get("bootstrapped"):   # an up that failed before moto's set-up: start over
-        stop_group(moto, STOP_TIMEOUT_S)
-    fresh_moto = not is_running(moto)
-    if fresh_moto:
-        refuse_taken_port("moto", ports)
-        start_detached(paths, state, "moto", parts.moto_command(ports["moto"]), parts.base_env(environ))
-    if parts.postgres_pid(paths) is None:
+    secrets, ports = load_secrets(paths), state.ports
+    fresh_moto = launch_moto(paths, state, environ)
+    if postgres.postgres_pid(paths) is None:
         refuse_taken_port("postgres", ports)
-    parts.start_postgres(paths, ports["postgres"], environ)
-    parts.create_databases(paths, ports["postgres"], secrets[PG_PASSWORD_ENV], environ)
+    postgres.start_postgres(paths, ports["postgres"], environ)
+    postgres.create_databases(paths, ports["postgres"], secrets[PG_PASSWORD_ENV], environ)
+    started = time.time()
+    launch_server(paths, state, "prefect", secrets, environ)
     if fresh_moto:
         parts.wait_for("moto", health_probe("moto", ports), START_TIMEOUT_S["moto"], paths.logs / "moto.log")
         secrets = load_secrets(paths, parts.bootstrap_moto(ports["moto"], secrets[MOTO_SEED]))
         state.processes["moto"]["bootstrapped"] = 1.0
         state.save(paths)
-    started = time.time()
-    servers = {"mlflow": (parts.mlflow_command, parts.mlflow_env),
-               "prefect": (parts.prefect_server_command, parts.prefect_server_env)}
-    for name, (command, env) in servers.items():   # both start at once: each mostly waits on its imports
-        if not is_running(state.processes.get(name)):
-            refuse_taken_port(name, ports)
-            start_detached(paths, state, name, command(ports[name]), env(paths, ports, secrets, environ))
+    launch_server(paths, state, "mlflow", secrets, environ)
     parts.wait_for("prefect server", health_probe("prefect", ports), START_TIMEOUT_S["prefect"],
                    paths.logs / "prefect.log")
     parts.ensure_pool(ports["prefect"], secrets)
@@ -148,6 +139,29 @@ def stack_up(paths: StackPaths, workers: int, environ: Mapping[str, str]) -> lis
     return stack_status(paths)
 
 
+def launch_moto(paths: StackPaths, state: StackState, environ: Mapping[str, str]) -> bool:
+    """Start moto unless it runs set up; True when started here (its keys and bucket are still to be made)."""
+    moto = state.processes.get("moto")
+    if is_running(moto) and not moto.get("bootstrapped"):   # an up that failed before moto's set-up: start over
+        stop_group(moto, STOP_TIMEOUT_S)
+    if is_running(moto):
+        return False
+    refuse_taken_port("moto", state.ports)
+    start_detached(paths, state, "moto", parts.moto_command(state.ports["moto"]), parts.base_env(environ))
+    return True
+
+
+def launch_server(paths: StackPaths, state: StackState, name: str, secrets: Mapping[str, str],
+                  environ: Mapping[str, str]) -> None:
+    """Start the MLflow or Prefect server unless it runs (not waiting: the other parts start meanwhile)."""
+    if is_running(state.processes.get(name)):
+        return
+    refuse_taken_port(name, state.ports)
+    command, env = {"mlflow": (parts.mlflow_command, parts.mlflow_env),
+                    "prefect": (parts.prefect_server_command, parts.prefect_server_env)}[name]
+    start_detached(paths, state, name, command(state.ports[name]), env(paths, state.ports, secrets, environ))
+
+
 def scale_workers(paths: StackPaths, state: StackState, workers: int, secrets: Mapping[str, str],
                   environ: Mapping[str, str]) -> list[str]:
     """Exactly `workers` workers: start the missing ones, stop any beyond; returns the names of those started."""
@@ -157,7 +171,6 @@ def scale_workers(paths: StackPaths, state: StackState, workers: int, secrets: M
     started = []
     for name in wanted:
         if not is_running(state.processes.get(name)):
-            paths.home(name).mkdir(parents=True, exist_ok=True)
             start_detached(paths, state, name, parts.worker_command(f"stack-{name}"),
                            parts.worker_env(paths, name, state.ports, secrets, environ))
             started.append(f"stack-{name}")
@@ -180,8 +193,8 @@ def stack_down(paths: StackPaths, environ: Mapping[str, str]) -> list[str]:
             stopped.append(name)
         state.processes.pop(name, None)
         state.save(paths)
-    if parts.postgres_pid(paths) is not None:
-        parts.stop_postgres(paths, environ)
+    if postgres.postgres_pid(paths) is not None:
+        postgres.stop_postgres(paths, environ)
         stopped.append("postgres")
     return stopped
 
@@ -193,15 +206,16 @@ def stack_status(paths: StackPaths) -> list[PartStatus]:
         return []
     urls, rows = server_urls(state.ports), []
     for name in SERVERS:
-        pid = parts.postgres_pid(paths) if name == "postgres" else state.processes.get(name, {}).get("pid")
+        pid = postgres.postgres_pid(paths) if name == "postgres" else state.processes.get(name, {}).get("pid")
         running = (name == "postgres" and pid is not None) or is_running(state.processes.get(name))
         up = running and answers(name, state.ports)
         rows.append(PartStatus(name, up, urls[name], pid if running else None, tree_rss_mib(pid) if running else 0.0))
-    for name in sorted(n for n in state.processes if n.startswith("worker-")):
-        record = state.processes[name]
-        up = is_running(record)
-        rows.append(PartStatus(name, up, f"pool {parts.POOL}", int(record["pid"]) if up else None,
-                               tree_rss_mib(int(record["pid"])) if up else 0.0))
+    known = {f"worker-{i}" for i in range(1, state.workers + 1)}
+    known |= {name for name in state.processes if name.startswith("worker-")}
+    for name in sorted(known, key=lambda n: int(n.split("-")[1])):
+        record = state.processes.get(name)
+        pid = int(record["pid"]) if is_running(record) else None
+        rows.append(PartStatus(name, pid is not None, f"pool {parts.POOL}", pid, tree_rss_mib(pid) if pid else 0.0))
     return rows
 
 

@@ -1,13 +1,12 @@
-"""How each part of the team stack starts and is made ready: PostgreSQL (Debian's package, run as `postgres`: it
-refuses root), moto's S3 server with credential checks on, `mlflow server` with basic auth and artifacts proxied to
-the bucket, `prefect server` with its auth string, and process workers on the pool `torchship deploy` uses.
-Passwords reach the servers by environment variables only (PGPASSWORD for both database clients), so no URI, no
-config file and no command line holds one."""
+"""How the team stack's servers start and are made ready: moto's S3 server with credential checks on, `mlflow
+server` with basic auth and artifacts proxied to the bucket, `prefect server` with its auth string, process workers
+on the pool `torchship deploy` uses; and what they share with PostgreSQL (tasks/ops/stack_postgres.py): the address,
+the database role, a clean environment. Passwords reach the servers by environment variables only (PGPASSWORD for
+both database clients), so no URI, no config file and no command line holds one."""
 from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
 import time
@@ -48,7 +47,6 @@ BUCKET, REGION = "torchship", "us-east-1"
 MLFLOW_USER, MLFLOW_ADMIN = "torchship", "admin"
 POOL = "torchship-process"   # the process pool of prefect.yaml, which `torchship deploy` creates
 BIN = Path(sys.executable).parent
-POSTGRES_INSTALL = "install it with `make stack-deps` (Debian: apt-get install postgresql)"
 
 
 def client_env(ports: Mapping[str, int], secrets: Mapping[str, str]) -> dict[str, str]:
@@ -93,85 +91,6 @@ def http_answers(url: str, ok: Callable[[object], bool] = lambda response: respo
     return lambda: ok(httpx.get(url, timeout=2.0, headers=dict(headers or {})))
 
 
-# PostgreSQL ------------------------------------------------------------------------------------------------------
-
-def postgres_bin() -> Path:
-    """Debian's PostgreSQL binaries (the newest installed version)."""
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3]))
-    if not found:
-        raise TorchshipError(f"PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/pg_ctl): {POSTGRES_INSTALL}.")
-    return found[-1].parent
-
-
-def as_postgres(command: list[str]) -> list[str]:
-    """PostgreSQL refuses to run as root: as root, run it as the `postgres` user (Debian's package creates it)."""
-    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
-
-
-def owned_by_postgres(folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() == 0:
-        import shutil
-
-        shutil.chown(folder, "postgres", "postgres")
-    folder.chmod(0o700)
-
-
-def start_postgres(paths: StackPaths, port: int, environ: Mapping[str, str]) -> None:
-    """initdb on the first up, then pg_ctl start (waits until it accepts connections); nothing if it runs."""
-    bindir, data, socket = postgres_bin(), paths.postgres / "data", paths.postgres / "socket"
-    env = base_env(environ)
-    paths.postgres.mkdir(parents=True, exist_ok=True)
-    paths.postgres.chmod(0o711)   # the postgres user must traverse it, and nobody list it
-    reachable = subprocess.run(as_postgres(["test", "-x", str(paths.postgres)]), env=env)
-    if reachable.returncode != 0:
-        raise TorchshipError(f"the postgres user cannot reach {paths.postgres}: a folder above it is closed to "
-                             f"others (mode 700?). Put the stack elsewhere: export TORCHSHIP_STACK_DIR=/var/tmp/...")
-    owned_by_postgres(socket)
-    owned_by_postgres(paths.postgres / "log")
-    if not (data / "PG_VERSION").exists():
-        owned_by_postgres(data)
-        run_checked("initdb", as_postgres([str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
-                                           "--auth-local=trust", "--auth-host=scram-sha-256", "--no-instructions"]),
-                    env)
-    if subprocess.run(as_postgres([str(bindir / "pg_ctl"), "status", "-D", str(data)]), env=env,
-                      capture_output=True).returncode == 0:
-        return
-    # A failing statement is never written to the log with its text: the role's password goes through SQL.
-    options = f"-c listen_addresses={HOST} -p {port} -k {socket} -c log_min_error_statement=panic"
-    log = paths.postgres / "log" / "postgres.log"
-    run_checked("pg_ctl start", as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60",
-                                             "-o", options, "start"]), env)
-
-
-def create_databases(paths: StackPaths, port: int, password: str, environ: Mapping[str, str]) -> None:
-    """The role (its password set on every up, from the secrets file) and its databases, created when missing.
-    The password reaches psql by environment (`\\getenv`), not its command line."""
-    exists = "SELECT 'CREATE {what}' WHERE NOT EXISTS (SELECT FROM {table} WHERE {column} = '{name}')\\gexec\n"
-    sql = exists.format(what=f"ROLE {DB_ROLE} LOGIN", table="pg_roles", column="rolname", name=DB_ROLE)
-    sql += f"\\getenv password {PG_PASSWORD_ENV}\nALTER ROLE {DB_ROLE} PASSWORD :'password';\n"
-    for database in DATABASES:
-        sql += exists.format(what=f"DATABASE {database} OWNER {DB_ROLE}", table="pg_database", column="datname",
-                             name=database)
-    command = [str(postgres_bin() / "psql"), "-h", str(paths.postgres / "socket"), "-p", str(port), "-U", "postgres",
-               "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-q", "-f", "-"]
-    run_checked("psql", as_postgres(command), {**base_env(environ), PG_PASSWORD_ENV: password}, sql)
-
-
-def postgres_pid(paths: StackPaths) -> int | None:
-    pid_file = paths.postgres / "data" / "postmaster.pid"
-    return int(pid_file.read_text().split()[0]) if pid_file.exists() else None
-
-
-def stop_postgres(paths: StackPaths, environ: Mapping[str, str]) -> None:
-    """pg_ctl stop -m fast (rolls back open transactions, waits until it is down); nothing if it is not running."""
-    data = paths.postgres / "data"
-    if postgres_pid(paths) is None:
-        return
-    run_checked("pg_ctl stop", as_postgres([str(postgres_bin() / "pg_ctl"), "-D", str(data), "-m", "fast", "-w",
-                                            "-t", "60", "stop"]), base_env(environ))
-
-
 def run_checked(what: str, command: list[str], env: Mapping[str, str], stdin: str | None = None) -> None:
     done = subprocess.run(command, env=dict(env), input=stdin, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
@@ -182,8 +101,6 @@ def database_uri(driver: str, port: int, database: str) -> str:
     """No password inside: the client reads PGPASSWORD."""
     return f"postgresql+{driver}://{DB_ROLE}@{HOST}:{port}/{database}"
 
-
-# moto (the S3-compatible store) ----------------------------------------------------------------------------------
 
 def moto_command(port: int) -> list[str]:
     return [str(BIN / "moto_server"), "-H", HOST, "-p", str(port)]
@@ -210,8 +127,6 @@ def bootstrap_moto(port: int, seed: str) -> dict[str, str]:
     httpx.post(f"{url}/moto-api/reset-auth", content=b"0", timeout=10).raise_for_status()
     return {AWS_KEY_ID_ENV: key["AccessKeyId"], AWS_SECRET_ENV: key["SecretAccessKey"]}
 
-
-# MLflow ------------------------------------------------------------------------------------------------------------
 
 def mlflow_command(port: int) -> list[str]:
     # One uvicorn worker and no job runner: ~540 MiB instead of ~3.3 GiB (STACK.md).
@@ -250,15 +165,13 @@ def ensure_mlflow_user(port: int, secrets: Mapping[str, str]) -> None:
                              f"{created.text[:300]}")
 
 
-# Prefect -----------------------------------------------------------------------------------------------------------
-
 def prefect_server_command(port: int) -> list[str]:
     return [str(BIN / "prefect"), "server", "start", "--host", HOST, "--port", str(port)]
 
 
 def prefect_server_env(paths: StackPaths, ports: Mapping[str, int], secrets: Mapping[str, str],
                        environ: Mapping[str, str]) -> dict[str, str]:
-    return {**base_env(environ), PREFECT_HOME_ENV: str(paths.home("prefect-server")),
+    return {**base_env(environ), PREFECT_HOME_ENV: str(paths.home("prefect")),
             PREFECT_DB_URL_ENV: database_uri("asyncpg", ports["postgres"], "prefect"),
             PG_PASSWORD_ENV: secrets[PG_PASSWORD_ENV], PREFECT_SERVER_AUTH_ENV: secrets[PREFECT_AUTH_ENV]}
 
