@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import stat
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tasks.core.env import STACK_DIR_ENV
+from tasks.ops.stack import stack_down
 from tasks.ops.stack_parts import BUCKET, HOST
 from tasks.ops.stack_state import StackPaths, StackState, read_env_file
 from tests.conftest import BIN, REPO
@@ -51,7 +53,9 @@ def stack_environment(paths: StackPaths) -> dict[str, str]:
     """What a user's shell has after eval "$(torchship stack env)"."""
     lines = torchship(paths, "env")
     dumped = subprocess.run(["bash", "-c", f'{lines}\nenv -0'], capture_output=True, text=True, check=True, timeout=30)
-    return dict(item.split("=", 1) for item in dumped.stdout.split("\0") if "=" in item)
+    exported = re.findall(r"^export (\w+)=", lines, flags=re.M)
+    return {name: value for name, value in (item.split("=", 1) for item in dumped.stdout.split("\0") if "=" in item)
+            if name in exported}
 
 
 def statuses(paths: StackPaths) -> dict[str, str]:
@@ -98,10 +102,16 @@ def stack():
         torchship(paths, "up", "--workers", "1")
         print(f"\nstack up: {time.monotonic() - began:.1f} s")
         yield paths
-    finally:
+    finally:   # in this process: a CLI start costs seconds on a busy box, and this runs on every way out
         with contextlib.suppress(Exception):
-            torchship(paths, "down", timeout=120)
+            stack_down(paths, os.environ)
         shutil.rmtree(paths.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def env(stack) -> dict[str, str]:
+    """What a user's shell has after eval "$(torchship stack env)" (the same after down/up: ports are kept)."""
+    return stack_environment(stack)
 
 
 def s3_client(env: dict[str, str], **override):
@@ -121,8 +131,7 @@ def test_up_starts_every_part_and_a_second_up_changes_nothing(stack):
     assert stack_pids(stack) == before
 
 
-def test_an_mlflow_client_with_the_credentials_logs_a_run_whose_artifact_lands_in_the_bucket(stack, monkeypatch):
-    env = stack_environment(stack)
+def test_an_mlflow_client_with_the_credentials_logs_a_run_whose_artifact_lands_in_the_bucket(stack, env, monkeypatch):
     for name, value in env.items():
         if name.startswith(("MLFLOW_", "AWS_")):
             monkeypatch.setenv(name, value)
@@ -138,10 +147,9 @@ def test_an_mlflow_client_with_the_credentials_logs_a_run_whose_artifact_lands_i
     (stack.root / "test-run-id").write_text(run.info.run_id)
 
 
-def test_wrong_s3_keys_are_refused(stack):
+def test_wrong_s3_keys_are_refused(env):
     from botocore.exceptions import ClientError
 
-    env = stack_environment(stack)
     for override, code in (({"aws_secret_access_key": "wrong" * 8}, "SignatureDoesNotMatch"),
                            ({"aws_access_key_id": "AKIAWRONGWRONGWRONG1"}, "InvalidAccessKeyId")):
         with pytest.raises(ClientError) as refused:
@@ -149,10 +157,9 @@ def test_wrong_s3_keys_are_refused(stack):
         assert refused.value.response["Error"]["Code"] == code
 
 
-def test_a_wrong_mlflow_or_prefect_password_is_refused(stack):
+def test_a_wrong_mlflow_or_prefect_password_is_refused(env):
     import httpx
 
-    env = stack_environment(stack)
     search = f"{env['MLFLOW_TRACKING_URI']}/api/2.0/mlflow/experiments/search?max_results=1"
     assert httpx.get(search, auth=(env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"])).status_code == 200
     assert httpx.get(search, auth=(env["MLFLOW_TRACKING_USERNAME"], "wrong-password")).status_code == 401
@@ -176,15 +183,18 @@ def test_no_secret_is_on_any_command_line_or_in_the_logs(stack):
     assert not found
 
 
-def test_the_secrets_file_is_private_and_survives_down_and_up(stack):
+def test_the_secrets_file_is_private_and_survives_down_and_up(stack, env):
     assert stat.S_IMODE(stack.secrets.stat().st_mode) == 0o600
     before = stack.secrets.read_text()
+    pids, ports = stack_pids(stack), StackState.load(stack).ports
+    assert len(pids) == 5
     assert "stopped: worker-1, prefect, mlflow, moto, postgres" in torchship(stack, "down", timeout=120)
+    assert_nothing_runs(stack, pids, ports)
     began = time.monotonic()
-    torchship(stack, "up", "--workers", "1")
+    torchship(stack, "up", "--workers", "0")   # the workers were shown above; the servers are what keep state
     print(f"up again: {time.monotonic() - began:.1f} s")
     assert stack.secrets.read_text() == before and stat.S_IMODE(stack.secrets.stat().st_mode) == 0o600
-    env = stack_environment(stack)
+    assert stack_environment(stack) == env
     import httpx
 
     run_id = (stack.root / "test-run-id").read_text()
@@ -196,10 +206,23 @@ def test_the_secrets_file_is_private_and_survives_down_and_up(stack):
 
 def test_down_leaves_nothing_running_and_a_second_down_is_a_no_op(stack):
     pids, ports = stack_pids(stack), StackState.load(stack).ports
-    assert len(pids) == 5
-    torchship(stack, "down", timeout=120)
+    assert len(pids) == 4
+    assert "stopped: prefect, mlflow, moto, postgres" in torchship(stack, "down", timeout=120)
+    assert_nothing_runs(stack, pids, ports)
+    assert "nothing was running" in torchship(stack, "down", timeout=60)
+
+
+def assert_nothing_runs(stack: StackPaths, pids: list[int], ports: dict[str, int]) -> None:
+    """None of the stack's processes runs, none of its ports listens, and no process works in its folder or names
+    it (each part starts in its own folder there and its children inherit that; PostgreSQL's name its data)."""
     assert not [pid for pid in pids if alive(pid)]
     assert not [name for name, port in ports.items() if listening(port)]
-    mine = [path.parent.name for path in Path("/proc").glob("[0-9]*/cmdline") if str(stack.root).encode() in read(path)]
-    assert not mine   # no process of the stack's (their command lines name its folder) is left
-    assert "nothing was running" in torchship(stack, "down", timeout=60)
+    assert not [proc.name for proc in Path("/proc").glob("[0-9]*") if alive(int(proc.name)) and in_folder(proc, stack)]
+
+
+def in_folder(proc: Path, stack: StackPaths) -> bool:
+    try:
+        cwd = os.readlink(proc / "cwd")
+    except OSError:
+        cwd = ""
+    return cwd.startswith(str(stack.root)) or str(stack.root).encode() in read(proc / "cmdline")
