@@ -60,7 +60,7 @@ test-fast: install prometheus lint
 	$(VENV)/bin/python -m pytest -q -n 2 -m "unit or data or model"
 
 # Every bench but the per-table accuracy one (below: 15 pipeline runs).
-bench: install
+bench: install stack-deps
 	$(call apt_install,promtool:prometheus wrk:wrk) || echo "prometheus or wrk could not be installed: bench/bench_dashboard.py and bench/bench_serving.py need them"
 	for script in bench/bench_*.py; do [ $$script = bench/bench_tables.py ] || $(PY) $$script || exit 1; done
 	$(PY) bench/render_table.py
