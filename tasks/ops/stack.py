@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.core.env import PG_PASSWORD_ENV, STACK_DIR_ENV
+from tasks.core.env import MLFLOW_TRACKING_URI_ENV, PG_PASSWORD_ENV, STACK_DIR_ENV
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import free_port, start_child
 from tasks.ops import stack_parts as parts
@@ -234,10 +234,11 @@ def shell_env(paths: StackPaths) -> str:
             lines.append(f'export {name}="{value}"')
         else:
             lines.append(f"export {name}={shlex.quote(value)}")
-    mlflow, moto = env[parts.MLFLOW_TRACKING_URI_ENV], server_urls(state.ports)["moto"]
+    mlflow, moto = env[MLFLOW_TRACKING_URI_ENV], server_urls(state.ports)["moto"]
     lines += ["# torchship reads tracking.* from params (no secret in them):",
-              f"#   torchship run --set tracking.uri={mlflow} --set tracking.artifacts=mlflow-artifacts://"
-              f"{mlflow.removeprefix('http://')}/torchship",
+              # null: the server's own store, mlflow-artifacts:/<experiment id>; basic auth judges proxied artifacts
+              # by that id (an other location is admin-only), and MLflow 3.17 refuses one that names a host
+              f"#   torchship run --set tracking.uri={mlflow} --set tracking.artifacts=null",
               "# DVC's remote on the bucket (.dvc/config holds no secret; the keys come from the environment):",
               f"#   dvc remote add -d stack s3://{parts.BUCKET}/dvc && dvc remote modify stack endpointurl {moto}"]
     return "\n".join(lines) + "\n"

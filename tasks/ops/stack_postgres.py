@@ -81,8 +81,14 @@ def create_databases(paths: StackPaths, port: int, password: str, environ: Mappi
 
 
 def postgres_pid(paths: StackPaths) -> int | None:
-    pid_file = paths.postgres / "data" / "postmaster.pid"
-    return int(pid_file.read_text().split()[0]) if pid_file.exists() else None
+    """The postmaster's PID while it runs: a pid file left by a crash (or a PID since reused) names none."""
+    import psutil
+
+    try:
+        pid = int((paths.postgres / "data" / "postmaster.pid").read_text().split()[0])
+        return pid if psutil.Process(pid).name() == "postgres" else None
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return None
 
 
 def stop_postgres(paths: StackPaths, environ: Mapping[str, str]) -> None:

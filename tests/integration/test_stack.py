@@ -1,7 +1,8 @@
 """`torchship stack up|status|env|down` through the real CLI: PostgreSQL (Debian's), moto's S3 with credential checks,
 `mlflow server` with basic auth, `prefect server` with its auth string and one worker, all on 127.0.0.1.
 
-An MLflow client with the stack's credentials logs a run whose artifact lands in the bucket (read back with boto3);
+torchship's own tracking set-up, given only what `torchship stack env` prints (the variables, and the tracking
+params for `--set`), logs a run whose artifact lands in the bucket (read back with boto3);
 wrong S3 keys and a wrong MLflow or Prefect password are refused; no secret is on any process's command line or in
 the logs; the secrets file is 0600 and the same after down/up, and the run is still there (PostgreSQL kept it);
 down leaves nothing running. Run it alone with `pytest -m stack`.
@@ -9,12 +10,14 @@ down leaves nothing running. Run it alone with `pytest -m stack`.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tasks.core.env import STACK_DIR_ENV
+from tasks.ops.overrides import parse_assignment
 from tasks.ops.stack import stack_down
 from tasks.ops.stack_parts import BUCKET, HOST
 from tasks.ops.stack_state import StackPaths, StackState, read_env_file
@@ -49,9 +53,8 @@ def torchship(paths: StackPaths, *args: str, timeout: float = UP_TIMEOUT_S) -> s
     return done.stdout
 
 
-def stack_environment(paths: StackPaths) -> dict[str, str]:
-    """What a user's shell has after eval "$(torchship stack env)"."""
-    lines = torchship(paths, "env")
+def evaluated(lines: str) -> dict[str, str]:
+    """The variables the lines of `torchship stack env` export, as a shell has them after eval."""
     dumped = subprocess.run(["bash", "-c", f'{lines}\nenv -0'], capture_output=True, text=True, check=True, timeout=30)
     exported = re.findall(r"^export (\w+)=", lines, flags=re.M)
     return {name: value for name, value in (item.split("=", 1) for item in dumped.stdout.split("\0") if "=" in item)
@@ -109,9 +112,14 @@ def stack():
 
 
 @pytest.fixture(scope="module")
-def env(stack) -> dict[str, str]:
-    """What a user's shell has after eval "$(torchship stack env)" (the same after down/up: ports are kept)."""
-    return stack_environment(stack)
+def env_lines(stack) -> str:
+    """What `torchship stack env` prints (the same after down/up: the ports are kept)."""
+    return torchship(stack, "env")
+
+
+@pytest.fixture(scope="module")
+def env(env_lines) -> dict[str, str]:
+    return evaluated(env_lines)
 
 
 def s3_client(env: dict[str, str], **override):
@@ -131,20 +139,32 @@ def test_up_starts_every_part_and_a_second_up_changes_nothing(stack):
     assert stack_pids(stack) == before
 
 
-def test_an_mlflow_client_with_the_credentials_logs_a_run_whose_artifact_lands_in_the_bucket(stack, env, monkeypatch):
-    for name, value in env.items():
-        if name.startswith(("MLFLOW_", "AWS_")):
-            monkeypatch.setenv(name, value)
-    from mlflow import MlflowClient
+# A stage's own MLflow set-up (tasks/core/tracking.py), as a pipeline run on the stack does it, in a process of its
+# own with the shell's environment after eval: MLflow's tracking URI and active experiment are process-wide.
+LOG_A_RUN = """
+import json, sys, mlflow
+from tasks.config import TrackingParams
+from tasks.core.tracking import stage_run
+with stage_run(TrackingParams(**json.loads(sys.argv[1]), experiment="stack-test"), "stack-test") as run:
+    mlflow.log_param("rows", 3)
+    mlflow.log_text("hello from the stack", "notes/hello.txt")
+print(run.info.run_id)
+"""
 
-    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
-    experiment = client.create_experiment("stack-test")
-    run = client.create_run(experiment)
-    client.log_param(run.info.run_id, "rows", "3")
-    client.log_text(run.info.run_id, "hello from the stack", "notes/hello.txt")
+
+def test_torchship_set_up_by_what_stack_env_prints_logs_a_run_whose_artifact_lands_in_the_bucket(stack, env_lines,
+                                                                                                   env):
+    # the params line it prints, read as `torchship run --set` reads it
+    settings = {keys[-1]: value for keys, value in map(parse_assignment, re.findall(r"--set (\S+)", env_lines))}
+    assert set(settings) == {"uri", "artifacts"}
+    clean = {name: value for name, value in os.environ.items() if not name.startswith(("MLFLOW_", "AWS_", "PREFECT_"))}
+    logged = subprocess.run([sys.executable, "-c", LOG_A_RUN, json.dumps(settings)], cwd=REPO,
+                            env={**clean, **env}, capture_output=True, text=True, timeout=120)
+    assert logged.returncode == 0, logged.stderr[-3000:]
+    run_id = logged.stdout.split()[-1]
     keys = [item["Key"] for item in s3_client(env).list_objects_v2(Bucket=BUCKET).get("Contents", [])]
-    assert any(key.endswith(f"{run.info.run_id}/artifacts/notes/hello.txt") for key in keys), keys
-    (stack.root / "test-run-id").write_text(run.info.run_id)
+    assert any(key.endswith(f"{run_id}/artifacts/notes/hello.txt") for key in keys), keys
+    (stack.root / "test-run-id").write_text(run_id)
 
 
 def test_wrong_s3_keys_are_refused(env):
@@ -194,7 +214,7 @@ def test_the_secrets_file_is_private_and_survives_down_and_up(stack, env):
     torchship(stack, "up", "--workers", "0")   # the workers were shown above; the servers are what keep state
     print(f"up again: {time.monotonic() - began:.1f} s")
     assert stack.secrets.read_text() == before and stat.S_IMODE(stack.secrets.stat().st_mode) == 0o600
-    assert stack_environment(stack) == env
+    assert evaluated(torchship(stack, "env")) == env
     import httpx
 
     run_id = (stack.root / "test-run-id").read_text()

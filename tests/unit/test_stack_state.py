@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 
+from tasks.config import TrackingParams
 from tasks.core.env import AWS_KEY_ID_ENV, AWS_SECRET_ENV, MLFLOW_PASSWORD_ENV, PREFECT_AUTH_ENV
+from tasks.core.tracking import is_uri
+from tasks.ops.overrides import parse_assignment
 from tasks.ops.stack import shell_env
 from tasks.ops.stack_parts import base_env
 from tasks.ops.stack_state import GENERATED, StackPaths, StackState, load_secrets, read_env_file
@@ -42,3 +46,17 @@ def test_servers_start_from_an_environment_without_another_servers_settings():
                     "AWS_PROFILE": "prod", "PGHOST": "db"})
     assert "PATH" in env and not [name for name in env if name.startswith(("PREFECT_API", "MLFLOW_TRACKING",
                                                                            "AWS_", "PG"))]
+
+
+def test_the_printed_params_leave_the_artifact_location_to_the_server(tmp_path):
+    """A server with basic auth judges a proxied artifact by the experiment id that starts its path: only the
+    server's default location, mlflow-artifacts:/<experiment id>, lets a user who is not admin write artifacts."""
+    paths = StackPaths(tmp_path)
+    load_secrets(paths, S3_KEYS)
+    StackState(ports={"postgres": 1, "moto": 2, "mlflow": 3, "prefect": 4}).save(paths)
+    printed = re.findall(r"--set (\S+)", shell_env(paths))
+    assigned = {tuple(keys): value for keys, value in map(parse_assignment, printed)}
+    assert assigned == {("tracking", "uri"): "http://127.0.0.1:3", ("tracking", "artifacts"): None}
+    assert TrackingParams(uri="http://127.0.0.1:3", artifacts=None).artifacts is None
+    assert is_uri("mlflow-artifacts:/1") and is_uri("s3://bucket/x")
+    assert not is_uri("mlflow/artifacts") and not is_uri("C:/mlflow/artifacts")
