@@ -234,11 +234,12 @@ def shell_env(paths: StackPaths) -> str:
             lines.append(f'export {name}="{value}"')
         else:
             lines.append(f"export {name}={shlex.quote(value)}")
-    mlflow, moto = env[MLFLOW_TRACKING_URI_ENV], server_urls(state.ports)["moto"]
+    mlflow = env[MLFLOW_TRACKING_URI_ENV]
     lines += ["# torchship reads tracking.* from params (no secret in them):",
               # null: the server's own store, mlflow-artifacts:/<experiment id>; basic auth judges proxied artifacts
               # by that id (an other location is admin-only), and MLflow 3.17 refuses one that names a host
               f"#   torchship run --set tracking.uri={mlflow} --set tracking.artifacts=null",
-              "# DVC's remote on the bucket (.dvc/config holds no secret; the keys come from the environment):",
-              f"#   dvc remote add -d stack s3://{parts.BUCKET}/dvc && dvc remote modify stack endpointurl {moto}"]
+              # DVC's S3 client reads AWS_ENDPOINT_URL too (push, pull and a refused wrong key checked by hand)
+              "# DVC's remote on the bucket (.dvc/config holds no secret; endpoint and keys come from the variables):",
+              f"#   dvc remote add -d stack s3://{parts.BUCKET}/dvc"]
     return "\n".join(lines) + "\n"
