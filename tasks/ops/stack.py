@@ -6,6 +6,7 @@ stack.json (ports, pids), logs/. `up` and `down` are idempotent; every wait is b
 from __future__ import annotations
 
 import shlex
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,8 +55,6 @@ def server_urls(ports: Mapping[str, int]) -> dict[str, str]:
 
 def health_probe(name: str, ports: Mapping[str, int]):
     """Does the server answer? Its open endpoint (/health stays open under auth), or a TCP accept for PostgreSQL."""
-    import socket
-
     urls = server_urls(ports)
     if name == "postgres":
         def accepts() -> bool:
@@ -91,14 +90,13 @@ def start_detached(paths: StackPaths, state: StackState, name: str, command: lis
 
 
 def refuse_taken_port(name: str, ports: Mapping[str, int]) -> None:
-    if answers(name, ports) or (name == "postgres" and port_taken(ports["postgres"])):
+    """Before starting a part: nothing else may listen on its port (the part would fail, or a client be misled)."""
+    if port_taken(ports[name]):
         raise TorchshipError(f"port {ports[name]} ({name}) is taken by a process this stack did not start. Stop "
                              f"it, or remove \"ports\" from stack.json to choose new ones (the URLs change).")
 
 
 def port_taken(port: int) -> bool:
-    import socket
-
     with socket.socket() as probe:
         return probe.connect_ex((parts.HOST, port)) == 0
 
