@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import save  # noqa: E402
-from tasks.core.env import TELEMETRY_OFF  # noqa: E402
+from tasks.core.env import MLFLOW_TRACKING_URI_ENV, TELEMETRY_OFF  # noqa: E402
 
 BIN = Path(sys.executable).parent
 TABLES = {"default": ("synthetic", []), "digits": ("sklearn:digits", ["data.source=sklearn:digits"])}
@@ -60,7 +60,7 @@ def project_env(root: Path) -> dict[str, str]:
     """The user's shell in the project: the venv first, the copy's own code first on the path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "PYTEST_"))}
     return {**env, "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "PYTHONPATH": str(root),
-            **TELEMETRY_OFF, "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow' / 'mlflow.db'}"}
+            **TELEMETRY_OFF, MLFLOW_TRACKING_URI_ENV: f"sqlite:///{root / 'mlflow' / 'mlflow.db'}"}
 
 
 def prepare(table: str, folder: Path, tiny: bool) -> Path:

@@ -247,11 +247,24 @@ def render_summary(results: dict[str, dict]) -> list[str]:
     return lines
 
 
+def render_stack(results: dict[str, dict]) -> list[str]:
+    """bench/bench_stack.py: the team stack's up and down times and each part's memory."""
+    result = _need(results, "stack")
+    f = result["figures"]
+    parts = ", ".join(f"{name} {mib:,} MiB (PSS {f['pss_mib'].get(name, 0):,})" for name, mib in f["rss_mib"].items())
+    workers = f"{f['workers']} worker" + ("" if f["workers"] == 1 else "s")
+    return [f"Measured by `bench/bench_stack.py` ({_when(result)}, load average {f['load_average_at_start']} at the "
+            f"start): a first `up` with {workers} took {f['first_up_s']:.0f} s, `down` "
+            f"{f['down_s']:.0f} s, and `up` again {f['up_again_s']:.0f} s. Resident memory while idle: {parts}; "
+            f"{f['total_rss_mib']:,} MiB of RSS in all, which counts PostgreSQL's shared memory in each of its "
+            f"processes; {f['total_pss_mib']:,} MiB of PSS, which counts it once."]
+
+
 RENDERERS: dict[str, Callable[[dict[str, dict]], list[str]]] = {
     "summary": render_summary, "serving": render_serving, "serving-ratios": render_serving_ratios,
     "workers": render_workers, "tables": render_tables, "bless": render_bless, "pipeline": render_pipeline,
     "headline": render_headline, "load": render_load, "estimate": render_estimate,
-    "pipeline-output": render_pipeline_output}
+    "pipeline-output": render_pipeline_output, "stack": render_stack}
 
 
 def render_block(name: str, results: dict[str, dict]) -> str:

@@ -7,7 +7,7 @@ from importlib.metadata import version as package_version
 import typer
 from typer.core import TyperGroup
 
-from flows.cli import canary, data, loop, observability, pipeline, predict, registry, servers, workspace
+from flows.cli import canary, data, loop, observability, pipeline, predict, registry, servers, stack, workspace
 from flows.cli.output import console, fail
 from tasks.core.errors import TorchshipError
 
@@ -49,6 +49,7 @@ for command in (pipeline.run, pipeline.plan, servers.ui, servers.serve, registry
 app.command()(canary.canary)
 app.add_typer(data.contract_app, name="contract")
 app.add_typer(loop.demo_app, name="demo")
+app.add_typer(stack.stack_app, name="stack")
 app.command("config-docs", hidden=True)(workspace.config_docs)
 app.command("dvc-deps", hidden=True)(workspace.dvc_deps)
 

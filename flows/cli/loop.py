@@ -11,8 +11,8 @@ from rich.table import Table
 from flows.cli.output import console, fail, quiet_expected_tracebacks
 from flows.environment import enter_project
 from tasks.core.env import PREFECT_API_URL
+from tasks.ops.stack_parts import POOL  # prefect.yaml's process pool: the one the team stack's workers serve
 
-POOL = "torchship-process"
 demo_app = typer.Typer(help="Demonstrations on the synthetic data.", no_args_is_help=True)
 
 

@@ -57,6 +57,28 @@ NODE_INTERFACE_ENVS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 # read the previous attempt's addresses and fail to connect (pytorch/pytorch#135712, still so in torch 2.13).
 UNSHARED_STORE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
+# The team stack on loopback (tasks/ops/stack*.py): where its state lives, what its servers read, and what a client
+# exports to reach them. Secrets travel only in these variables and in 0600 files, never on a command line.
+STACK_DIR_ENV = "TORCHSHIP_STACK_DIR"           # the stack's state folder (default: the project's .stack/)
+PG_PASSWORD_ENV = "PGPASSWORD"                  # libpq (psycopg2) and asyncpg read it: no password inside a DB URI
+MLFLOW_TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+MLFLOW_USERNAME_ENV, MLFLOW_PASSWORD_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
+MLFLOW_ADMIN_PASSWORD_ENV = "MLFLOW_AUTH_ADMIN_PASSWORD"   # the basic-auth app creates its admin with it
+MLFLOW_AUTH_CONFIG_ENV = "MLFLOW_AUTH_CONFIG_PATH"
+MLFLOW_FLASK_KEY_ENV = "MLFLOW_FLASK_SERVER_SECRET_KEY"
+MLFLOW_S3_ENDPOINT_ENV = "MLFLOW_S3_ENDPOINT_URL"
+MLFLOW_JOBS_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
+PREFECT_AUTH_ENV = "PREFECT_API_AUTH_STRING"    # a client's user:password for a server with auth on
+PREFECT_SERVER_AUTH_ENV = "PREFECT_SERVER_API_AUTH_STRING"
+PREFECT_DB_URL_ENV = "PREFECT_API_DATABASE_CONNECTION_URL"
+PREFECT_HOME_ENV = "PREFECT_HOME"
+AWS_KEY_ID_ENV, AWS_SECRET_ENV = "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"
+AWS_ENDPOINT_ENV, AWS_REGION_ENV = "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"
+# With moto's credential checks on, the presigned links MLflow hands out for multipart transfers fail or hang for
+# minutes (STACK.md): every client of the stack's MLflow server streams through the server instead.
+MLFLOW_PROXIED_TRANSFERS = {"MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD": "false",
+                            "MLFLOW_ENABLE_PROXY_MULTIPART_UPLOAD": "false"}
+
 # Not an environment variable but the same kind of name, shared by the router (serving/front.py) and the canary's
 # replay client: a request's sticky-split key (a user or session id).
 KEY_HEADER = "x-torchship-key"

@@ -491,7 +491,9 @@ class TrackingParams(Section):
     """MLflow tracking and registry."""
 
     uri: str = Field("sqlite:///mlflow/mlflow.db", description="MLflow tracking and registry URI.")
-    artifacts: str = Field("mlflow/artifacts", description="Artifact folder of the experiment (local default).")
+    artifacts: str | None = Field("mlflow/artifacts", description="Artifact folder of the experiment (local "
+                                  "default), or a URI; null = the tracking server's own store, which a server with "
+                                  "basic auth needs (it judges proxied artifacts by their experiment id).")
     experiment: str = Field("torchship", description="MLflow experiment name.")
 
     def resolved_uri(self) -> str:

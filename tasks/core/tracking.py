@@ -5,9 +5,16 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from tasks.core.env import PARENT_RUN_ENV, TELEMETRY_OFF, set_defaults
 from tasks.core.params_spec import TrackingParams
+
+
+def is_uri(location: str) -> bool:
+    """A URI (s3://bucket/x, file:///x, mlflow-artifacts:/x), not a folder path (a Windows drive letter is no
+    scheme)."""
+    return len(urlsplit(location).scheme) > 1
 
 
 def configure_mlflow(tracking: TrackingParams) -> str:
@@ -21,8 +28,8 @@ def configure_mlflow(tracking: TrackingParams) -> str:
     mlflow.set_tracking_uri(uri)
     experiment = mlflow.get_experiment_by_name(tracking.experiment)
     if experiment is None:
-        location = tracking.artifacts
-        if "://" not in location:
+        location = tracking.artifacts   # None: the server's default, mlflow-artifacts:/<experiment id>
+        if location is not None and not is_uri(location):
             Path(location).mkdir(parents=True, exist_ok=True)
             location = Path(location).resolve().as_uri()
         experiment_id = mlflow.create_experiment(tracking.experiment, artifact_location=location)

@@ -1,0 +1,248 @@
+"""`torchship stack up|status|env|down` through the real CLI: PostgreSQL (Debian's), moto's S3 with credential checks,
+`mlflow server` with basic auth, `prefect server` with its auth string and one worker, all on 127.0.0.1.
+
+torchship's own tracking set-up, given only what `torchship stack env` prints (the variables, and the tracking
+params for `--set`), logs a run whose artifact lands in the bucket (read back with boto3);
+wrong S3 keys and a wrong MLflow or Prefect password are refused; no secret is on any process's command line or in
+the logs; the secrets file is 0600 and the same after down/up, and the run is still there (PostgreSQL kept it);
+down leaves nothing running. Run it alone with `pytest -m stack`.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tasks.core.env import STACK_DIR_ENV
+from tasks.ops.overrides import parse_assignment
+from tasks.ops.stack import stack_down
+from tasks.ops.stack_parts import BUCKET, HOST
+from tasks.ops.stack_state import StackPaths, StackState, read_env_file
+from tests.conftest import BIN, REPO
+
+pytestmark = [pytest.mark.integration, pytest.mark.stack]
+UP_TIMEOUT_S = 400   # a first up migrates two databases; on a busy 2-core box that took up to 80 s
+
+
+def require_parts() -> None:
+    """PostgreSQL and moto must be installed (`make stack-deps`); a skip says so, a failure under CI=true."""
+    missing = [what for what, there in (("Debian's postgresql", any(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))),
+                                        ("moto[server]", (BIN / "moto_server").exists())) if not there]
+    if missing:
+        message = f"{', '.join(missing)} not installed: run `make stack-deps`"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def torchship(paths: StackPaths, *args: str, timeout: float = UP_TIMEOUT_S) -> str:
+    done = subprocess.run([str(BIN / "torchship"), "stack", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, STACK_DIR_ENV: str(paths.root)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def evaluated(lines: str) -> dict[str, str]:
+    """The variables the lines of `torchship stack env` export, as a shell has them after eval."""
+    dumped = subprocess.run(["bash", "-c", f'{lines}\nenv -0'], capture_output=True, text=True, check=True, timeout=30)
+    exported = re.findall(r"^export (\w+)=", lines, flags=re.M)
+    return {name: value for name, value in (item.split("=", 1) for item in dumped.stdout.split("\0") if "=" in item)
+            if name in exported}
+
+
+def statuses(paths: StackPaths) -> dict[str, str]:
+    """part -> up | down, from `torchship stack status`."""
+    rows = [line.split() for line in torchship(paths, "status", timeout=60).splitlines()[1:]]
+    return {row[0]: row[1] for row in rows if len(row) > 1}
+
+
+def stack_pids(paths: StackPaths) -> list[int]:
+    state = StackState.load(paths)
+    pids = [int(record["pid"]) for record in state.processes.values()]
+    pid_file = paths.postgres / "data" / "postmaster.pid"
+    return pids + ([int(pid_file.read_text().split()[0])] if pid_file.exists() else [])
+
+
+def read(path: Path) -> bytes:
+    """A /proc file, or nothing when its process ended meanwhile."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def alive(pid: int) -> bool:
+    """Runs, and is not a zombie waiting for its parent."""
+    fields = read(Path(f"/proc/{pid}/stat")).rsplit(b")", 1)[-1].split()
+    return bool(fields) and fields[0] != b"Z"
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex((HOST, port)) == 0
+
+
+@pytest.fixture(scope="module")
+def stack():
+    """One stack for the module (up with one worker), taken down and removed on every way out."""
+    require_parts()
+    # Not under pytest's tmp_path: its base is 0700, and PostgreSQL runs as another user that must traverse it.
+    paths = StackPaths(Path(tempfile.mkdtemp(prefix="torchship-stack-", dir="/tmp")))
+    paths.root.chmod(0o711)
+    try:
+        began = time.monotonic()
+        torchship(paths, "up", "--workers", "1")
+        print(f"\nstack up: {time.monotonic() - began:.1f} s")
+        yield paths
+    finally:   # in this process: a CLI start costs seconds on a busy box, and this runs on every way out
+        with contextlib.suppress(Exception):
+            stack_down(paths, os.environ)
+        shutil.rmtree(paths.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def env_lines(stack) -> str:
+    """What `torchship stack env` prints (the same after down/up: the ports are kept)."""
+    return torchship(stack, "env")
+
+
+@pytest.fixture(scope="module")
+def env(env_lines) -> dict[str, str]:
+    return evaluated(env_lines)
+
+
+def s3_client(env: dict[str, str], **override):
+    import boto3
+
+    keys = {"aws_access_key_id": env["AWS_ACCESS_KEY_ID"], "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+            **override}
+    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_DEFAULT_REGION"], **keys)
+
+
+def test_up_starts_every_part_and_a_second_up_changes_nothing(stack):
+    assert statuses(stack) == {"postgres": "up", "moto": "up", "mlflow": "up", "prefect": "up", "worker-1": "up"}
+    before = stack_pids(stack)
+    began = time.monotonic()
+    torchship(stack, "up", "--workers", "1")
+    print(f"second up (all running): {time.monotonic() - began:.1f} s")
+    assert stack_pids(stack) == before
+
+
+# A stage's own MLflow set-up (tasks/core/tracking.py), as a pipeline run on the stack does it, in a process of its
+# own with the shell's environment after eval: MLflow's tracking URI and active experiment are process-wide.
+LOG_A_RUN = """
+import json, sys, mlflow
+from tasks.config import TrackingParams
+from tasks.core.tracking import stage_run
+with stage_run(TrackingParams(**json.loads(sys.argv[1]), experiment="stack-test"), "stack-test") as run:
+    mlflow.log_param("rows", 3)
+    mlflow.log_text("hello from the stack", "notes/hello.txt")
+print(run.info.run_id)
+"""
+
+
+def test_torchship_set_up_by_what_stack_env_prints_logs_a_run_whose_artifact_lands_in_the_bucket(stack, env_lines,
+                                                                                                   env):
+    # the params line it prints, read as `torchship run --set` reads it
+    settings = {keys[-1]: value for keys, value in map(parse_assignment, re.findall(r"--set (\S+)", env_lines))}
+    assert set(settings) == {"uri", "artifacts"}
+    clean = {name: value for name, value in os.environ.items() if not name.startswith(("MLFLOW_", "AWS_", "PREFECT_"))}
+    logged = subprocess.run([sys.executable, "-c", LOG_A_RUN, json.dumps(settings)], cwd=REPO,
+                            env={**clean, **env}, capture_output=True, text=True, timeout=120)
+    assert logged.returncode == 0, logged.stderr[-3000:]
+    run_id = logged.stdout.split()[-1]
+    keys = [item["Key"] for item in s3_client(env).list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+    assert any(key.endswith(f"{run_id}/artifacts/notes/hello.txt") for key in keys), keys
+    (stack.root / "test-run-id").write_text(run_id)
+
+
+def test_wrong_s3_keys_are_refused(env):
+    from botocore.exceptions import ClientError
+
+    for override, code in (({"aws_secret_access_key": "wrong" * 8}, "SignatureDoesNotMatch"),
+                           ({"aws_access_key_id": "AKIAWRONGWRONGWRONG1"}, "InvalidAccessKeyId")):
+        with pytest.raises(ClientError) as refused:
+            s3_client(env, **override).list_objects_v2(Bucket=BUCKET)
+        assert refused.value.response["Error"]["Code"] == code
+
+
+def test_a_wrong_mlflow_or_prefect_password_is_refused(env):
+    import httpx
+
+    search = f"{env['MLFLOW_TRACKING_URI']}/api/2.0/mlflow/experiments/search?max_results=1"
+    assert httpx.get(search, auth=(env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"])).status_code == 200
+    assert httpx.get(search, auth=(env["MLFLOW_TRACKING_USERNAME"], "wrong-password")).status_code == 401
+    assert httpx.get(search).status_code == 401
+    flows = f"{env['PREFECT_API_URL']}/flows/filter"
+    user = env["PREFECT_API_AUTH_STRING"].split(":")[0]
+    assert httpx.post(flows, json={}, auth=tuple(env["PREFECT_API_AUTH_STRING"].split(":", 1))).status_code == 200
+    assert httpx.post(flows, json={}, auth=(user, "wrong-password")).status_code == 401
+
+
+def test_no_secret_is_on_any_command_line_or_in_the_logs(stack):
+    secrets = [value for value in read_env_file(stack.secrets).values() if len(value) >= 8]
+    assert len(secrets) >= 7
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        text = read(cmdline).replace(b"\0", b" ").decode(errors="replace")
+        found += [f"{cmdline}: secret #{i}" for i, secret in enumerate(secrets) if secret in text]
+    for log in [*stack.logs.glob("*.log"), *(stack.postgres / "log").glob("*.log")]:
+        text = log.read_text(errors="replace")
+        found += [f"{log}: secret #{i}" for i, secret in enumerate(secrets) if secret in text]
+    assert not found
+
+
+def test_the_secrets_file_is_private_and_survives_down_and_up(stack, env):
+    assert stat.S_IMODE(stack.secrets.stat().st_mode) == 0o600
+    before = stack.secrets.read_text()
+    pids, ports = stack_pids(stack), StackState.load(stack).ports
+    assert len(pids) == 5
+    assert "stopped: worker-1, prefect, mlflow, moto, postgres" in torchship(stack, "down", timeout=120)
+    assert_nothing_runs(stack, pids, ports)
+    began = time.monotonic()
+    torchship(stack, "up", "--workers", "0")   # the workers were shown above; the servers are what keep state
+    print(f"up again: {time.monotonic() - began:.1f} s")
+    assert stack.secrets.read_text() == before and stat.S_IMODE(stack.secrets.stat().st_mode) == 0o600
+    assert evaluated(torchship(stack, "env")) == env
+    import httpx
+
+    run_id = (stack.root / "test-run-id").read_text()
+    kept = httpx.get(f"{env['MLFLOW_TRACKING_URI']}/api/2.0/mlflow/runs/get", params={"run_id": run_id},
+                     auth=(env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"]))
+    assert kept.status_code == 200, kept.text   # PostgreSQL kept the run (moto's objects are in memory only)
+    s3_client(env).head_bucket(Bucket=BUCKET)    # the same keys work on the new moto: issued from the same seed
+
+
+def test_down_leaves_nothing_running_and_a_second_down_is_a_no_op(stack):
+    pids, ports = stack_pids(stack), StackState.load(stack).ports
+    assert len(pids) == 4
+    assert "stopped: prefect, mlflow, moto, postgres" in torchship(stack, "down", timeout=120)
+    assert_nothing_runs(stack, pids, ports)
+    assert "nothing was running" in torchship(stack, "down", timeout=60)
+
+
+def assert_nothing_runs(stack: StackPaths, pids: list[int], ports: dict[str, int]) -> None:
+    """None of the stack's processes runs, none of its ports listens, and no process works in its folder or names
+    it (each part starts in its own folder there and its children inherit that; PostgreSQL's name its data)."""
+    assert not [pid for pid in pids if alive(pid)]
+    assert not [name for name, port in ports.items() if listening(port)]
+    assert not [proc.name for proc in Path("/proc").glob("[0-9]*") if alive(int(proc.name)) and in_folder(proc, stack)]
+
+
+def in_folder(proc: Path, stack: StackPaths) -> bool:
+    try:
+        cwd = os.readlink(proc / "cwd")
+    except OSError:
+        cwd = ""
+    return cwd.startswith(str(stack.root)) or str(stack.root).encode() in read(proc / "cmdline")
