@@ -35,6 +35,7 @@ from tasks.core.holdout import Holdout, load_holdout
 from tasks.core.plots import plot_latency
 from tasks.core.registry import CHAMPION, SHA_TAG, UNFINISHED_TAG, alias_version, download_onnx, registry_client
 from tasks.core.runtime import onnx_metadata, open_onnx, predict_proba
+from tasks.core.runtime import predict_labels as served_labels
 from tasks.core.verdicts import Blessing, BlessOutcome, GateResult, StageReport
 
 __all__ = ["bless_candidate", "judge_candidate", "run", "score_onnx"]   # judge_candidate: quality's rule, tested here
@@ -62,8 +63,8 @@ def score_onnx(path: Path, schema: Schema, threads: int) -> dict[str, float]:
 
 
 def predict_labels(path: Path, schema: Schema, rows, threads: int) -> np.ndarray:
-    """Predicted class indices (in `schema`'s class order) of an ONNX file on raw rows."""
-    return predict_proba(open_onnx(path, threads), schema, rows[schema.feature_names]).argmax(1)
+    """The class indices (in `schema`'s class order) an ONNX file serves for raw rows: its own decision output."""
+    return served_labels(open_onnx(path, threads), schema, rows[schema.feature_names])
 
 
 def fetch_champion(client, name: str, schema: Schema, folder: Path) -> Champion | None:

@@ -20,7 +20,7 @@ from tasks.core.gate import GateResult
 from tasks.core.notify import champion_notice, notify_once
 from tasks.core.quarantine import unique_stamp
 from tasks.core.registry import CHAMPION, alias_version, open_version, registry_client
-from tasks.core.runtime import predict_proba
+from tasks.core.runtime import predict_labels
 from tasks.monitoring.drift import PREDICTION, DriftFindings, judge, measure_drift, sample, save_html
 from tasks.monitoring.window import Window, read_window
 
@@ -43,14 +43,13 @@ class MonitorReport(BaseModel):
 def reference_frame(schema: Schema, session, rows: int, seed: int) -> pd.DataFrame:
     """A seeded sample of the training split with the serving version's answers on it."""
     train = sample(pd.read_parquet(paths.TRAIN_SPLIT), rows, seed)
-    probabilities = predict_proba(session, schema, train)
-    return train.assign(**{PREDICTION: [schema.classes[i] for i in probabilities.argmax(1)]})
+    return train.assign(**{PREDICTION: [schema.classes[i] for i in predict_labels(session, schema, train)]})
 
 
 def holdout_accuracy(schema: Schema, session) -> float:
     """The serving version's accuracy on the holdout, scored now (the figure feedback accuracy is held to)."""
     holdout = pd.read_parquet(paths.HOLDOUT_SPLIT)
-    predicted = [schema.classes[i] for i in predict_proba(session, schema, holdout).argmax(1)]
+    predicted = [schema.classes[i] for i in predict_labels(session, schema, holdout)]
     return float((holdout[schema.target].astype(str).to_numpy() == predicted).mean())
 
 

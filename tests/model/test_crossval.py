@@ -168,6 +168,8 @@ def test_the_train_report_records_the_choice_in_metrics_headline_and_mlflow(wine
                               folder=tmp_path / "train", train_params=chosen.candidate.settings, fitted=fitted,
                               cross_validation=summary)
     assert metrics["cross_validation"] == summary and metrics["fitted"]["model"] == chosen.candidate.name
+    assert summary["decision"] is None and metrics["threshold"] is None   # three classes: the argmax stays
+    assert metrics["temperature"] == summary["calibration"]["temperature"]
     assert cross_validation_headline(summary) in metrics["headline"]
     run = MlflowClient(tracking.resolved_uri()).search_runs([MlflowClient(tracking.resolved_uri())
                                                              .get_experiment_by_name("torchship").experiment_id])[0]
