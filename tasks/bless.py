@@ -134,6 +134,8 @@ def bless_candidate(params: Params, plots: Path | None = None) -> Blessing:
     holdout = load_holdout(schema)
     client = registry_client(params.tracking)
     baselines = read_json(paths.BASELINE_REPORT)["models"] if paths.BASELINE_REPORT.exists() else None
+    training = ({**read_json(paths.TRAIN_METRICS), "cv_max_rows": params.train.cv_max_rows}
+                if paths.TRAIN_METRICS.exists() else None)   # what to advise when the candidate trails the baselines
     with tempfile.TemporaryDirectory() as folder:
         champion = fetch_champion(client, name, schema, Path(folder))
         champion_metrics = None
@@ -142,7 +144,7 @@ def bless_candidate(params: Params, plots: Path | None = None) -> Blessing:
         predictions = holdout_predictions(path, schema, holdout, champion, threads)
         stages = run_stages([
             lambda: assess_quality(predictions, params.bless, champion and champion.version,
-                                   champion is None or champion.comparable, baselines),
+                                   champion is None or champion.comparable, baselines, training),
             lambda: measure_performance(path, schema, holdout, champion, params, plots),
             lambda: serve_candidate(path, name, predictions, schema, params),
         ])
