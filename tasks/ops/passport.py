@@ -136,6 +136,9 @@ def decision_line(train: dict, classes: list[str]) -> str:
     decision = train.get("decision")
     if not decision:
         return f"argmax of the probabilities ({temperature}; {weights})"
+    if decision["threshold"] == 0.5:
+        return (f"threshold 0.5, the argmax: no other gained {decision['min_gain']} or more of {decision['source']} "
+                f"{decision['metric']} ({decision['at_default']:.4f}; {temperature}; {weights})")
     evidence = (f"{decision['source']} {decision['metric']} {decision['at_threshold']:.4f} vs "
                 f"{decision['at_default']:.4f} at 0.5")
     positive = classes[1] if len(classes) == 2 else "class 1"

@@ -41,7 +41,7 @@ def decision_headline(decision: dict | None) -> str:
     if not decision:
         return ""
     if decision["threshold"] == DEFAULT_THRESHOLD:
-        return (f"threshold 0.5 ({decision['source']} {decision['metric']} {decision['at_default']:.4f}; no "
-                f"threshold gains {decision['min_gain']})")
+        return (f"threshold 0.5 ({decision['source']} {decision['metric']} {decision['at_default']:.4f}; no other "
+                f"gains {decision['min_gain']} or more)")
     return (f"threshold {decision['threshold']:.2f} ({decision['source']} {decision['metric']} "
             f"{decision['at_threshold']:.4f} vs {decision['at_default']:.4f} at 0.5)")
