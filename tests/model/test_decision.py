@@ -1,8 +1,8 @@
 """The decision rule (tasks/training/decision.py): on an imbalanced binary table an unweighted model's out-of-fold
 probabilities move the macro-F1 threshold below 0.5, and the gain holds on new rows; the threshold rides in the
-served graph, whose `decision` output applies it while its probabilities stay the calibrated ones, and the service
-and `torchship predict` answer those labels; without a real gain, and for more classes, nothing moves. The class
-weighting follows the bless metric."""
+served graph, whose `decision` output applies it while its probabilities stay the calibrated ones, and the service,
+`torchship predict` and MLflow's pyfunc answer those labels; without a real gain, and for more classes, nothing
+moves. The class weighting follows the bless metric."""
 from __future__ import annotations
 
 import warnings
@@ -28,7 +28,7 @@ from tasks.training.decision import MIN_GAIN, fit_threshold
 from tasks.training.loop import Split, Trainer, predict_logits
 from tasks.training.weights import fit_layout
 from tasks.variants.exporters import export_onnx
-from tasks.variants.preprocess import compose_raw_model
+from tasks.variants.preprocess import compose_raw_model, raw_signature
 
 with warnings.catch_warnings():  # starlette 1.x asks for httpx2 behind its TestClient; httpx still works
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
@@ -139,6 +139,20 @@ def test_the_service_and_predict_answer_the_graphs_labels(trained, served, tmp_p
     predict_file(tmp_path / "rows.csv", tmp_path / "scored.csv", file_variant("champion", path, 1),
                  show_progress=False)
     assert pd.read_csv(tmp_path / "scored.csv")["prediction"].tolist() == expected
+
+
+def test_mlflow_pyfunc_answers_the_graphs_labels(trained, served, tmp_path):
+    """What `mlflow models serve` runs: the ONNX flavor's pyfunc, saved with register's signature."""
+    import mlflow
+
+    _, _, fresh, _ = trained
+    _, path = served
+    rows = frame(fresh[:50])
+    mlflow.onnx.save_model(onnx.load(str(path)), tmp_path / "model", signature=raw_signature(SCHEMA),
+                           onnx_execution_providers=["CPUExecutionProvider"])
+    answer = mlflow.pyfunc.load_model(str(tmp_path / "model")).predict(rows)
+    decision = answer[DECISION].to_numpy().reshape(len(rows), -1)   # pyfunc flattens each (N, C) output
+    assert np.array_equal(decision.argmax(1), predict_labels(open_onnx(path, 1), SCHEMA, rows))
 
 
 def test_without_a_real_gain_the_threshold_stays_at_one_half():
