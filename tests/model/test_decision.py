@@ -141,9 +141,11 @@ def test_the_service_and_predict_answer_the_graphs_labels(trained, served, tmp_p
     assert pd.read_csv(tmp_path / "scored.csv")["prediction"].tolist() == expected
 
 
-def test_mlflow_pyfunc_answers_the_graphs_labels(trained, served, tmp_path):
+def test_mlflow_pyfunc_answers_the_graphs_labels(trained, served, tmp_path, monkeypatch):
     """What `mlflow models serve` runs: the ONNX flavor's pyfunc, saved with register's signature."""
     import mlflow
+
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
 
     _, _, fresh, _ = trained
     _, path = served
