@@ -55,7 +55,7 @@ def judge_candidate(candidate: dict[str, float], champion: dict[str, float] | No
                 f"{baselines[best][metric] - candidate[metric]:.4f} below the {best.replace('_', ' ')} baseline "
                 f"{baselines[best][metric]:.4f} on the same holdout, beyond bless.max_baseline_gap "
                 f"{rules.max_baseline_gap} (baselines: {figures}); most likely to help: "
-                f"{gap_advice(training, best, rules.max_baseline_gap)}"]))
+                f"{gap_advice(training, baselines, metric, rules.max_baseline_gap)}"]))
         against_baselines = f"; baselines: {figures}"
     if champion is None:
         return QualityVerdict(BlessOutcome.FIRST_MODEL, GateResult.decide(
