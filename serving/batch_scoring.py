@@ -162,14 +162,15 @@ class ProblemsFile:
             self._handle.close()
 
 
-def prediction_table(chunk: Chunk, classes: list[str], probabilities: np.ndarray, unit: str):
-    """The output rows of one chunk: the file's other columns, the row's line, the label, each class's probability."""
+def prediction_table(chunk: Chunk, classes: list[str], probabilities: np.ndarray, predicted: np.ndarray, unit: str):
+    """The output rows of one chunk: the file's other columns, the row's line, the label (`predicted`: the class
+    indices the version serves), each class's probability."""
     import pyarrow as pa
 
     columns = {name: pa.array(values, type=pa.string()) if isinstance(values, list) else values
                for name, values in chunk.passthrough.items()}
     columns[unit] = pa.array(np.arange(chunk.first, chunk.first + len(probabilities), dtype=np.int64))
-    columns["prediction"] = pa.array([classes[i] for i in probabilities.argmax(1)], type=pa.string())
+    columns["prediction"] = pa.array([classes[i] for i in predicted], type=pa.string())
     for i, label in enumerate(classes):
         columns[f"probability_{label}"] = pa.array(probabilities[:, i].astype(np.float64))
     return pa.table(columns)
@@ -244,8 +245,9 @@ def predict_file(source: Path, output: Path, variant, chunk_rows: int = CHUNK_RO
                 if problems.count:   # the file is refused already: only look for the rest of its problems
                     continue
                 probabilities = variant.score(rows)
-                counts[:] += np.bincount(probabilities.argmax(1), minlength=len(classes))
-                writer.write(prediction_table(chunk, classes, probabilities, unit))
+                predicted = variant.labels(probabilities)
+                counts[:] += np.bincount(predicted, minlength=len(classes))
+                writer.write(prediction_table(chunk, classes, probabilities, predicted, unit))
                 summary.rows += len(rows)
         writer.close()
         problems.close()

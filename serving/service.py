@@ -220,7 +220,7 @@ class Service:
         metered and logged (a canary's shadow scores it after the answer: score_shadow). JSON bytes."""
         variant = accepted.variant
         classes = variant.schema.classes
-        labels = [classes[i] for i in probabilities.argmax(1)]
+        labels = [classes[i] for i in variant.labels(probabilities)]
         served_ms = (time.perf_counter() - accepted.started) * 1e3
         self.metrics.latency_of(variant.alias).observe(served_ms / 1e3)
         self.metrics.counter(variant.alias, variant.version, "ok").inc()
@@ -277,7 +277,7 @@ class Service:
     def _served_lines(request_id: str, variant: Variant, rows: Rows, probabilities: np.ndarray,
                       labels: list[str] | None = None) -> bytes:
         classes, features, ts = variant.schema.classes, variant.decoder.features, time.time()
-        labels = labels if labels is not None else [classes[i] for i in probabilities.argmax(1)]
+        labels = labels if labels is not None else [classes[i] for i in variant.labels(probabilities)]
         rounded = np.round(probabilities.astype(np.float64), PROBABILITY_DIGITS).tolist()
         return b"".join(served_bytes(request_id, i, variant.alias, variant.version, features(rows, i), label,
                                      dict(zip(classes, p)), ts=ts)

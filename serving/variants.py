@@ -16,7 +16,7 @@ import numpy as np
 
 from serving.validation import RowDecoder, Rows
 from tasks.contract import Schema, schema_from_metadata
-from tasks.core.runtime import open_onnx, predict_proba, takes_raw_rows
+from tasks.core.runtime import decide, decision_threshold, open_onnx, predict_proba, takes_raw_rows
 
 log = logging.getLogger("torchship.serving")
 
@@ -34,6 +34,7 @@ class Variant:
     decoder: RowDecoder   # request bodies are parsed and checked against this version's own schema
     raw: bool = True      # a graph with one input per column; False: a bare model on the encoded matrix (old versions)
     run: Callable = None  # (output names, feed) -> outputs: see graph_runner
+    threshold: float | None = None   # a binary graph's decision threshold (its metadata); None: the argmax
 
     def score(self, rows: Rows) -> np.ndarray:
         """Accepted rows -> class probabilities (N, C), float32."""
@@ -43,6 +44,12 @@ class Variant:
 
         frame = pd.DataFrame([self.decoder.features(rows, i) for i in range(len(rows))])
         return predict_proba(self.session, self.schema, frame)
+
+    def labels(self, probabilities: np.ndarray) -> np.ndarray:
+        """The class indices this version serves for its probabilities: the rule its graph's `decision` output
+        applies (tasks.core.runtime.decide), so the service answers what the graph itself, `torchship predict` and
+        `mlflow models serve` answer."""
+        return decide(probabilities, self.threshold)
 
     def warm(self) -> None:
         """One prediction on a row of nulls (ONNX Runtime allocates on its first run): the first request does
@@ -72,7 +79,8 @@ def graph_runner(session) -> Callable:
 def make_variant(alias: str, version: str, session, schema: Schema) -> Variant:
     """A warmed variant of an opened graph."""
     variant = Variant(alias=alias, version=str(version), schema=schema, session=session, decoder=RowDecoder(schema),
-                      raw=takes_raw_rows(session), run=graph_runner(session))
+                      raw=takes_raw_rows(session), run=graph_runner(session),
+                      threshold=decision_threshold(session.get_modelmeta().custom_metadata_map))
     variant.warm()
     return variant
 

@@ -35,6 +35,7 @@ from tasks.core.holdout import Holdout, load_holdout
 from tasks.core.plots import plot_latency
 from tasks.core.registry import CHAMPION, SHA_TAG, UNFINISHED_TAG, alias_version, download_onnx, registry_client
 from tasks.core.runtime import onnx_metadata, open_onnx, predict_proba
+from tasks.core.runtime import predict_labels as served_labels
 from tasks.core.verdicts import Blessing, BlessOutcome, GateResult, StageReport
 
 __all__ = ["bless_candidate", "judge_candidate", "run", "score_onnx"]   # judge_candidate: quality's rule, tested here
@@ -62,8 +63,8 @@ def score_onnx(path: Path, schema: Schema, threads: int) -> dict[str, float]:
 
 
 def predict_labels(path: Path, schema: Schema, rows, threads: int) -> np.ndarray:
-    """Predicted class indices (in `schema`'s class order) of an ONNX file on raw rows."""
-    return predict_proba(open_onnx(path, threads), schema, rows[schema.feature_names]).argmax(1)
+    """The class indices (in `schema`'s class order) an ONNX file serves for raw rows: its own decision output."""
+    return served_labels(open_onnx(path, threads), schema, rows[schema.feature_names])
 
 
 def fetch_champion(client, name: str, schema: Schema, folder: Path) -> Champion | None:
@@ -133,6 +134,8 @@ def bless_candidate(params: Params, plots: Path | None = None) -> Blessing:
     holdout = load_holdout(schema)
     client = registry_client(params.tracking)
     baselines = read_json(paths.BASELINE_REPORT)["models"] if paths.BASELINE_REPORT.exists() else None
+    training = ({**read_json(paths.TRAIN_METRICS), "cv_max_rows": params.train.cv_max_rows}
+                if paths.TRAIN_METRICS.exists() else None)   # what to advise when the candidate trails the baselines
     with tempfile.TemporaryDirectory() as folder:
         champion = fetch_champion(client, name, schema, Path(folder))
         champion_metrics = None
@@ -141,7 +144,7 @@ def bless_candidate(params: Params, plots: Path | None = None) -> Blessing:
         predictions = holdout_predictions(path, schema, holdout, champion, threads)
         stages = run_stages([
             lambda: assess_quality(predictions, params.bless, champion and champion.version,
-                                   champion is None or champion.comparable, baselines),
+                                   champion is None or champion.comparable, baselines, training),
             lambda: measure_performance(path, schema, holdout, champion, params, plots),
             lambda: serve_candidate(path, name, predictions, schema, params),
         ])

@@ -59,9 +59,10 @@ def build_variants(params: Params, teacher: nn.Module, schema: Schema) -> dict[s
     return variants
 
 
-def build_student(params: Params, schema: Schema, holdout: Holdout
+def build_student(params: Params, schema: Schema, holdout: Holdout, threshold: float | None = None
                   ) -> tuple[dict, GateResult, dict[str, tuple[Path, Runner]]]:
-    """Train the student (torchrun), export it to ONNX through the same parity gate, quantise it."""
+    """Train the student (torchrun), export it to ONNX through the same parity gate, quantise it. The student
+    learns the teacher's (calibrated) probabilities, so it is served with the teacher's decision `threshold`."""
     from tasks.training.distill import train_student
 
     threads = params.runtime.threads
@@ -73,7 +74,8 @@ def build_student(params: Params, schema: Schema, holdout: Holdout
     student, _ = load_trained(paths.STUDENT_WEIGHTS)
     probe = probe_rows(holdout.rows, schema, params.export.probe_rows)
     entry, gate = publish_variant("student-onnx", eager_runner(student)(probe), probe, params.export,
-                                  lambda: export_onnx(student, schema, params.export.onnx_exporter, paths.STUDENT_ONNX),
+                                  lambda: export_onnx(student, schema, params.export.onnx_exporter, paths.STUDENT_ONNX,
+                                                      threshold),
                                   lambda: onnx_runner(paths.STUDENT_ONNX, threads), paths.STUDENT_ONNX)
     if gate.status == "fail":
         return entry, gate, {}
@@ -110,15 +112,16 @@ def run(params: Params) -> None:
     schema = load_schema(paths.SCHEMA)
     holdout = load_holdout(schema)
     n_classes = len(schema.classes)
-    teacher, _ = load_trained(paths.MODEL_WEIGHTS)
-    reference = predict(onnx_runner(paths.ONNX_MODEL, params.runtime.threads), holdout.features)
+    teacher, trained = load_trained(paths.MODEL_WEIGHTS)
+    threshold = trained.get("threshold")   # every variant is judged by the decision rule it will be served with
+    reference = predict(onnx_runner(paths.ONNX_MODEL, params.runtime.threads), holdout.features, threshold=threshold)
     fp32 = {**classification_metrics(holdout.labels, reference, n_classes), "bytes": paths.ONNX_MODEL.stat().st_size}
     variants = build_variants(params, teacher, schema)
     student_parity = None
     paths.STUDENT.mkdir(parents=True, exist_ok=True)
     paths.STUDENT_CHECKPOINTS.mkdir(parents=True, exist_ok=True)  # a DVC output even when distillation is off
     if params.distill.enabled:
-        student_parity, parity_gate, student = build_student(params, schema, holdout)
+        student_parity, parity_gate, student = build_student(params, schema, holdout, threshold)
         variants.update(student)
         if parity_gate.status == "fail":
             log.error("student-onnx is not published: %s", parity_gate.summary())
@@ -128,7 +131,7 @@ def run(params: Params) -> None:
                     "fp32": fp32, "max_drop": rules.max_drop, "variants": {},
                     "student_parity": student_parity}
     for name, (path, runner) in variants.items():
-        predicted = predict(runner, holdout.features)
+        predicted = predict(runner, holdout.features, threshold=threshold)
         drop = bootstrap_drop(holdout.labels, reference, predicted, n_classes, rules.metric, rules.bootstrap,
                               rules.confidence)
         gate = accuracy_budget(name, drop, rules)

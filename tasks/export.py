@@ -29,7 +29,7 @@ def run(params: Params) -> None:
 
     from tasks.core.tracking import stage_run
 
-    model, _ = load_trained(paths.MODEL_WEIGHTS)
+    model, trained = load_trained(paths.MODEL_WEIGHTS)
     schema = load_schema(paths.SCHEMA)
     rules = params.export
     probe = probe_rows(pd.read_parquet(paths.HOLDOUT_SPLIT), schema, rules.probe_rows)
@@ -37,7 +37,7 @@ def run(params: Params) -> None:
         eager = model(torch.from_numpy(probe)).numpy()
     threads = params.runtime.threads
     variants = {  # name -> (build the file, open a runner, the file)
-        "onnx": (lambda: export_onnx(model, schema, rules.onnx_exporter, paths.ONNX_MODEL),
+        "onnx": (lambda: export_onnx(model, schema, rules.onnx_exporter, paths.ONNX_MODEL, trained.get("threshold")),
                  lambda: onnx_runner(paths.ONNX_MODEL, threads), paths.ONNX_MODEL),
         "pt2": (lambda: export_program(model, len(schema.features), paths.PT2_MODEL),
                 lambda: pt2_runner(paths.PT2_MODEL), paths.PT2_MODEL),

@@ -21,7 +21,7 @@ from tasks.core.gate import GateResult
 from tasks.core.holdout import load_holdout
 from tasks.core.metrics import evaluate
 from tasks.core.plots import plot_latency
-from tasks.core.runtime import Runner, open_onnx
+from tasks.core.runtime import Runner, decision_threshold, onnx_metadata, open_onnx
 from tasks.ops.stage import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.parity import check_raw_parity, raw_probe_rows
@@ -56,12 +56,15 @@ def throughput(runner: Runner, rows: np.ndarray, batch: int, seconds: float) -> 
     return calls * batch / (time.perf_counter() - started)
 
 
-def profile_variant(runner: Runner, holdout, n_classes: int, rules: ProfileParams, scores: dict | None = None) -> dict:
-    """Batch-1 latency, throughput at the profile batch size, and holdout scores (given, or measured)."""
+def profile_variant(runner: Runner, holdout, n_classes: int, rules: ProfileParams, scores: dict | None = None,
+                    threshold: float | None = None) -> dict:
+    """Batch-1 latency, throughput at the profile batch size, and holdout scores (given, or measured by the
+    decision rule the served graph applies: a binary model's `threshold`, else the argmax)."""
     latencies = time_calls(runner, holdout.features, rules.rounds)
     return {"p50_us": float(np.percentile(latencies, 50)), "p99_us": float(np.percentile(latencies, 99)),
             "rows_per_s": throughput(runner, holdout.features, rules.batch_size, rules.throughput_seconds),
-            **(scores or evaluate(runner, holdout.features, holdout.labels, n_classes)), "_latencies": latencies}
+            **(scores or evaluate(runner, holdout.features, holdout.labels, n_classes, threshold=threshold)),
+            "_latencies": latencies}
 
 
 def select_variant(results: dict[str, dict], servable: dict[str, str]) -> str:
@@ -123,11 +126,12 @@ def run(params: Params) -> None:
     schema = load_schema(paths.SCHEMA)
     holdout = load_holdout(schema)
     runners, servable = candidate_runners(params)
+    threshold = decision_threshold(onnx_metadata(paths.ONNX_MODEL))   # every variant is served with the teacher's
     results = {}
     for name, runner in runners.items():
         # Compiled scores equal eager's by the parity gate; scoring the holdout would compile two more shapes.
         scores = {k: results["eager-fp32"][k] for k in ("accuracy", "f1_macro")} if name == "eager-compile" else None
-        results[name] = profile_variant(runner, holdout, len(schema.classes), params.profile, scores)
+        results[name] = profile_variant(runner, holdout, len(schema.classes), params.profile, scores, threshold)
     selected = select_variant(results, servable)
     plot_latency({name: r.pop("_latencies") for name, r in results.items()}, paths.LATENCY_PLOT)
     eager = results["eager-fp32"]

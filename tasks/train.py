@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tasks.config import Params
 from tasks.core import paths
+from tasks.core.metrics import balances_classes
 from tasks.ops.stage import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.job import TrainingJob, run_job, split_rows
@@ -19,7 +20,7 @@ def teacher_job(params: Params) -> TrainingJob:
     fitted = fit_training(params.train, split_rows(paths.TRAIN_SPLIT))
     settings = fitted_settings(params.train, fitted)
     return TrainingJob("train", settings, model_spec(settings), paths.MODEL_WEIGHTS, paths.CHECKPOINTS,
-                       paths.TRAIN, paths.TRAIN_LOGS, fitted=fitted)
+                       paths.TRAIN, paths.TRAIN_LOGS, fitted=fitted, balanced=balances_classes(params.bless.metric))
 
 
 def run(params: Params) -> None:

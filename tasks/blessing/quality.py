@@ -9,6 +9,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from tasks.blessing.advice import gap_advice
 from tasks.config import BlessParams
 from tasks.core.gate import GateResult
 from tasks.core.metrics import classification_metrics, paired_bootstrap, per_class_metrics
@@ -37,9 +38,10 @@ class QualityVerdict(NamedTuple):
 
 def judge_candidate(candidate: dict[str, float], champion: dict[str, float] | None, comparable: bool,
                     rules: BlessParams, champion_version: str | None = None, baselines: dict | None = None,
-                    gain: dict | None = None) -> QualityVerdict:
+                    gain: dict | None = None, training: dict | None = None) -> QualityVerdict:
     """Pure core: fail when the candidate is worse than the best scikit-learn baseline beyond `max_baseline_gap`
-    (first model included); else pass if there is no champion; else judge candidate - champion on the bless
+    (first model included), naming the knob most likely to help (`training`: how the train stage ran, see
+    tasks/blessing/advice.py); else pass if there is no champion; else judge candidate - champion on the bless
     metric (`gain`: its paired bootstrap interval, when measured)."""
     metric = rules.metric
     against_baselines = ""
@@ -51,8 +53,9 @@ def judge_candidate(candidate: dict[str, float], champion: dict[str, float] | No
             return QualityVerdict(BlessOutcome.BELOW_BASELINES, GateResult.decide("bless", [
                 f"worse than a few lines of scikit-learn: {metric} {candidate[metric]:.4f} is "
                 f"{baselines[best][metric] - candidate[metric]:.4f} below the {best.replace('_', ' ')} baseline "
-                f"{baselines[best][metric]:.4f} on the same holdout (bless.max_baseline_gap {rules.max_baseline_gap}; "
-                f"baselines: {figures})"]))
+                f"{baselines[best][metric]:.4f} on the same holdout, beyond bless.max_baseline_gap "
+                f"{rules.max_baseline_gap} (baselines: {figures}); most likely to help: "
+                f"{gap_advice(training, baselines, metric, rules.max_baseline_gap)}"]))
         against_baselines = f"; baselines: {figures}"
     if champion is None:
         return QualityVerdict(BlessOutcome.FIRST_MODEL, GateResult.decide(
@@ -142,8 +145,9 @@ def judge_slices(slices: dict[str, dict], rules: BlessParams) -> list[str]:
 
 
 def assess_quality(predictions: HoldoutPredictions, rules: BlessParams, champion_version: str | None = None,
-                   comparable: bool = True, baselines: dict | None = None) -> StageReport:
-    """Pure core of the quality stage: figures, then the gate (baselines, champion, slices)."""
+                   comparable: bool = True, baselines: dict | None = None, training: dict | None = None) -> StageReport:
+    """Pure core of the quality stage: figures, then the gate (baselines, champion, slices); `training`: how the
+    train stage ran, for the advice when the candidate trails the baselines."""
     labels, n_classes = predictions.labels, len(predictions.classes)
     candidate = classification_metrics(labels, predictions.candidate, n_classes)
     per_class = {name: {"candidate": figures} for name, figures in
@@ -158,7 +162,7 @@ def assess_quality(predictions: HoldoutPredictions, rules: BlessParams, champion
     elif champion_version is not None:
         champion = {}   # a champion exists but cannot be compared: judge_candidate says so
     slices = score_slices(predictions, rules)
-    verdict = judge_candidate(candidate, champion, comparable, rules, champion_version, baselines, gain)
+    verdict = judge_candidate(candidate, champion, comparable, rules, champion_version, baselines, gain, training)
     judged, slice_failures = verdict.gate, judge_slices(slices, rules)
     failures = (judged.reasons if judged.status == "fail" else []) + slice_failures
     gate = GateResult.decide("quality", failures, judged.reasons if judged.status == "warn" else [],

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tasks.core.runtime import decide, softmax
+
 
 def confusion(labels: np.ndarray, predicted: np.ndarray, n_classes: int) -> np.ndarray:
     """(n_classes, n_classes) counts, rows = true class, columns = predicted."""
@@ -37,14 +39,25 @@ def per_class_metrics(labels: np.ndarray, predicted: np.ndarray, classes: list[s
     return {name: {key: float(values[i]) for key, values in scores.items()} for i, name in enumerate(classes)}
 
 
-def evaluate(runner, features: np.ndarray, labels: np.ndarray, n_classes: int, batch: int = 4096) -> dict[str, float]:
-    """Score a rows -> logits function on a labelled set, in batches."""
-    return classification_metrics(labels, predict(runner, features, batch), n_classes)
+def evaluate(runner, features: np.ndarray, labels: np.ndarray, n_classes: int, batch: int = 4096,
+             threshold: float | None = None) -> dict[str, float]:
+    """Score a rows -> logits function on a labelled set, in batches, by the served decision rule."""
+    return classification_metrics(labels, predict(runner, features, batch, threshold), n_classes)
 
 
-def predict(runner, features: np.ndarray, batch: int = 4096) -> np.ndarray:
-    """Predicted class indices of a rows -> logits function, in batches."""
-    return np.concatenate([runner(features[i:i + batch]).argmax(1) for i in range(0, len(features), batch)])
+def predict(runner, features: np.ndarray, batch: int = 4096, threshold: float | None = None) -> np.ndarray:
+    """Predicted class indices of a rows -> logits function, in batches: the argmax, or with a binary model's
+    `threshold` the rule its served graph applies (tasks.core.runtime.decide)."""
+    def labels(logits: np.ndarray) -> np.ndarray:
+        return logits.argmax(1) if threshold is None else decide(softmax(logits), threshold)
+
+    return np.concatenate([labels(runner(features[i:i + batch])) for i in range(0, len(features), batch)])
+
+
+def balances_classes(metric: str) -> bool:
+    """Whether a model judged on `metric` should weight classes as balanced (n / (k * count)): macro-F1 counts
+    every class equally, so its loss and its baselines do too; accuracy counts rows, so neither weights them."""
+    return metric == "f1_macro"
 
 
 def paired_bootstrap(labels: np.ndarray, first: np.ndarray, second: np.ndarray, n_classes: int, metric: str,

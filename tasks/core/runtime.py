@@ -10,9 +10,10 @@ from tasks.core.encoding import encode_features, raw_columns
 
 Runner = Callable[[np.ndarray], np.ndarray]   # encoded rows (N, F) float32 -> logits (N, C)
 RAW_INPUTS = {"torchship.inputs": "raw"}   # metadata of a graph with one input per feature column
-# Metadata of a binary graph served with a decision threshold on the second class's probability (schema order);
-# without it the served class is the argmax.
-DECISION_THRESHOLD = "torchship.decision_threshold"
+# Metadata of a binary model: its decision threshold on P(class index 1), fitted on out-of-fold (or validation)
+# predictions to maximise the bless metric (tasks/training/decision.py). Absent: the argmax.
+THRESHOLD_KEY = "torchship.threshold"
+DECISION = "decision"   # a composed graph's output: one-hot (N, C) of the label its decision rule serves
 
 
 def open_onnx(path: Path | bytes, threads: int):
@@ -47,20 +48,6 @@ def onnx_metadata(path: Path) -> dict[str, str]:
     return {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
 
 
-def decision_threshold(metadata: dict[str, str]) -> float | None:
-    """The served graph's decision threshold (its metadata), or None for argmax."""
-    value = metadata.get(DECISION_THRESHOLD)
-    return None if value in (None, "") else float(value)
-
-
-def decide(probabilities: np.ndarray, threshold: float | None = None) -> np.ndarray:
-    """(N,) the class index the service answers for (N, C) probabilities: the argmax or, for a binary graph with a
-    threshold, class 1 where its probability reaches the threshold."""
-    if threshold is None or probabilities.shape[1] != 2:
-        return probabilities.argmax(axis=1)
-    return (probabilities[:, 1] >= threshold).astype(np.int64)
-
-
 def takes_raw_rows(session) -> bool:
     """A composed graph (tasks/variants/preprocess.py: one input per feature column, softmax inside) rather
     than a bare model on the encoded matrix `x` (every version registered before that change)."""
@@ -74,3 +61,26 @@ def predict_proba(session, schema, rows) -> np.ndarray:
     if takes_raw_rows(session):
         return session.run(["probabilities"], raw_columns(rows, schema))[0]
     return softmax(session.run(None, {"x": encode_features(rows, schema)})[0])
+
+
+def decision_threshold(metadata: dict[str, str]) -> float | None:
+    """The threshold a model's metadata carries (None: it answers the argmax)."""
+    value = metadata.get(THRESHOLD_KEY)
+    return None if value is None else float(value)
+
+
+def decide(probabilities: np.ndarray, threshold: float | None = None) -> np.ndarray:
+    """Class indices (N,): the argmax, or with a threshold (binary models) class 1 where P(class 1) > threshold.
+    The rule a composed graph's `decision` output computes, compared in float32 as the graph does, so a service
+    that scores the graph's probabilities answers the graph's own labels."""
+    if threshold is None:
+        return probabilities.argmax(1)
+    return (probabilities[:, 1] > np.float32(threshold)).astype(np.int64)
+
+
+def predict_labels(session, schema, rows) -> np.ndarray:
+    """Raw rows -> the class indices (N,) the model serves: a composed graph's own `decision` output where it has
+    one (the threshold inside), else the argmax of its probabilities (versions registered before that output)."""
+    if takes_raw_rows(session) and DECISION in {output.name for output in session.get_outputs()}:
+        return session.run([DECISION], raw_columns(rows, schema))[0].argmax(1)
+    return predict_proba(session, schema, rows).argmax(1)

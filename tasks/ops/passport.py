@@ -63,7 +63,7 @@ def benchmark_table(profile: dict) -> str:
 def passport_markdown(params: Params, blessing: Blessing, tags: dict[str, str], version: str | None = None) -> str:
     prepared, validate, train = _read(paths.PREPARE_METRICS), _read(paths.VALIDATE_REPORT), _read(paths.TRAIN_METRICS)
     parity, compress, profile = _read(paths.PARITY_REPORT), _read(paths.COMPRESS_REPORT), _read(paths.PROFILE_REPORT)
-    baselines = _read(paths.BASELINE_REPORT)
+    baselines, classes = _read(paths.BASELINE_REPORT), _read(paths.SCHEMA).get("classes", [])
     selected = profile.get("selected", "")
     budget = (compress.get("variants") or {}).get(selected)
     budget_line = (f"{budget['gate']['status']}: {budget['gate']['reasons'][0]} vs the fp32 teacher" if budget
@@ -90,7 +90,8 @@ def passport_markdown(params: Params, blessing: Blessing, tags: dict[str, str], 
         f"{train.get('epochs_run', '?')} epochs (best {train.get('best_epoch', '?')}); "
         f"{train.get('strategy', '?')} × {train.get('world_size', '?')} "
         f"({train.get('backend', '?')}, {train.get('device', '?')}, {train.get('precision', '?')}); "
-        f"{train.get('train_seconds', 0):.0f} s\n- machine: {machine()}\n\n"
+        f"{train.get('train_seconds', 0):.0f} s\n- decision: {decision_line(train, classes)}\n"
+        f"- machine: {machine()}\n\n"
         f"### Quality on the holdout\n{quality_table(blessing, baselines)}\n\n"
         f"### Gates\n- parity of the exports: {parity.get('headline', '?')}\n- accuracy budget of `{selected}`: "
         f"{budget_line}\n- bless: {blessing.gate.summary()}\n\n"
@@ -125,3 +126,21 @@ def training_line(params: Params, train: dict) -> str:
     why = f" ({'; '.join(fitted['reasons'])})" if fitted["reasons"] else ""
     return (f"model `{fitted['model']}` {args}, batch {fitted['batch_size']}, up to {fitted['epochs']} epochs, "
             f"lr {fitted['lr']:g}{why}")
+
+
+def decision_line(train: dict, classes: list[str]) -> str:
+    """How the served graph turns probabilities into labels: the temperature, a binary model's threshold with its
+    evidence, and the class weighting the loss used."""
+    temperature = f"temperature {train.get('temperature', 1.0):.3g}"
+    weights = f"class weights {train.get('class_weights', 'balanced')}"
+    decision = train.get("decision")
+    if not decision:
+        return f"argmax of the probabilities ({temperature}; {weights})"
+    if decision["threshold"] == 0.5:
+        return (f"threshold 0.5, the argmax: no other gained {decision['min_gain']} or more of {decision['source']} "
+                f"{decision['metric']} ({decision['at_default']:.4f}; {temperature}; {weights})")
+    evidence = (f"{decision['source']} {decision['metric']} {decision['at_threshold']:.4f} vs "
+                f"{decision['at_default']:.4f} at 0.5")
+    positive = classes[1] if len(classes) == 2 else "class 1"
+    return (f"`{positive}` where its probability > {decision['threshold']:.2f}, else the other class ({evidence}; "
+            f"{temperature}; {weights})")

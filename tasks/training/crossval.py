@@ -20,7 +20,8 @@ from models import FeatureLayout, FoldEnsemble, build_model
 from tasks.config import TrainParams
 from tasks.core.metrics import classification_metrics
 from tasks.training.adapt import FittedTraining
-from tasks.training.calibration import calibrate
+from tasks.training.calibration import calibrate, tempered
+from tasks.training.decision import decision_headline, fit_threshold
 from tasks.training.loop import Split, Trainer, predict_logits
 from tasks.training.weights import model_spec
 
@@ -159,17 +160,22 @@ def cross_validation_headline(summary: dict) -> str:
     if calibration and calibration["temperature"] != 1.0:
         text += (f", temperature {calibration['temperature']:.3g} (out-of-fold ECE {calibration['ece_before']:.3f} "
                  f"-> {calibration['ece_after']:.3f})")
+    if summary.get("decision"):
+        text += f", {decision_headline(summary['decision'])}"
     return text
 
 
 def finish_cross_validation(chosen: FamilyRun, runs: list[FamilyRun], layout: FeatureLayout,
-                            fitted: FittedTraining, labels: np.ndarray) -> tuple[FoldEnsemble, dict, FittedTraining,
-                                                                                  dict]:
+                            fitted: FittedTraining, labels: np.ndarray, metric: str = SELECTION_METRIC
+                            ) -> tuple[FoldEnsemble, dict, FittedTraining, dict]:
     """On rank 0 after the folds: (the served ensemble, temperature-scaled where its out-of-fold predictions are
-    off, its spec, the fitted training with the chosen family in, the summary for the report). `labels`: the
-    training split's, in the order the out-of-fold rows are."""
+    off, its spec, the fitted training with the chosen family in, the summary for the report, whose "decision" is
+    a binary model's threshold for the bless `metric`, fitted on the calibrated out-of-fold probabilities).
+    `labels`: the training split's, in the order the out-of-fold rows are."""
     calibration = calibrate(chosen.out_of_fold, labels)
     summary = cross_validation_summary(chosen, runs, calibration)
+    summary["decision"] = fit_threshold(tempered(chosen.out_of_fold, calibration["temperature"]), labels, metric,
+                                        "out-of-fold")
     name = chosen.candidate.name
     if len(runs) > 1:
         fitted = fitted.model_copy(update={"model": name, "lr": fitted.candidates[name], "reasons": [

@@ -9,6 +9,7 @@ from __future__ import annotations
 from tasks.config import Params, TrainParams
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file
+from tasks.core.metrics import balances_classes
 from tasks.ops.stage import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.job import TrainingJob, launch, run_job, split_rows
@@ -36,7 +37,7 @@ def student_job(params: Params) -> TrainingJob:
                        paths.STUDENT, paths.STUDENT_LOGS, module="tasks.training.distill",
                        identity=(sha256_file(paths.MODEL_WEIGHTS), params.distill.model_dump_json()),
                        soft_targets=(params.distill.temperature, params.distill.alpha), teacher=paths.MODEL_WEIGHTS,
-                       fitted=fitted)
+                       fitted=fitted, balanced=balances_classes(params.bless.metric))
 
 
 def train_student(params: Params) -> None:

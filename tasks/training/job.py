@@ -34,6 +34,7 @@ from tasks.training import checkpoint
 from tasks.training.adapt import FittedTraining
 from tasks.training.calibration import calibrate_single
 from tasks.training.crossval import StartFold, candidates_for, cross_validate, finish_cross_validation
+from tasks.training.decision import fit_threshold
 from tasks.training.distributed import Runtime, broadcast_state, init_runtime, torchrun_command, wrap_model
 from tasks.training.failure import describe_failure
 from tasks.training.loop import Split, Trainer, predict_logits
@@ -60,6 +61,7 @@ class TrainingJob:
     soft_targets: tuple[float, float] | None = None   # (temperature, alpha): train on the teacher's logits
     teacher: Path | None = None
     fitted: FittedTraining | None = None   # how `train` was fitted to the table, for the report
+    balanced: bool = True           # class-balanced loss weights (the bless metric is macro-F1: balances_classes)
 
 
 def split_rows(path: Path) -> int:
@@ -116,8 +118,11 @@ class JobTrainer(Trainer):
     bar on rank 0, and fires the reliability tests' injected fault."""
 
     def __init__(self, job: TrainingJob, runtime: Runtime, n_classes: int):
-        super().__init__(job.train, n_classes, runtime.rank, runtime.world, runtime.precision, job.soft_targets)
-        self.folder, self.fingerprint = job.checkpoints, run_fingerprint(job.train, job.identity)
+        super().__init__(job.train, n_classes, runtime.rank, runtime.world, runtime.precision, job.soft_targets,
+                         job.balanced)
+        # Another loss is another run; the balanced default keeps the fingerprints it always had.
+        identity = job.identity if job.balanced else (*job.identity, "unweighted classes")
+        self.folder, self.fingerprint = job.checkpoints, run_fingerprint(job.train, identity)
         self.fault = injected_fault(runtime.rank)
         self.progress = TrainingProgress(job.train.epochs, job.stage) if runtime.rank == 0 else None
 
@@ -206,17 +211,27 @@ def worker(params: Params, job: TrainingJob) -> None:
         if runtime.rank == 0:
             if fitted is not None and fitted.folds > 1:
                 best, spec, fitted, summary = finish_cross_validation(chosen, runs, layout, fitted,
-                                                                      train.labels.cpu().numpy())
+                                                                      train.labels.cpu().numpy(), params.bless.metric)
+                decision = summary["decision"]
             else:
                 best = build_model(spec["name"], layout, **spec["kwargs"])
                 best.load_state_dict(state.best_state)
                 best, spec, calibration = calibrate_single(best, spec, val.features, val.labels.cpu().numpy())
-            save_trained(job.weights, best, layout, spec, schema.classes)
+                decision = validation_decision(best, val, params.bless.metric)   # on the calibrated probabilities
+            if job.teacher is not None:
+                decision = None   # a student is served with its teacher's rule (compress exports it so)
+            save_trained(job.weights, best, layout, spec, schema.classes, decision and decision["threshold"])
             report_training(params, best.eval(), Split(val.features.cpu(), val.labels.cpu()), history, schema,
                             runtime, peak_rss_mb=peak_rss_mb, folder=job.folder, stage=job.stage, train_params=settings,
-                            fitted=fitted, cross_validation=summary, calibration=calibration)
+                            fitted=fitted, cross_validation=summary, calibration=calibration, decision=decision)
     finally:
         dist.destroy_process_group()
+
+
+def validation_decision(model: nn.Module, val: Split, metric: str) -> dict | None:
+    """A single model's decision rule, fitted on the validation split (binary targets; None for more classes)."""
+    probabilities = torch.softmax(predict_logits(model, val.features.cpu()), 1).numpy()
+    return fit_threshold(probabilities, val.labels.cpu().numpy(), metric, "validation")
 
 
 def summed_peak_rss_mb() -> float:

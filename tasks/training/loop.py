@@ -104,17 +104,18 @@ def accumulate(model: nn.Module, loss_fn, features: torch.Tensor, targets: tuple
 class Trainer:
     """One training run, torchtune-recipe style: `setup` the model and data, `train`, and `checkpoint_state` /
     `load_checkpoint_state` at any step (writing them to disk is the `checkpoint` hook's job). Sharded batches
-    sliced from pre-collated tensors, AdamW, warmup+cosine, class weights, gradient clipping, early stopping on
-    validation macro-F1 (best weights kept); with
-    `soft_targets` = (temperature, alpha) and teacher logits in `train.soft`, the distillation loss.
+    sliced from pre-collated tensors, AdamW, warmup+cosine, class weights (`balanced`), gradient clipping, early
+    stopping on validation macro-F1 (best weights kept); with `soft_targets` = (temperature, alpha) and teacher
+    logits in `train.soft`, the distillation loss.
 
     A subclass persists checkpoints and shows progress by overriding the hooks `checkpoint`, `before_step`,
     `after_step` and `after_epoch`; here they do nothing, which is what single-process training needs."""
 
     def __init__(self, settings: TrainParams, n_classes: int, rank: int = 0, world: int = 1,
-                 precision: str = "fp32", soft_targets: tuple[float, float] | None = None):
+                 precision: str = "fp32", soft_targets: tuple[float, float] | None = None, balanced: bool = True):
         self.settings, self.n_classes, self.rank, self.world = settings, n_classes, rank, world
         self.precision, self.soft_targets = precision, soft_targets   # precision: already resolved (fp32/bf16/fp16)
+        self.balanced = balanced   # class-balanced loss weights, else every row counts the same
         self.state = LoopState()
 
     def setup(self, model: nn.Module, train: Split, val: Split) -> None:
@@ -135,7 +136,8 @@ class Trainer:
         self.autocast = (torch.autocast(device.type,
                                         dtype=torch.bfloat16 if self.precision == "bf16" else torch.float16)
                          if self.precision != "fp32" else contextlib.nullcontext())
-        self.loss_fn = nn.CrossEntropyLoss(weight=class_weights(train.labels, self.n_classes).to(device))
+        weights = class_weights(train.labels, self.n_classes).to(device) if self.balanced else None
+        self.loss_fn = nn.CrossEntropyLoss(weight=weights)
         if self.soft_targets is not None:
             self.loss_fn = distillation_loss(self.loss_fn, *self.soft_targets)
 

@@ -12,10 +12,12 @@ from tasks.config import Params, TrainParams
 from tasks.contract import Schema
 from tasks.core import paths
 from tasks.core.artifacts import write_atomic, write_json_atomic
-from tasks.core.metrics import classification_metrics, confusion
+from tasks.core.metrics import balances_classes, classification_metrics, confusion
 from tasks.core.plots import plot_confusion, plot_learning_curves, plot_roc_pr
+from tasks.core.runtime import decide
 from tasks.training.adapt import FittedTraining
 from tasks.training.crossval import cross_validation_headline
+from tasks.training.decision import decision_headline
 from tasks.training.loop import predict_logits
 
 log = logging.getLogger("torchship.train")
@@ -24,10 +26,12 @@ log = logging.getLogger("torchship.train")
 def report_training(params: Params, model: nn.Module, val, history: list[dict], schema: Schema, runtime,
                     peak_rss_mb: float = 0.0, folder: Path = paths.TRAIN, stage: str = "train",
                     train_params: TrainParams | None = None, fitted: FittedTraining | None = None,
-                    cross_validation: dict | None = None, calibration: dict | None = None) -> dict:
+                    cross_validation: dict | None = None, calibration: dict | None = None,
+                    decision: dict | None = None) -> dict:
     """Write metrics.json / history.csv / plots under `folder` and log them with the params to MLflow;
     `cross_validation` (tasks/training/crossval.py's summary) adds the out-of-fold scores, the family choice and
-    their calibration; `calibration`, a single model's on its validation rows (tasks/training/calibration.py)."""
+    their calibration; `calibration`, a single model's on its validation rows (tasks/training/calibration.py);
+    `decision` (tasks/training/decision.py) a binary model's threshold, which the validation scores apply."""
     import mlflow
 
     from tasks.core.tracking import stage_run
@@ -36,8 +40,9 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
     train_params = train_params or params.train
     metrics_path, history_path, plots = folder / "metrics.json", folder / "history.csv", folder / "plots"
     logits = predict_logits(model, val.features)
-    calibration = calibration or (cross_validation or {}).get("calibration")
-    predicted = logits.argmax(1).numpy()
+    threshold = decision["threshold"] if decision else None
+    predicted = decide(torch.softmax(logits, 1).numpy(), threshold)   # the labels the served graph answers
+    calibration = calibration or (cross_validation or {}).get("calibration") or {}
     n_classes = len(schema.classes)
     scores = classification_metrics(val.labels.numpy(), predicted, n_classes)
     best = max(history, key=lambda r: r["val_f1_macro"])
@@ -49,9 +54,12 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
                "device": str(runtime.device), "precision": runtime.precision,
                "precision_note": runtime.precision_note,
                "parameters": sum(p.numel() for p in model.parameters()),
+               "class_weights": "balanced" if balances_classes(params.bless.metric) else "none",
+               "temperature": calibration.get("temperature", 1.0), "threshold": threshold, "decision": decision,
                "headline": f"val f1 {scores['f1_macro']:.4f}, acc {scores['accuracy']:.4f} "
                            f"({len(history)} epochs, {train_params.strategy} {world}x{backend}, {runtime.precision})"
-                           + (f"; {cross_validation_headline(cross_validation)}" if cross_validation else "")
+                           + (f"; {cross_validation_headline(cross_validation)}" if cross_validation
+                              else f"; {decision_headline(decision)}" if decision else "")
                            + (f"; temperature {calibration['temperature']:.3g} (validation ECE "
                               f"{calibration['ece_before']:.3f} -> {calibration['ece_after']:.3f})"
                               if calibration and not cross_validation and calibration["temperature"] != 1.0 else "")
@@ -79,6 +87,9 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
         for step, record in enumerate(history, start=1):   # = the epoch for one run; folds follow one another
             mlflow.log_metrics({k: v for k, v in record.items() if k != "epoch"}, step=step)
         mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+        if decision:   # the threshold's evidence: the metric at 0.5 and at the threshold, on the rows it was fit on
+            mlflow.log_metrics({f"decision_{k}": v for k, v in decision.items() if isinstance(v, (int, float))})
+            mlflow.log_params({"decision_metric": decision["metric"], "decision_source": decision["source"]})
         if cross_validation:
             mlflow.log_params({"cv_members": cross_validation["folds"], "cv_chosen_model": cross_validation["chosen"]})
             mlflow.log_metrics({f"oof_{name}_{key}": value for name, scores in cross_validation["candidates"].items()

@@ -36,9 +36,14 @@ def model_spec(params: TrainParams) -> dict:
     return {"name": params.model, "kwargs": chosen_model_kwargs(params)}
 
 
-def save_trained(path: Path, model: nn.Module, layout: FeatureLayout, spec: dict, classes: list[str]) -> None:
-    """Tensors and primitives only, written atomically: `load_trained` reads it with weights_only=True."""
+def save_trained(path: Path, model: nn.Module, layout: FeatureLayout, spec: dict, classes: list[str],
+                 threshold: float | None = None) -> None:
+    """Tensors and primitives only, written atomically: `load_trained` reads it with weights_only=True. `threshold`:
+    a binary model's decision threshold on P(class 1) (tasks/training/decision.py), which export writes into the
+    ONNX file's metadata."""
     saved = {"state_dict": model.state_dict(), "layout": layout.to_dict(), "model": spec, "classes": list(classes)}
+    if threshold is not None:
+        saved["threshold"] = float(threshold)
     write_atomic(path, lambda tmp: torch.save(saved, tmp))
 
 

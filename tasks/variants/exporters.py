@@ -10,12 +10,14 @@ from torch import nn
 
 from tasks.contract import Schema
 from tasks.core.artifacts import write_atomic
+from tasks.core.runtime import THRESHOLD_KEY
 
 MAX_BATCH = 1 << 16
 
 
-def export_onnx(model: nn.Module, schema: Schema, exporter: str, path: Path) -> None:
-    """ONNX with a dynamic batch axis; the schema rides in metadata so the file is self-describing."""
+def export_onnx(model: nn.Module, schema: Schema, exporter: str, path: Path, threshold: float | None = None) -> None:
+    """ONNX with a dynamic batch axis; the schema (and a binary model's decision threshold) ride in metadata so the
+    file is self-describing: the raw-row front turns the threshold into the graph's `decision` output."""
     import onnx
 
     example = torch.zeros(4, len(schema.features))
@@ -35,7 +37,10 @@ def export_onnx(model: nn.Module, schema: Schema, exporter: str, path: Path) -> 
                                   dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
         proto = onnx.load(str(tmp))
         onnx.checker.check_model(proto)
-        for key, value in (("torchship.schema", schema.model_dump_json()), ("torchship.exporter", exporter)):
+        metadata = {"torchship.schema": schema.model_dump_json(), "torchship.exporter": exporter}
+        if threshold is not None:
+            metadata[THRESHOLD_KEY] = repr(float(threshold))
+        for key, value in metadata.items():
             entry = proto.metadata_props.add()
             entry.key, entry.value = key, value
         onnx.save(proto, str(tmp))

@@ -1,5 +1,6 @@
 """The raw-row front of a served model: one typed input per feature column, category text -> code inside
-the graph, softmax at the end. The composed file scores the rows a user has with ONNX Runtime alone, so
+the graph, softmax at the end, then the served label (argmax, or a binary model's decision threshold). The
+composed file scores the rows a user has with ONNX Runtime alone, so
 `mlflow models serve` of a registered version takes raw JSON rows.
 
 Inputs, each 1-D [N] and named exactly as the column (MLflow's ONNX flavor feeds `frame[name].values`):
@@ -16,7 +17,7 @@ import pandas as pd
 from onnx import TensorProto, helper, version_converter
 
 from tasks.contract import Feature, Schema, category_lookup
-from tasks.core.runtime import RAW_INPUTS
+from tasks.core.runtime import DECISION, RAW_INPUTS, THRESHOLD_KEY, decision_threshold
 
 OPSET = 20      # StringSplit, StringConcat and RegexFullMatch (earlier models are converted up)
 ML_OPSET = 3    # ai.onnx.ml LabelEncoder (keys_strings -> values_int64s)
@@ -25,7 +26,7 @@ WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u
               "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 INNER = "torchship/"                    # prefix of every tensor that is not a feature or an output
 MODEL = f"{INNER}model/"                # the bare model's names, prefixed: its input x and output logits too
-OUTPUTS = ("logits", "probabilities")
+OUTPUTS = ("logits", "probabilities", DECISION)
 
 
 def _char_class(chars: str) -> str:
@@ -96,6 +97,19 @@ def _category_codes(b: _Nodes, feature: Feature, index: int) -> str:
     return b.op("Cast", codes, to=TensorProto.FLOAT)
 
 
+def _decision(b: _Nodes, threshold: float | None, n_classes: int) -> None:
+    """One-hot (N, C) int64 of the served label: class 1 where P(class 1) > threshold (the binary decision rule,
+    tasks.core.runtime.decide), else the argmax. One-hot rather than (N,) indices: MLflow's pyfunc flattens every
+    output into one column of a frame, so all outputs must have the same N*C values."""
+    if threshold is None:
+        index = b.op("ArgMax", "probabilities", axis=1, keepdims=0)
+    else:
+        positive = b.op("Gather", "probabilities", b.const(1, TensorProto.INT64), axis=1)   # (N,) P(class 1)
+        index = b.op("Cast", b.op("Greater", positive, b.const(threshold, TensorProto.FLOAT)), to=TensorProto.INT64)
+    b.nodes.append(helper.make_node("OneHot", [index, b.const([n_classes], TensorProto.INT64),
+                                               b.const([0, 1], TensorProto.INT64)], [DECISION], axis=-1))
+
+
 def _at_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model at OPSET or later (an opset-17 legacy export is converted; its ops keep their meaning)."""
     version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), OPSET)
@@ -103,14 +117,20 @@ def _at_opset(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def compose_raw_model(model: onnx.ModelProto, schema: Schema) -> onnx.ModelProto:
-    """The model (input `x` float32 (N, F), output `logits`) behind per-column raw inputs; outputs `logits`
-    and `probabilities` (N, C). Metadata is kept, plus `torchship.inputs=raw`."""
+    """The model (input `x` float32 (N, F), output `logits`) behind per-column raw inputs; outputs `logits`,
+    `probabilities` (N, C) and `decision` (N, C, one-hot: the threshold the model's metadata carries applied).
+    Metadata is kept, plus `torchship.inputs=raw`."""
     if [i.name for i in model.graph.input] != ["x"] or "logits" not in [o.name for o in model.graph.output]:
         raise ValueError("the model to compose must take one input `x` and give an output `logits`")
     clashes = [f.name for f in schema.features if f.name in OUTPUTS or f.name.startswith(INNER) or not f.name]
     if clashes:
         raise ValueError(f"feature name(s) {clashes} cannot name a graph input: they are empty, an output name "
                          f"{OUTPUTS} or start with {INNER!r}; rename the column(s)")
+    metadata = {p.key: p.value for p in model.metadata_props}
+    threshold = decision_threshold(metadata)
+    if threshold is not None and len(schema.classes) != 2:
+        raise ValueError(f"{THRESHOLD_KEY} {threshold} is a binary model's rule, and this model has "
+                         f"{len(schema.classes)} classes")
     inner = onnx.compose.add_prefix(_at_opset(model), MODEL)
     b = _Nodes("raw")
     columns, inputs = [], []
@@ -123,16 +143,18 @@ def compose_raw_model(model: onnx.ModelProto, schema: Schema) -> onnx.ModelProto
     b.nodes.append(helper.make_node("Concat", columns, [f"{MODEL}x"], axis=1))   # x: (N, F) float32
     tail = [helper.make_node("Identity", [f"{MODEL}logits"], ["logits"]),
             helper.make_node("Softmax", ["logits"], ["probabilities"], axis=-1)]
-    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", len(schema.classes)])
-               for name in OUTPUTS]
-    graph = helper.make_graph([*b.nodes, *inner.graph.node, *tail], "torchship-raw", inputs, outputs,
+    decide = _Nodes("decision")
+    _decision(decide, threshold, len(schema.classes))
+    outputs = [helper.make_tensor_value_info(name, TensorProto.INT64 if name == DECISION else TensorProto.FLOAT,
+                                             ["batch", len(schema.classes)]) for name in OUTPUTS]
+    graph = helper.make_graph([*b.nodes, *inner.graph.node, *tail, *decide.nodes], "torchship-raw", inputs, outputs,
                               initializer=inner.graph.initializer, value_info=inner.graph.value_info)
     opsets = {o.domain or "ai.onnx": o.version for o in inner.opset_import}
     opsets["ai.onnx.ml"] = max(opsets.get("ai.onnx.ml", ML_OPSET), ML_OPSET)
     composed = helper.make_model(graph, ir_version=inner.ir_version, opset_imports=[
         helper.make_opsetid("" if domain == "ai.onnx" else domain, version) for domain, version in opsets.items()])
     composed.functions.extend(inner.functions)
-    helper.set_model_props(composed, {**{p.key: p.value for p in model.metadata_props}, **RAW_INPUTS})
+    helper.set_model_props(composed, {**metadata, **RAW_INPUTS})
     onnx.checker.check_model(composed)
     return composed
 
@@ -146,11 +168,12 @@ def client_rows(frame: pd.DataFrame, schema: Schema) -> pd.DataFrame:
 
 def raw_signature(schema: Schema):
     """The MLflow signature of a composed graph: a double or string column per feature in, the graph's
-    outputs (N, C) out (MLflow's pyfunc flattens each to N*C values, row-major)."""
+    outputs (N, C) out (the decision one-hot int64) (MLflow's pyfunc flattens each to N*C values, row-major)."""
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, TensorSpec
     from mlflow.types import Schema as Columns
 
     columns = [ColSpec("double" if f.kind == "numeric" else "string", f.name) for f in schema.features]
-    outputs = [TensorSpec(np.dtype(np.float32), (-1, len(schema.classes)), name) for name in OUTPUTS]
+    outputs = [TensorSpec(np.dtype(np.int64 if name == DECISION else np.float32), (-1, len(schema.classes)), name)
+               for name in OUTPUTS]
     return ModelSignature(inputs=Columns(columns), outputs=Columns(outputs))

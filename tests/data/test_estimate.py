@@ -13,7 +13,7 @@ import pytest
 
 from tasks.config import MonitorParams, RetrainParams
 from tasks.contract import Feature, Schema
-from tasks.core.runtime import DECISION_THRESHOLD, decide, decision_threshold
+from tasks.core.runtime import THRESHOLD_KEY, decide, decision_threshold
 from tasks.core.servelog import served_line
 from tasks.core.sources import SYNTHETIC_TARGET, churn_logit, generate_customers
 from tasks.monitoring import guards
@@ -79,7 +79,7 @@ def test_reliability_curves_from_a_labelled_holdout_undo_what_a_temperature_cann
 def test_a_threshold_in_the_graph_metadata_is_the_served_rule():
     probabilities = np.array([[0.7, 0.3], [0.4, 0.6], [0.9, 0.1]])
     assert decide(probabilities, decision_threshold({})).tolist() == [0, 1, 0]
-    threshold = decision_threshold({DECISION_THRESHOLD: "0.25"})
+    threshold = decision_threshold({THRESHOLD_KEY: "0.25"})
     assert decide(probabilities, threshold).tolist() == [1, 1, 0]
     # the estimate scores the class served: 0.3 + 0.6 + 0.9 over three rows
     assert expected_accuracy(probabilities, decide(probabilities, threshold))[0] == pytest.approx(0.6)

@@ -241,7 +241,7 @@ def trained(encoded, tiny_train) -> dict:
     good_model, good = holdout_predictions(encoded, encoded.train.labels, tiny_train.model_copy(update={"epochs": 12}))
     _, noise = holdout_predictions(encoded, shuffled, tiny_train)
     labels = encode_split(prepared.holdout, prepared.schema).labels.numpy()
-    baselines = fit_baselines(prepared.train, prepared.holdout, prepared.schema, BaselineParams(), balanced=True)
+    baselines = fit_baselines(prepared.train, prepared.holdout, prepared.schema, BaselineParams(), add_balanced=True)
     return {"labels": labels, "good": good, "noise": noise, "baselines": baselines, "model": good_model}
 
 

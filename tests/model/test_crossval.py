@@ -1,6 +1,7 @@
 """Cross-validated training below train.cv_max_rows (tasks/training/crossval.py): stratified folds, members
 early-stopped on their own fold, the family picked on the out-of-fold score and recorded, and the members served
-as one ONNX graph whose probabilities are the mean of theirs (behind the raw-row front)."""
+as one ONNX graph whose probabilities are the mean of theirs (behind the raw-row front), within bless's latency
+gate against one network, its int8 variants included."""
 from __future__ import annotations
 
 import numpy as np
@@ -168,6 +169,8 @@ def test_the_train_report_records_the_choice_in_metrics_headline_and_mlflow(wine
                               folder=tmp_path / "train", train_params=chosen.candidate.settings, fitted=fitted,
                               cross_validation=summary)
     assert metrics["cross_validation"] == summary and metrics["fitted"]["model"] == chosen.candidate.name
+    assert summary["decision"] is None and metrics["threshold"] is None   # three classes: the argmax stays
+    assert metrics["temperature"] == summary["calibration"]["temperature"]
     assert cross_validation_headline(summary) in metrics["headline"]
     run = MlflowClient(tracking.resolved_uri()).search_runs([MlflowClient(tracking.resolved_uri())
                                                              .get_experiment_by_name("torchship").experiment_id])[0]
@@ -176,3 +179,52 @@ def test_the_train_report_records_the_choice_in_metrics_headline_and_mlflow(wine
         name = candidate.candidate.name
         assert run.data.metrics[f"oof_{name}_f1_macro"] == pytest.approx(candidate.scores["f1_macro"])
     assert run.data.metrics["calibration_temperature"] == pytest.approx(summary["calibration"]["temperature"])
+
+
+def test_the_averaging_graph_passes_the_bless_latency_gate_against_one_network_and_quantises(tmp_path):
+    """Five default MLPs averaged (temperature and threshold in) vs one, timed as bless times them; the raw-row
+    front dominates a one-row call, so the members cost little. Its int8 files still compose and decide."""
+    from functools import partial
+
+    import onnx
+    import pandas as pd
+
+    from models import build_model
+    from tasks.blessing.performance import assess_performance, confirmed, describe_machine, time_interleaved
+    from tasks.config import Params
+    from tasks.contract import Feature, Schema
+    from tasks.core.runtime import decide, predict_labels
+    from tasks.variants.quantize import quantize_onnx, quantize_onnx_static
+
+    params = Params()
+    schema = Schema(source="t", target="y", classes=["no", "yes"],
+                    features=[Feature(name=f"c{i}", kind="numeric") for i in range(30)])   # breast cancer's width
+    rows = np.random.default_rng(0).normal(0, 1, (256, 30)).astype(np.float32)
+    layout = fit_layout(rows, schema)
+    torch.manual_seed(0)
+    members = [build_model("mlp", layout).eval() for _ in range(5)]
+    export_onnx(members[0], schema, "legacy", tmp_path / "one.onnx")
+    export_onnx(FoldEnsemble(members, 1.3).eval(), schema, "legacy", tmp_path / "five.onnx", 0.37)
+    quantize_onnx(tmp_path / "five.onnx", tmp_path / "five-int8.onnx")
+    quantize_onnx_static(tmp_path / "five.onnx", tmp_path / "five-int8-static.onnx", rows)
+    frame = pd.DataFrame(rows.astype(np.float64), columns=schema.feature_names)
+    graphs = {name: open_onnx(compose_raw_model(onnx.load(str(tmp_path / f"{name}.onnx")), schema)
+                              .SerializeToString(), params.serve.threads)
+              for name in ("one", "five", "five-int8", "five-int8-static")}
+    for name in ("five", "five-int8", "five-int8-static"):
+        labels = predict_labels(graphs[name], schema, frame)
+        assert np.array_equal(labels, decide(predict_proba(graphs[name], schema, frame), 0.37)), name
+    timed = {"candidate": partial(predict_proba, graphs["five"], schema),
+             "champion": partial(predict_proba, graphs["one"], schema)}
+    one_row = [frame.iloc[[i]] for i in range(64)]
+    batch = frame.iloc[np.resize(np.arange(len(frame)), params.profile.batch_size)]
+
+    def measure():
+        timings = time_interleaved(timed, one_row, batch, params.bless.latency_rounds, 0.1)
+        return timings, assess_performance(timings, {"candidate": 1, "champion": 1}, describe_machine(1),
+                                           params.profile.batch_size, params.slo.p99_ms,
+                                           params.bless.max_latency_ratio)
+
+    _, report = confirmed(measure)
+    print(report.headline)
+    assert report.gate.status == "pass", report.gate.reasons

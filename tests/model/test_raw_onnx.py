@@ -101,7 +101,7 @@ def test_composed_model_has_a_typed_input_per_column_and_keeps_its_metadata():
     assert types == {"age": TensorProto.DOUBLE, "pay method": TensorProto.STRING, "plan": TensorProto.STRING,
                      "empty": TensorProto.STRING}
     assert all(len(i.type.tensor_type.shape.dim) == 1 for i in composed.graph.input)   # 1-D, as MLflow feeds
-    assert [o.name for o in composed.graph.output] == ["logits", "probabilities"]
+    assert [o.name for o in composed.graph.output] == ["logits", "probabilities", "decision"]
     metadata = {p.key: p.value for p in composed.metadata_props}
     assert metadata["torchship.inputs"] == "raw" and metadata["torchship.exporter"] == "test"
     assert Schema.model_validate_json(metadata["torchship.schema"]) == SCHEMA
