@@ -111,10 +111,13 @@ def champion_model(client) -> onnx.ModelProto:
 
 def through(model: onnx.ModelProto, nodes: list, initializers: list) -> onnx.ModelProto:
     """The model with its `probabilities` output routed through `nodes` (which read `inner` and write
-    `probabilities`)."""
-    for node in model.graph.node:
-        node.output[:] = ["inner" if name == "probabilities" else name for name in node.output]
-    model.graph.node.extend(nodes)
+    `probabilities`), placed right after the node that made them: what reads `probabilities` downstream (the
+    graph's `decision` output) reads the new ones."""
+    graph = list(model.graph.node)
+    [made] = [i for i, node in enumerate(graph) if "probabilities" in node.output]
+    graph[made].output[:] = ["inner" if name == "probabilities" else name for name in graph[made].output]
+    del model.graph.node[:]
+    model.graph.node.extend(graph[:made + 1] + nodes + graph[made + 1:])
     model.graph.initializer.extend(initializers)
     onnx.checker.check_model(model)
     return model

@@ -30,7 +30,8 @@ def test_every_metric_of_the_dashboard_and_rules_is_exported_after_traffic(tiny_
     project, _ = tiny_pipeline
     monitor = tmp_path / "data" / "monitor"   # the service reads the monitor's verdict relative to its folder
     monitor.mkdir(parents=True)
-    (monitor / "latest.json").write_text(json.dumps({"gate": {"status": "pass"}, "findings": {"drifted_share": 0.0}}))
+    (monitor / "latest.json").write_text(json.dumps({"gate": {"status": "pass"}, "findings": {
+        "drifted_share": 0.0, "estimate": {"accuracy": 0.81, "drop": 0.01}}}))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     settings = ServiceSettings(serve=ServeParams(poll_seconds=30, request_log=""), model_name="synthetic-churn",

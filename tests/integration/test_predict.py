@@ -59,7 +59,7 @@ def test_a_file_is_scored_in_chunks_as_the_service_scores_its_rows(champion, tmp
     # batch, so the same row can score ~1e-3 apart in another batch.
     expected = np.concatenate([service_probabilities(variant, holdout[i:i + 64]) for i in range(0, len(holdout), 64)])
     np.testing.assert_allclose(scored[[f"probability_{c}" for c in classes]].to_numpy(), expected, atol=1e-6)
-    assert scored["prediction"].astype(str).tolist() == [classes[i] for i in expected.argmax(1)]
+    assert scored["prediction"].astype(str).tolist() == [classes[i] for i in variant.labels(expected)]   # its rule
     unit, first = ("line", 2) if source_suffix == ".csv" else ("row", 1)
     assert scored[unit].tolist() == list(range(first, first + len(holdout)))
     assert scored[TARGET].astype(str).tolist() == holdout[TARGET].astype(str).tolist()   # carried through

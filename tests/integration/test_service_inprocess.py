@@ -8,6 +8,7 @@ import json
 import time
 import warnings
 
+import numpy as np
 import pandas as pd
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from serving.app import TOKEN_ENV, create_app
 from serving.service import ServiceSettings
 from tasks.config import Params, ServeParams, TrackingParams
-from tasks.core.registry import CHALLENGER, CHAMPION, aliases, registry_client
+from tasks.core.registry import CHALLENGER, CHAMPION, aliases, registry_client, verified_onnx
+from tasks.core.runtime import decide, decision_threshold
 from tasks.core.servelog import feedback_path, shadow_path
 from tests.helpers import champion_bytes, holdout_rows, promote_by_hand
 
@@ -89,6 +91,15 @@ def test_the_canary_flags_override_the_serve_params_and_bad_ones_are_refused():
         serve_params(params.serve, parse_args(params, ["--challenger-share", "1.5"]))
 
 
+def served_threshold(project, version: str) -> float | None:
+    """A version's binary decision threshold, from its graph's metadata (None: it answers the argmax)."""
+    import onnx
+
+    client = registry_client(TrackingParams(uri=f"sqlite:///{project.root / 'mlflow' / 'mlflow.db'}"))
+    graph = onnx.load_from_string(verified_onnx(client, MODEL, version))
+    return decision_threshold({prop.key: prop.value for prop in graph.metadata_props})
+
+
 def test_predict_returns_labels_and_probabilities(service):
     project, client, _ = service
     response = client.post("/predict", json={"rows": holdout_rows(project, 3)})
@@ -99,10 +110,12 @@ def test_predict_returns_labels_and_probabilities(service):
     assert len(body["request_id"]) == 32 and int(body["request_id"], 16) >= 0   # a uuid4 in hex
     assert [p["id"] for p in body["predictions"]] == [f"{body['request_id']}-{i}" for i in range(3)]
     assert client.post("/predict", json={"rows": holdout_rows(project)}).json()["request_id"] != body["request_id"]
+    threshold = served_threshold(project, body["version"])   # None: the argmax
     for prediction in body["predictions"]:
         assert prediction["label"] in {"yes", "no"}
         assert abs(sum(prediction["probabilities"].values()) - 1) < 1e-5
-        assert prediction["label"] == max(prediction["probabilities"], key=prediction["probabilities"].get)
+        probabilities = np.array([list(prediction["probabilities"].values())], dtype=np.float32)
+        assert prediction["label"] == list(prediction["probabilities"])[decide(probabilities, threshold)[0]]
 
 
 def test_bad_rows_get_422_naming_row_field_and_rule(service):
@@ -264,7 +277,6 @@ def test_a_broken_new_version_is_logged_and_the_current_one_keeps_serving(servic
 def test_served_variant_agrees_with_the_training_time_eager_model_on_raw_rows(service, registry):
     """The preprocessing travels inside the served graph: raw JSON rows (missing values and an unseen
     category included) score as the eager PyTorch model that the variant came from scores them."""
-    import numpy as np
     import torch
 
     from tasks.contract import encode_features, load_schema
@@ -290,5 +302,6 @@ def test_served_variant_agrees_with_the_training_time_eager_model_on_raw_rows(se
                        for p in response.json()["predictions"]])
     tolerance = 0.05 if "int8" in profile["selected"] else 1e-4  # int8 rounds weights and activations
     np.testing.assert_allclose(served, eager, atol=tolerance)
-    if "int8" not in profile["selected"]:
-        assert [p["label"] for p in response.json()["predictions"]] == [saved["classes"][i] for i in eager.argmax(1)]
+    if "int8" not in profile["selected"]:   # the served rule: the argmax, or the threshold training fitted
+        decided = decide(eager.astype(np.float32), saved.get("threshold"))
+        assert [p["label"] for p in response.json()["predictions"]] == [saved["classes"][i] for i in decided]
