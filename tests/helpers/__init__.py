@@ -157,3 +157,20 @@ def dvc_clean(status: str) -> bool:
     source so an edited file is seen; dvc.yaml), is listed, as 'always changed'."""
     return "up to date" in status or [line.strip() for line in status.splitlines() if line.strip()] == [
         "source:", "always changed"]
+
+
+def linear_raw_graph(weights, schema, metadata: dict[str, str] | None = None):
+    """A composed raw-input graph (one input per feature column, the schema and `metadata` in its metadata) over a
+    bare linear model `x @ weights` of the encoded columns: a served model small enough to reason about by hand."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tasks.variants.preprocess import compose_raw_model
+
+    inputs, classes = weights.shape
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["logits"])], "linear",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", inputs])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", classes])],
+                              initializer=[numpy_helper.from_array(weights.astype("float32"), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+    helper.set_model_props(model, {"torchship.schema": schema.model_dump_json(), **(metadata or {})})
+    return compose_raw_model(model, schema)

@@ -12,7 +12,6 @@ import onnx
 import pandas as pd
 import pytest
 import torch
-from onnx import TensorProto, helper, numpy_helper
 
 from serving.app import create_app
 from serving.batch_scoring import predict_file
@@ -29,6 +28,7 @@ from tasks.training.loop import Split, Trainer, predict_logits
 from tasks.training.weights import fit_layout
 from tasks.variants.exporters import export_onnx
 from tasks.variants.preprocess import compose_raw_model, raw_signature
+from tests.helpers import linear_raw_graph
 
 with warnings.catch_warnings():  # starlette 1.x asks for httpx2 behind its TestClient; httpx still works
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
@@ -168,21 +168,14 @@ def test_without_a_real_gain_the_threshold_stays_at_one_half():
 def test_more_classes_keep_the_argmax():
     schema = SCHEMA.model_copy(update={"classes": ["a", "b", "c"], "features": SCHEMA.features[:2]})
     assert fit_threshold(np.full((4, 3), 1 / 3), np.array([0, 1, 2, 0]), "f1_macro", "out-of-fold") is None
-    weights = numpy_helper.from_array(np.array([[1.0, -1.0, 0.5], [0.2, 0.3, -0.4]], np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["logits"])], "linear",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
-                              initializer=[weights])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
-    helper.set_model_props(model, {"torchship.schema": schema.model_dump_json()})
-    session = open_onnx(compose_raw_model(model, schema).SerializeToString(), 1)
+    graph = linear_raw_graph(np.array([[1.0, -1.0, 0.5], [0.2, 0.3, -0.4]]), schema)
+    session = open_onnx(graph.SerializeToString(), 1)
     rows = frame(np.random.default_rng(0).normal(0, 2, (200, 6)))[schema.feature_names]
     decision = session.run([DECISION], {name: rows[name].to_numpy() for name in schema.feature_names})[0]
     assert np.array_equal(decision.argmax(1), predict_proba(session, schema, rows).argmax(1))
     assert np.array_equal(decision.sum(1), np.ones(len(rows)))   # one-hot
-    helper.set_model_props(model, {"torchship.schema": schema.model_dump_json(), THRESHOLD_KEY: "0.3"})
     with pytest.raises(ValueError, match="binary"):
-        compose_raw_model(model, schema)
+        linear_raw_graph(np.array([[1.0, -1.0, 0.5], [0.2, 0.3, -0.4]]), schema, {THRESHOLD_KEY: "0.3"})
 
 
 def test_the_bless_metric_sets_the_class_weighting():

@@ -10,13 +10,12 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from serving.app import create_app
 from serving.service import ServiceSettings
 from tasks.config import ServeParams, TrackingParams
 from tasks.contract import Feature, Schema
-from tasks.variants.preprocess import compose_raw_model
+from tests.helpers import linear_raw_graph
 
 with warnings.catch_warnings():  # starlette 1.x asks for httpx2 behind its TestClient; httpx still works
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
@@ -34,15 +33,8 @@ ROW = {"customer age": 40, "tenure": 3.5, "plan": "basic", "region": "north"}
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory):
     """A composed raw-input graph over a linear model of the 4 encoded columns."""
-    weights = numpy_helper.from_array(np.array([[0.05, -0.05], [0.1, -0.1], [0.3, 0.0], [0.0, 0.2]], np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["logits"])], "linear",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 2])],
-                              initializer=[weights])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
-    helper.set_model_props(model, {"torchship.schema": SCHEMA.model_dump_json()})
     path = tmp_path_factory.mktemp("model") / "model.onnx"
-    onnx.save(compose_raw_model(model, SCHEMA), path)
+    onnx.save(linear_raw_graph(np.array([[0.05, -0.05], [0.1, -0.1], [0.3, 0.0], [0.0, 0.2]]), SCHEMA), path)
     return path
 
 
