@@ -10,6 +10,7 @@ from prefect import flow
 
 from flows.environment import server_configured
 from tasks.config import load_params
+from tasks.core.errors import TorchshipError
 from tasks.ops.approvals import decide_by_hand
 
 CANARY_DEPLOYMENT = "torchship-canary/canary"
@@ -48,6 +49,8 @@ def review(version: str, decision: Literal["approve", "reject"], reviewer: str, 
         reason: Why: recorded in the alias history (and on the version when rejected).
         params_file: The project's params file, relative to the deployment's working directory.
     """
+    if not reviewer.strip():   # the person is what the alias history is for: an anonymous decision is refused
+        raise TorchshipError("say who decides: fill in `reviewer` with your name (recorded in the alias history)")
     params = load_params(params_file)
     done = decide_by_hand(params, version, DECIDED[decision], reason, form_actor(), reviewer.strip())
     print(done.action)

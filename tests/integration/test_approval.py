@@ -13,6 +13,7 @@ from ruamel.yaml import YAML
 from tasks.config import Params
 from tasks.core.alias_history import os_user, read_history
 from tasks.core.approval import APPROVAL_TAG, DECIDED_TAG
+from tasks.core.errors import TorchshipError
 from tasks.core.gate import GateResult
 from tasks.core.registry import aliases, registry_client
 from tasks.core.verdicts import Blessing, BlessOutcome, CanaryOutcome, CanaryReport, RegistrationOutcome
@@ -171,6 +172,9 @@ def test_the_prefect_ui_form_decides_and_an_approval_starts_the_canary(project, 
     monkeypatch.chdir(folder)
     awaiting(client, "2")
     awaiting(client, "3")
+    with pytest.raises(TorchshipError, match="reviewer"):   # nobody named: nothing decided
+        review.fn("3", "reject", "  ", "too slow on the dashboard")
+    assert client.get_model_version(MODEL, "3").tags[APPROVAL_TAG] == "waiting"
     review.fn("3", "reject", " dana ", "too slow on the dashboard")
     assert client.get_model_version(MODEL, "3").tags[APPROVAL_TAG] == "rejected:dana" and started == []
     review.fn("2", "approve", "erin", "passport read")
