@@ -1,9 +1,11 @@
 """The progressive canary on a running service (`python -m serving` under uvicorn on 127.0.0.1, request log on, admin
 token set) while a client sends live traffic with feedback: a challenger that errors, one that is slow and one that
 predicts a shifted distribution, each a real ONNX graph built from the champion's, are rolled back at the first step
-with enough samples (latency: the first traffic step, where it answers) and the champion is unchanged; a good
-challenger (the champion's bytes) is promoted, the old champion tagged previous. Small min-sample counts and steps
-through the params, so each canary takes seconds."""
+with enough samples (latency: the first traffic step, where it answers) and the champion is unchanged; a challenger
+bless measured better than the champion (the trained network, against a champion made worse from it) waits for a
+person's approval, then the canary promotes it step by step, the old champion tagged previous, and the service
+serves it. Small min-sample counts and steps through the
+params, so each canary takes seconds."""
 from __future__ import annotations
 
 import hashlib
@@ -11,7 +13,9 @@ import json
 import os
 import random
 import sys
+import tempfile
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -22,12 +26,19 @@ import pytest
 from onnx import helper, numpy_helper
 
 from tasks import canary
+from tasks.bless import fetch_champion, holdout_predictions
+from tasks.blessing.quality import assess_quality
 from tasks.canarying.link import KEY_HEADER, ServiceLink
 from tasks.config import CanaryParams, TrackingParams, load_params
 from tasks.contract import load_schema
+from tasks.core.alias_history import read_history
+from tasks.core.artifacts import sha256_file
+from tasks.core.holdout import load_holdout
 from tasks.core.procs import free_port, http_ok, start_child, wait_until_ready
 from tasks.core.registry import CHALLENGER, CHAMPION, registry_client
-from tasks.core.verdicts import CanaryOutcome
+from tasks.core.verdicts import Blessing, BlessOutcome, CanaryOutcome, RegistrationOutcome
+from tasks.ops.approvals import decide
+from tasks.register import apply_aliases
 from tests.helpers import registry_restored
 
 pytestmark = pytest.mark.integration
@@ -160,6 +171,26 @@ def shifted(model: onnx.ModelProto, classes: int, to_class: int) -> onnx.ModelPr
                     numpy_helper.from_array(constant, "certain")])
 
 
+def confused(model: onnx.ModelProto, column: str, classes: int, share: float) -> onnx.ModelProto:
+    """The same network, but on about `share` of the rows (those whose numeric `column`, times 1000, has a
+    fractional part below `share`: a fixed, input-decided subset; missing values never) its probabilities moved on
+    by one class, so it answers another class there: worse than its own network by construction, while the mix of
+    classes it predicts barely moves (a shifted mix would trip the canary's PSI check first)."""
+    rotation = np.roll(np.arange(classes, dtype=np.int64), -1)
+    return through(model, [
+        helper.make_node("Cast", [column], ["as_double"], to=onnx.TensorProto.DOUBLE),
+        helper.make_node("Reshape", ["as_double", "column_shape"], ["value"]),
+        helper.make_node("Mul", ["value", "thousand"], ["scaled"]),
+        helper.make_node("Floor", ["scaled"], ["whole"]),
+        helper.make_node("Sub", ["scaled", "whole"], ["fraction"]),
+        helper.make_node("Less", ["fraction", "share"], ["chosen"]),
+        helper.make_node("Gather", ["inner", "rotation"], ["rotated"], axis=1),
+        helper.make_node("Where", ["chosen", "rotated", "inner"], ["probabilities"])],
+        [numpy_helper.from_array(np.array([-1, 1], np.int64), "column_shape"),
+         numpy_helper.from_array(np.array(1000.0), "thousand"), numpy_helper.from_array(np.array(share), "share"),
+         numpy_helper.from_array(rotation, "rotation")])
+
+
 def least_predicted_class(url: str, features: pd.DataFrame) -> tuple[int, int]:
     """(number of classes, index of the class the champion predicts least often on 50 holdout rows)."""
     rows = features.head(50).astype(object).where(features.head(50).notna(), None).to_dict(orient="records")
@@ -169,16 +200,42 @@ def least_predicted_class(url: str, features: pd.DataFrame) -> tuple[int, int]:
     return len(classes), int(np.argmin(counts))
 
 
-def register_challenger(client, model: onnx.ModelProto, folder: Path) -> str:
+def register_challenger(client, model: onnx.ModelProto, folder: Path, alias: str | None = CHALLENGER) -> str:
     """A new version holding `model` as model.onnx (the folder is its artifact), tagged with its sha256 as register
-    does (the service verifies it), and made `challenger`. In this process: a registering interpreter of its own
-    costs ~15 s on a busy box."""
+    does (the service verifies it), and made `alias` (None: no alias). In this process: a registering interpreter
+    of its own costs ~15 s on a busy box."""
     payload = model.SerializeToString()
+    folder.mkdir(exist_ok=True)
     (folder / "model.onnx").write_bytes(payload)
     version = client.create_model_version(MODEL, source=str(folder)).version
     client.set_model_version_tag(MODEL, version, "artifact_sha256", hashlib.sha256(payload).hexdigest())
-    client.set_registered_model_alias(MODEL, CHALLENGER, version)
+    if alias is not None:
+        client.set_registered_model_alias(MODEL, alias, version)
     return str(version)
+
+
+def served_champion(url: str, version: str, timeout: float = 30.0) -> bool:
+    """Whether the service at `url` answers with `version` as champion within `timeout` (it polls the registry)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if str(httpx.get(f"{url}/health").json()["champion"]) == version:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def bless_quality(client, project, candidate: Path, params) -> Blessing:
+    """bless's quality stage on the real files: `candidate` against the live champion (downloaded from the
+    registry) on the same holdout rows, with the paired bootstrap interval. The performance and service stages
+    time and load the candidate; they do not judge quality, so they are left to their own tests."""
+    schema = load_schema(project.root / "data/prepare/schema.json")
+    with tempfile.TemporaryDirectory() as folder:
+        champion = fetch_champion(client, MODEL, schema, Path(folder))
+        predictions = holdout_predictions(candidate, schema, load_holdout(schema), champion, threads=1)
+    quality = assess_quality(predictions, params.bless, champion.version)
+    return Blessing(gate=quality.gate, outcome=quality.outcome, model_name=MODEL, candidate_path=str(candidate),
+                    candidate_sha256=sha256_file(candidate), candidate_metrics=quality.details["candidate"],
+                    champion_version=champion.version, champion_metrics=quality.details["champion"], stages=[quality])
 
 
 def run_canary(project, link, params, traffic: bool = True):
@@ -221,24 +278,54 @@ def test_a_faulty_challenger_is_rolled_back_at_its_first_step_and_the_champion_i
     assert httpx.get(f"{link.url}/health").json()["challenger_share"] == 0.0   # the traffic is back
 
 
-def test_a_good_challenger_is_promoted_step_by_step(live, tmp_path, monkeypatch):
+def test_a_challenger_bless_measured_better_waits_for_approval_then_the_canary_promotes_it(
+        live, tmp_path, monkeypatch):
+    """What the canary is for: a retrained version better than the champion reaches all traffic. The champion
+    serving is a worse copy of the trained network (a person put it there in the MLflow UI), the challenger is
+    the network itself; promotion.approval is required, so nothing routes to it until a person approves."""
     project, link, params, client = live
     monkeypatch.chdir(project.root)
-    old = client.get_model_version_by_alias(MODEL, CHAMPION).version
-    version = register_challenger(client, champion_model(client), tmp_path)   # the champion's own answers
+    network = champion_model(client)
+    features = holdout(project)[0]
+    column = features.select_dtypes("number").notna().mean().idxmax()
+    classes = least_predicted_class(link.url, features)[0]
+    start, old = len(read_history(client, MODEL)), str(client.get_model_version_by_alias(MODEL, CHAMPION).version)
+    worse = register_challenger(client, confused(onnx.ModelProto.FromString(network.SerializeToString()), column,
+                                                 classes, share=0.3), tmp_path / "worse", alias=None)
+    client.set_registered_model_alias(MODEL, CHAMPION, worse)          # a hand move, as the MLflow UI makes it
+    assert served_champion(link.url, worse), httpx.get(f"{link.url}/health").json()
+
+    better = register_challenger(client, network, tmp_path / "better", alias=None)
+    client.set_model_version_tag(MODEL, better, "parent_version", worse)   # what bless judged it against
+    blessing = bless_quality(client, project, tmp_path / "better" / "model.onnx", params)
+    assert blessing.outcome is BlessOutcome.BETTER, blessing.stages[0].headline
+    outcome, action = apply_aliases(client, MODEL, better, blessing, "pipeline run (test)", approval=True)
+    assert outcome is RegistrationOutcome.AWAITING_APPROVAL, action
+    assert CHALLENGER not in client.get_registered_model(MODEL).aliases                 # no traffic reaches it
+    assert httpx.get(f"{link.url}/health").json()["challenger"] is None
+
+    approved = decide(client, MODEL, better, "approved", "reviewer", "torchship approve (test)",
+                      "bless measured it better", params.promotion.approval_timeout_s)
+    assert approved.canary_due, approved.action
     report = run_canary(project, link, params)
     assert [(s.phase, s.status) for s in report.steps] == [("shadow", "pass"), ("50%", "pass"), ("100%", "pass")], \
         [s.reasons for s in report.steps]
     assert report.outcome is CanaryOutcome.PROMOTED, report.action
-    assert report.action == f"promoted v{version} to champion (v{old} tagged previous)"
-    assert all(s.challenger.requests >= RULES.min_samples and s.psi == 0.0 for s in report.steps)
+    assert report.action == f"promoted v{better} to champion (v{worse} tagged previous)"
+    assert all(s.challenger.requests >= RULES.min_samples for s in report.steps)
     # feedback is joined where it landed in time (the log is flushed every serve.log_flush_seconds, and a step may be
     # judged sooner): in some step both variants have labelled rows and their accuracies are compared
     assert any(s.champion.labelled and s.challenger.labelled and "accuracy" in s.reasons[0] for s in report.steps), \
         [s.reasons for s in report.steps]
-    assert str(client.get_model_version_by_alias(MODEL, CHAMPION).version) == version
-    assert "previous" in client.get_model_version(MODEL, old).tags
-    assert {f"canary.{p}" for p in ("shadow", "50pct", "100pct")} <= set(client.get_model_version(MODEL, version).tags)
+    assert served_champion(link.url, better), httpx.get(f"{link.url}/health").json()
+    assert "previous" in client.get_model_version(MODEL, worse).tags
+    assert {f"canary.{p}" for p in ("shadow", "50pct", "100pct")} <= set(client.get_model_version(MODEL, better).tags)
+    history = read_history(client, MODEL)[start:]
+    assert history[0].actor.startswith("outside torchship"), history[0]   # the hand move, noticed and recorded
+    entries = [(e.kind, e.alias, e.from_version, e.to_version) for e in history]
+    assert entries[:4] == [("move", CHAMPION, old, worse), ("approval", None, None, better),
+                           ("approval", None, None, better), ("move", CHALLENGER, None, better)], entries
+    assert sorted(entries[4:]) == [("move", CHALLENGER, better, None), ("move", CHAMPION, worse, better)], entries
 
 
 def test_a_candidate_with_another_input_signature_is_not_canaried(live, tmp_path, monkeypatch):
