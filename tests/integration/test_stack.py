@@ -2,10 +2,13 @@
 `mlflow server` with basic auth, `prefect server` with its auth string and one worker, all on 127.0.0.1.
 
 torchship's own tracking set-up, given only what `torchship stack env` prints (the variables, and the tracking
-params for `--set`), logs a run whose artifact lands in the bucket (read back with boto3);
-wrong S3 keys and a wrong MLflow or Prefect password are refused; no secret is on any process's command line or in
-the logs; the secrets file is 0600 and the same after down/up, and the run is still there (PostgreSQL kept it);
-down leaves nothing running. Run it alone with `pytest -m stack`.
+params for `--set`), logs a run whose artifact lands in the bucket (read back with boto3); a whole `torchship run`
+set up the same way registers its version on the MLflow server, pushes its data to the bucket's DVC remote and
+reports its flow run to the Prefect server, and none of the stack's secrets appears in the project's files, its
+console output, any command line while it ran, MLflow's params and tags, Prefect's flow run parameters or the
+bucket's objects; wrong S3 keys and a wrong MLflow or Prefect password are refused; no secret is on any
+process's command line or in the logs; the secrets file is 0600 and the same after down/up, and the run is still
+there (PostgreSQL kept it); down leaves nothing running. Run it alone with `pytest -m stack`.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -29,7 +33,9 @@ from tasks.ops.overrides import parse_assignment
 from tasks.ops.stack import stack_down
 from tasks.ops.stack_parts import BUCKET, HOST
 from tasks.ops.stack_state import StackPaths, StackState, read_env_file
-from tests.conftest import BIN, REPO
+from tests.conftest import BIN, REPO, make_project
+from tests.helpers import light_run_flags
+from tests.reliability.test_secrets import leaks
 
 pytestmark = [pytest.mark.integration, pytest.mark.stack]
 UP_TIMEOUT_S = 400   # a first up migrates two databases; on a busy 2-core box that took up to 80 s
@@ -165,6 +171,78 @@ def test_torchship_set_up_by_what_stack_env_prints_logs_a_run_whose_artifact_lan
     keys = [item["Key"] for item in s3_client(env).list_objects_v2(Bucket=BUCKET).get("Contents", [])]
     assert any(key.endswith(f"{run_id}/artifacts/notes/hello.txt") for key in keys), keys
     (stack.root / "test-run-id").write_text(run_id)
+
+
+class CommandLines:
+    """Every process's command line, read from /proc every 0.1 s in a thread while in use: what `ps` shows other
+    users of the machine (a secret passed as an argument would be there)."""
+
+    def __init__(self):
+        self.seen: set[str] = set()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.watch, daemon=True)
+
+    def watch(self) -> None:
+        while not self.stopped.wait(0.1):
+            self.seen.update(read(path).replace(b"\0", b" ").decode(errors="replace")
+                             for path in Path("/proc").glob("[0-9]*/cmdline"))
+
+    def __enter__(self) -> CommandLines:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=30)
+
+
+def server_records(env: dict[str, str]) -> dict:
+    """What the servers keep about the runs: MLflow's runs (params, tags) and model versions (tags), and
+    Prefect's flow runs (parameters)."""
+    import httpx
+
+    mlflow_auth = (env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"])
+    api = f"{env['MLFLOW_TRACKING_URI']}/api/2.0/mlflow"
+    experiments = httpx.post(f"{api}/experiments/search", json={"max_results": 100}, auth=mlflow_auth).json()
+    ids = [e["experiment_id"] for e in experiments.get("experiments", [])]
+    runs = httpx.post(f"{api}/runs/search", json={"experiment_ids": ids, "max_results": 1000}, auth=mlflow_auth)
+    versions = httpx.get(f"{api}/model-versions/search", params={"max_results": 1000}, auth=mlflow_auth)
+    flow_runs = httpx.post(f"{env['PREFECT_API_URL']}/flow_runs/filter", json={},
+                           auth=tuple(env["PREFECT_API_AUTH_STRING"].split(":", 1)))
+    for answer in (runs, versions, flow_runs):
+        assert answer.status_code == 200, answer.text[:500]
+    return {"runs": runs.json().get("runs", []), "versions": versions.json().get("model_versions", []),
+            "flow_runs": flow_runs.json()}
+
+
+def test_a_pipeline_run_on_the_stack_uses_every_server_and_leaks_none_of_its_secrets(stack, env_lines, env,
+                                                                                   tmp_path):
+    project = make_project(tmp_path / "project")
+    settings = re.findall(r"--set (tracking\.\S+)", env_lines)   # what `stack env` says to pass
+    run_env = {**project.env(), **env}
+    for command in (["dvc", "remote", "add", "-d", "-f", "stack", f"s3://{BUCKET}/dvc"],
+                    ["git", "commit", "-qam", "DVC remote: the team's bucket"]):
+        subprocess.run(command, cwd=project.root, env=run_env, check=True, capture_output=True, timeout=60)
+    with CommandLines() as command_lines:
+        run = project.torchship("run", *[a for s in settings for a in ("--set", s)], *light_run_flags(), env=run_env)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "v1 is champion (first model)" in run.stdout
+    assert not (project.root / "mlflow" / "mlflow.db").exists()          # the registry is the server's
+    records = server_records(env)
+    assert [(v["name"], v["version"]) for v in records["versions"]] == [("synthetic-churn", "1")], records["versions"]
+    assert any(r["state_type"] == "COMPLETED" and "params_file" in r["parameters"] for r in records["flow_runs"])
+    objects = s3_client(env).list_objects_v2(Bucket=BUCKET).get("Contents", [])
+    keys = [item["Key"] for item in objects]
+    assert any(key.endswith("model.onnx") for key in keys), keys                  # MLflow's artifacts
+    assert any(key.startswith("dvc/") for key in keys), keys                       # register's `dvc push`
+    bucket = {key: s3_client(env).get_object(Bucket=BUCKET, Key=key)["Body"].read().decode(errors="replace")
+              for key in keys if not key.startswith("dvc/")}   # DVC's objects are the data, hashed by content
+    secrets = [value for value in read_env_file(stack.secrets).values() if len(value) >= 8]
+    texts = {"stdout": run.stdout, "stderr": run.stderr, "command lines": "\n".join(command_lines.seen),
+             "MLflow and Prefect records": json.dumps(records),
+             **{f"s3://{BUCKET}/{key}": text for key, text in bucket.items()}}
+    assert len(command_lines.seen) > 50                                # the watch saw the run's processes
+    assert leaks(project.root, texts, secrets) == {}
 
 
 def test_wrong_s3_keys_are_refused(env):
