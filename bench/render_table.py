@@ -260,11 +260,24 @@ def render_stack(results: dict[str, dict]) -> list[str]:
             f"processes; {f['total_pss_mib']:,} MiB of PSS, which counts it once."]
 
 
+def render_team_pipeline(results: dict[str, dict]) -> list[str]:
+    """bench/bench_team_pipeline.py: `torchship run` on the team stack vs the embedded default, side by side."""
+    result = _need(results, "team_pipeline")
+    f = result["figures"]
+    peaks = ", ".join(f"{name} {mib:,.0f}" for name, mib in f["peak_rss_mib"].items())
+    return [f"Measured by `bench/bench_team_pipeline.py` ({_when(result)}; {f['rows']:,} rows of the synthetic "
+            f"default, runs in the order embedded, stack, stack, embedded): `torchship run` took "
+            f"{f['stack_wall_s']:.0f} s on the stack and {f['embedded_wall_s']:.0f} s embedded, "
+            f"**{result['ratio']:.2f}x** (goal: {result['goal']}). Peak RSS of the stack's parts during the runs, "
+            f"MiB: {peaks} ({f['peak_rss_total_mib']:,.0f} in all)."]
+
+
 RENDERERS: dict[str, Callable[[dict[str, dict]], list[str]]] = {
     "summary": render_summary, "serving": render_serving, "serving-ratios": render_serving_ratios,
     "workers": render_workers, "tables": render_tables, "bless": render_bless, "pipeline": render_pipeline,
     "headline": render_headline, "load": render_load, "estimate": render_estimate,
-    "pipeline-output": render_pipeline_output, "stack": render_stack}
+    "pipeline-output": render_pipeline_output, "stack": render_stack,
+    "team-pipeline": render_team_pipeline}
 
 
 def render_block(name: str, results: dict[str, dict]) -> str:

@@ -70,6 +70,7 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     if run_id:
         tags["pipeline_run"] = run_id
     tags.update(trigger or {})
+    held: dict[str, str] = {}   # the tags the version was created with (none: an attempt left it unfinished)
     if existing is not None:   # registered by an attempt that stopped (a busy store, a killed run): finish it
         version = str(existing.version)
         log.info("register: finishing v%s, registered from these bytes by an attempt that did not complete", version)
@@ -82,13 +83,18 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
                                      save_as_external_data=False)   # one file, byte-identical to the candidate
         pending = {**tags, UNFINISHED_TAG: "artifacts logged; tags, passport and aliases not yet written"}
         version = str(mlflow.register_model(info.model_uri, name, tags=pending).version)
+        held = pending
     # The commit alone does not pin a model (`--set`, a retrain): the exact params and lock, and the data pushed.
     tags["lineage_files"] = ", ".join(log_lineage(Path(".")))
     tags["dvc_push"] = push_data(Path("."))
     tags.update({METRIC_TAG.format(m): str(blessing.candidate_metrics[m]) for m in METRICS
                  if m in blessing.candidate_metrics})
+    # Only what the version does not hold yet: on a tracking server each tag is two round trips (MLflow checks the
+    # name is no prompt first), each with basic auth's password hash (about 0.5 s a request on a busy 2-core box).
+    # A version an attempt left unfinished gets every tag again: that attempt may have had other values.
     for key, value in tags.items():
-        client.set_model_version_tag(name, version, key, value)
+        if held.get(key) != value:
+            client.set_model_version_tag(name, version, key, value)
     description = passport_markdown(params, blessing, tags, version)
     mlflow.log_text(description, "passport.md")
     mlflow.log_text(passport_html(description), "passport.html")
