@@ -142,7 +142,11 @@ def mlflow_env(paths: StackPaths, ports: Mapping[str, int], secrets: Mapping[str
     auth_ini.write_text("[mlflow]\ndefault_permission = READ\n"
                         f"database_uri = {database_uri('psycopg2', ports['postgres'], 'mlflow_auth')}\n"
                         f"admin_username = {MLFLOW_ADMIN}\n"
-                        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+                        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+                        # a password check is a deliberately slow hash (~0.5 s a request on a busy 2-core box: a
+                        # pipeline run makes hundreds); a good one is remembered for a minute (one server process,
+                        # so a password change holds at once there; a wrong password is never remembered)
+                        "auth_cache_ttl_seconds = 60\n")
     return {**base_env(environ), MLFLOW_STORE_ENV: database_uri("psycopg2", ports["postgres"], "mlflow"),
             PG_PASSWORD_ENV: secrets[PG_PASSWORD_ENV], MLFLOW_AUTH_CONFIG_ENV: str(auth_ini),
             MLFLOW_ADMIN_PASSWORD_ENV: secrets[MLFLOW_ADMIN_PASSWORD_ENV],
