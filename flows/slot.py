@@ -30,9 +30,9 @@ from pathlib import Path
 
 from tasks.core.env import FILE_LEASES, WORKSPACE_LEASE_ENV
 from tasks.core.errors import TorchshipError
+from tasks.core.prefect_limits import LEASE_S, ensure_limit
 
 _holding: ContextVar[str | None] = ContextVar("torchship_workspace_slot", default=None)
-LEASE_S = 60             # Prefect's minimum: a killed holder's slot is free again about a minute later
 HOLDER_FILE = Path(".prefect") / "workspace-holder.json"
 log = logging.getLogger("torchship.slot")
 
@@ -45,21 +45,6 @@ def slot_name(root: Path | None = None) -> str:
     """One limit per workspace folder: `torchship-workspace-<folder name>-<hash of its path>`."""
     root = (root or Path.cwd()).resolve()
     return f"torchship-workspace-{root.name[:24]}-{hashlib.sha1(str(root).encode()).hexdigest()[:8]}"
-
-
-def ensure_limit(name: str) -> None:
-    """Create the workspace's limit unless it exists. Read first: a create that collides is a database integrity
-    error the server logs with its whole traceback, which the embedded API prints on the user's console."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
-
-    with get_client(sync_client=True) as client:
-        try:
-            client.read_global_concurrency_limit_by_name(name)
-        except ObjectNotFound:
-            with contextlib.suppress(ObjectAlreadyExists):   # another run created it since
-                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
 
 
 def release_expired_leases() -> int:

@@ -140,13 +140,13 @@ def alive(pid: int) -> bool:
     return True
 
 
-def start_prefect_server(home: Path) -> PrefectServer:
-    """`prefect server start` on a free port with its own SQLite database in `home`, in its own session (stopped
-    by PID: `stop_prefect_server`)."""
+def start_prefect_server(home: Path, settings: dict[str, str] | None = None) -> PrefectServer:
+    """`prefect server start` on a free port with its own SQLite database in `home` (and `settings`, PREFECT_*
+    variables of the server's own), in its own session (stopped by PID: `stop_prefect_server`)."""
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}, "PREFECT_HOME": str(home),
            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / 'prefect.db'}",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "true"}
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "true", **(settings or {})}
     child = start_child("prefect server", [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
                                            "--port", str(port)], home / "server.log", env=env)
     return PrefectServer(f"http://127.0.0.1:{port}/api", child.process.pid, child.log)

@@ -7,8 +7,9 @@ and show in the MLflow UI beside the aliases they explain. Prefect's event log e
 shared. One tag per entry, never a rewritten list: appending never loses what another writer appended.
 
 Idempotent: an entry is written only where the history's last known state of an alias differs from the alias
-now, under the registry lock, and its key is the next number in the sequence; two observers that notice the
-same move therefore write it once (the second finds it recorded, or, without a lock, writes the same key).
+now, under the registry lock (tasks/core/registry_lock.py: a file lock, or the team's Prefect server), and its
+key is the next number in the sequence; two observers that notice the same move therefore write it once (the
+second finds it recorded).
 Entries have a `kind` so that later decisions (an approval, by a person) join the same sequence."""
 from __future__ import annotations
 
@@ -20,12 +21,11 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 from pydantic import BaseModel
 
 from tasks.core.registry import CHALLENGER, CHAMPION, store_busy
+from tasks.core.registry_lock import alias_lock
 
 log = logging.getLogger("torchship.history")
 PREFIX = "history."
@@ -36,7 +36,6 @@ TEXT_CHARS = 1500          # actor, reason and evidence each, so that an entry a
 OUTSIDE = "outside torchship"
 OUTSIDE_REASON = "moved outside torchship (MLflow UI or API); MLflow records no actor or reason"
 BLESSED = {"pass", "warn"}
-LOCK_WAIT_S = 60.0
 
 
 class HistoryEntry(BaseModel):
@@ -159,10 +158,10 @@ def outside_actor(observer: str) -> str:
     return f"{OUTSIDE}, noticed at {now()} by {observer}"
 
 
-def record_outside_moves(client, name: str, observer: str, lock_wait_s: float = LOCK_WAIT_S) -> list[HistoryEntry]:
+def record_outside_moves(client, name: str, observer: str, lock_wait_s: float | None = None) -> list[HistoryEntry]:
     """Record the moves nobody recorded (the MLflow UI, another process on MLflow's API): MLflow keeps no actor,
-    so the entry says who noticed, and when."""
-    with alias_lock(client, lock_wait_s):
+    so the entry says who noticed, and when. `lock_wait_s`: None, the registry lock's own default wait."""
+    with alias_lock(client, name, lock_wait_s):
         return record_moves(client, name, outside_actor(observer), OUTSIDE_REASON)
 
 
@@ -174,24 +173,6 @@ def notice_outside_moves(client, name: str, observer: str) -> list[HistoryEntry]
     except Exception as exc:
         log.warning("the alias history could not be brought up to date (%s): %s", observer, exc)
         return []
-
-
-@contextlib.contextmanager
-def alias_lock(client, timeout: float = LOCK_WAIT_S) -> Iterator[None]:
-    """Hold while reading aliases and moving them (and while writing the history), so a check-then-move is one
-    step for every process sharing the registry: MLflow has no compare-and-set. A SQLite registry (the embedded
-    default) is locked with a file beside the database; a tracking server cannot be locked from here, so its
-    moves rest on the re-check the callers make just before moving (a window of milliseconds instead of a whole
-    pipeline run), and two observers of one move write the same history key."""
-    from filelock import FileLock
-
-    prefix = "sqlite:///"
-    uri = client.tracking_uri
-    if not uri.startswith(prefix):
-        yield
-        return
-    with FileLock(str(Path(uri[len(prefix):]).with_suffix(".aliases.lock")), timeout=timeout):
-        yield
 
 
 def rollback_target(entries: list[HistoryEntry], current: str, rejected: set[str]) -> str | None:

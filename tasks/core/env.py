@@ -35,8 +35,12 @@ QUIET = {
 }
 UNBUFFERED = {"PYTHONUNBUFFERED": "1"}   # a child's log lines reach its log file as they are printed
 
-# Concurrency leases on disk, not in the memory of whichever process ran the ephemeral API (flows/slot.py).
+# Concurrency leases on disk, not in the memory of whichever process ran the ephemeral API (flows/slot.py), nor
+# only in a server's memory: a restart would lose them while their slots stay taken, for good (the registry lock).
 FILE_LEASES = "prefect.server.concurrency.lease_storage.filesystem"
+LEASE_STORAGE_ENV = "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE"
+# How often a Prefect server gives back the slots of expired leases (Prefect's default: 15 s; the stack's: 5 s).
+REPOSSESSOR_LOOP_ENV = "PREFECT_SERVER_SERVICES_REPOSSESSOR_LOOP_SECONDS"
 PREFECT_API_URL = "PREFECT_API_URL"   # a Prefect server to deploy to and send events to (unset: embedded)
 PREFECT_UI_URL = "PREFECT_UI_URL"     # where that server's UI is, when not the API URL less its /api
 MLFLOW_STORE_ENV = "MLFLOW_BACKEND_STORE_URI"   # `mlflow server --backend-store-uri`, off the command line
@@ -100,5 +104,5 @@ def prefect_state(folder: Path) -> dict[str, str]:
         # A result Prefect persists (a failed run's exception, a cached task's value) is JSON, never a pickle that
         # would run code when read back (tests/reliability/test_security.py).
         "PREFECT_RESULTS_DEFAULT_SERIALIZER": "json",
-        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": FILE_LEASES,
+        LEASE_STORAGE_ENV: FILE_LEASES,
     }

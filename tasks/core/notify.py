@@ -95,7 +95,7 @@ def notify_once(client, notice: Notice, rules: NotifyParams, environ: dict[str, 
 
 def claim(client, notice: Notice) -> bool:
     """Claim the notice for this observer under the registry lock; False when another observer claimed it."""
-    with alias_lock(client):
+    with alias_lock(client, notice.model):
         if notice.tag() in client.get_registered_model(notice.model).tags:
             return False
         client.set_registered_model_tag(notice.model, notice.tag(), f"{now()} {notice.text}"[:4000])

@@ -35,7 +35,7 @@ def recorded_move(client, name: str, actor: str, reason: str = "", evidence: str
     """The registry's alias lock, with the history kept: moves nobody recorded (the MLflow UI) are recorded first,
     as noticed now by `actor`; then whatever the block moved is recorded as `actor`'s, with the block's reason."""
     move = Move(actor, reason, evidence)
-    with alias_lock(client):
+    with alias_lock(client, name):
         record_moves(client, name, outside_actor(actor), OUTSIDE_REASON)
         before = aliases(client, name)   # what the history now says (a first move starts an empty history)
         try:

@@ -18,7 +18,9 @@ from tasks.core.env import (
     AWS_KEY_ID_ENV,
     AWS_REGION_ENV,
     AWS_SECRET_ENV,
+    FILE_LEASES,
     JOB_ENV,
+    LEASE_STORAGE_ENV,
     MLFLOW_ADMIN_PASSWORD_ENV,
     MLFLOW_AUTH_CONFIG_ENV,
     MLFLOW_FLASK_KEY_ENV,
@@ -35,6 +37,7 @@ from tasks.core.env import (
     PREFECT_DB_URL_ENV,
     PREFECT_HOME_ENV,
     PREFECT_SERVER_AUTH_ENV,
+    REPOSSESSOR_LOOP_ENV,
     TELEMETRY_OFF,
     UNBUFFERED,
 )
@@ -173,9 +176,15 @@ def prefect_server_command(port: int) -> list[str]:
     return [str(BIN / "prefect"), "server", "start", "--host", HOST, "--port", str(port)]
 
 
+REPOSSESSOR_LOOP_S = 5   # a dead holder's registry lock is free within 60 s + this (tasks/core/prefect_limits.py)
+
+
 def prefect_server_env(paths: StackPaths, ports: Mapping[str, int], secrets: Mapping[str, str],
                        environ: Mapping[str, str]) -> dict[str, str]:
+    """Leases on disk in the server's home (kept across `stack down`/`up`: a restart must not strand a taken slot),
+    expired ones given back every REPOSSESSOR_LOOP_S."""
     return {**base_env(environ), PREFECT_HOME_ENV: str(paths.home("prefect")),
+            LEASE_STORAGE_ENV: FILE_LEASES, REPOSSESSOR_LOOP_ENV: str(REPOSSESSOR_LOOP_S),
             PREFECT_DB_URL_ENV: database_uri("asyncpg", ports["postgres"], "prefect"),
             PG_PASSWORD_ENV: secrets[PG_PASSWORD_ENV], PREFECT_SERVER_AUTH_ENV: secrets[PREFECT_AUTH_ENV]}
 

@@ -179,7 +179,7 @@ def test_with_no_service_two_observers_record_a_move_once_and_rollback_follows_t
     notice_moves(params)       # a third observer, later: nothing new
     assert moves(client) == [("champion", None, "1"), ("champion", "1", "3"), ("champion", "3", "2")]
     assert "observer" in read_history(client, MODEL)[-1].actor
-    with alias_lock(client):   # a decision that moves no alias joins the sequence (an approval, by a person)
+    with alias_lock(client, MODEL):   # a decision that moves no alias joins the sequence (an approval, by a person)
         record_decision(client, MODEL, "approval", "alice", "reviewed the passport", version="4")
     notice_moves(params)
     assert len(read_history(client, MODEL)) == 4 and read_history(client, MODEL)[-1].kind == "approval"

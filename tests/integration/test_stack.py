@@ -268,6 +268,25 @@ def test_a_wrong_mlflow_or_prefect_password_is_refused(env):
     assert httpx.post(flows, json={}, auth=(user, "wrong-password")).status_code == 401
 
 
+# An alias move's lock, as a worker on the stack takes it: the Prefect limit of the model, through the auth string.
+HOLD_THE_REGISTRY_LOCK = """
+import sys
+from mlflow import MlflowClient
+from tasks.core.registry_lock import alias_lock, limit_name
+with alias_lock(MlflowClient(sys.argv[1], sys.argv[1]), "stack-model", timeout=30):
+    print("held", limit_name("stack-model"))
+"""
+
+
+def test_the_registry_lock_is_taken_on_the_stack_prefect_server_whose_leases_are_on_disk(stack, env):
+    clean = {name: value for name, value in os.environ.items() if not name.startswith(("MLFLOW_", "AWS_", "PREFECT_"))}
+    held = subprocess.run([sys.executable, "-c", HOLD_THE_REGISTRY_LOCK, env["MLFLOW_TRACKING_URI"]], cwd=REPO,
+                          env={**clean, **env}, capture_output=True, text=True, timeout=120)
+    assert held.returncode == 0, held.stderr[-3000:]
+    assert held.stdout.split() == ["held", "torchship-registry-stack-model"]
+    assert (stack.home("prefect") / "concurrency_leases").is_dir()   # a restart keeps a held lease
+
+
 def test_no_secret_is_on_any_command_line_or_in_the_logs(stack):
     secrets = [value for value in read_env_file(stack.secrets).values() if len(value) >= 8]
     assert len(secrets) >= 7

@@ -23,6 +23,10 @@ FIGURE = re.compile(rf"(?<![\w.\-/:])\d(?:[\d,.]*\d)?\s?(?:{UNITS})(?![\w/])(?!\
 QUOTED_DEFAULTS = {
     ("docs/deploy.md", "3600 s"): lambda: _monitor_interval_s() == 3600,
     ("docs/runbooks.md", "300 s"): lambda: _params()["train"]["collective_timeout_s"] == 300,
+    **{(doc, figure): check for doc in ("docs/stack.md", "docs/deploy.md")
+       for figure, check in (("60 s", lambda: _lock()["lease"] == 60), ("45 s", lambda: _lock()["renewed"] == 45),
+                             ("120 s", lambda: _lock()["wait"] == 120), ("76 s", lambda: _lock()["bound"] == 76))},
+    ("docs/stack.md", "66 s"): lambda: _lock()["stack_bound"] == 66,
 }
 # The six tasks people come with (../shared/JOURNEYS.md) and the guide the README's first 40 lines must link.
 JOURNEY_GUIDES = {"try it": "docs/getting-started.md", "own data": "docs/own-data.md",
@@ -33,6 +37,22 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 def _params() -> dict:
     return yaml.safe_load((REPO / "params.yaml").read_text())
+
+
+def _lock() -> dict[str, float]:
+    """The registry lock's figures (tasks/core/registry_lock.py), as the docs quote them: whole seconds, up."""
+    import math
+
+    from prefect.concurrency._leases import _RENEWAL_FRACTION
+    from prefect.settings.models.server.services import ServerServicesRepossessorSettings
+
+    from tasks.core.prefect_limits import LEASE_S, REPOSSESSOR_LOOP_S, dead_holder_bound_s
+    from tasks.core.registry_lock import SERVER_LOCK_WAIT_S
+    from tasks.ops.stack_parts import REPOSSESSOR_LOOP_S as STACK_LOOP_S
+
+    assert ServerServicesRepossessorSettings.model_fields["loop_seconds"].default == REPOSSESSOR_LOOP_S
+    return {"lease": LEASE_S, "renewed": LEASE_S * _RENEWAL_FRACTION, "wait": SERVER_LOCK_WAIT_S,
+            "bound": math.ceil(dead_holder_bound_s()), "stack_bound": math.ceil(dead_holder_bound_s(STACK_LOOP_S))}
 
 
 def _monitor_interval_s() -> float:
