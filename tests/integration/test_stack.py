@@ -38,6 +38,7 @@ from tests.helpers import light_run_flags
 from tests.reliability.test_secrets import leaks
 
 pytestmark = [pytest.mark.integration, pytest.mark.stack]
+HTTP_TIMEOUT_S = 60   # httpx's default 5 s: a server's first answer after `up` took longer at load 10 on 2 cores
 UP_TIMEOUT_S = 400   # a first up migrates two databases; on a busy 2-core box that took up to 80 s
 
 
@@ -203,12 +204,15 @@ def server_records(env: dict[str, str]) -> dict:
 
     mlflow_auth = (env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"])
     api = f"{env['MLFLOW_TRACKING_URI']}/api/2.0/mlflow"
-    experiments = httpx.post(f"{api}/experiments/search", json={"max_results": 100}, auth=mlflow_auth).json()
+    experiments = httpx.post(f"{api}/experiments/search", json={"max_results": 100}, auth=mlflow_auth,
+                             timeout=HTTP_TIMEOUT_S).json()
     ids = [e["experiment_id"] for e in experiments.get("experiments", [])]
-    runs = httpx.post(f"{api}/runs/search", json={"experiment_ids": ids, "max_results": 1000}, auth=mlflow_auth)
-    versions = httpx.get(f"{api}/model-versions/search", params={"max_results": 1000}, auth=mlflow_auth)
+    runs = httpx.post(f"{api}/runs/search", json={"experiment_ids": ids, "max_results": 1000}, auth=mlflow_auth,
+                      timeout=HTTP_TIMEOUT_S)
+    versions = httpx.get(f"{api}/model-versions/search", params={"max_results": 1000}, auth=mlflow_auth,
+                         timeout=HTTP_TIMEOUT_S)
     flow_runs = httpx.post(f"{env['PREFECT_API_URL']}/flow_runs/filter", json={},
-                           auth=tuple(env["PREFECT_API_AUTH_STRING"].split(":", 1)))
+                           auth=tuple(env["PREFECT_API_AUTH_STRING"].split(":", 1)), timeout=HTTP_TIMEOUT_S)
     for answer in (runs, versions, flow_runs):
         assert answer.status_code == 200, answer.text[:500]
     return {"runs": runs.json().get("runs", []), "versions": versions.json().get("model_versions", []),
@@ -259,13 +263,16 @@ def test_a_wrong_mlflow_or_prefect_password_is_refused(env):
     import httpx
 
     search = f"{env['MLFLOW_TRACKING_URI']}/api/2.0/mlflow/experiments/search?max_results=1"
-    assert httpx.get(search, auth=(env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"])).status_code == 200
-    assert httpx.get(search, auth=(env["MLFLOW_TRACKING_USERNAME"], "wrong-password")).status_code == 401
-    assert httpx.get(search).status_code == 401
+    assert httpx.get(search, auth=(env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"]),
+                     timeout=HTTP_TIMEOUT_S).status_code == 200
+    assert httpx.get(search, auth=(env["MLFLOW_TRACKING_USERNAME"], "wrong-password"),
+                     timeout=HTTP_TIMEOUT_S).status_code == 401
+    assert httpx.get(search, timeout=HTTP_TIMEOUT_S).status_code == 401
     flows = f"{env['PREFECT_API_URL']}/flows/filter"
     user = env["PREFECT_API_AUTH_STRING"].split(":")[0]
-    assert httpx.post(flows, json={}, auth=tuple(env["PREFECT_API_AUTH_STRING"].split(":", 1))).status_code == 200
-    assert httpx.post(flows, json={}, auth=(user, "wrong-password")).status_code == 401
+    assert httpx.post(flows, json={}, auth=tuple(env["PREFECT_API_AUTH_STRING"].split(":", 1)),
+                      timeout=HTTP_TIMEOUT_S).status_code == 200
+    assert httpx.post(flows, json={}, auth=(user, "wrong-password"), timeout=HTTP_TIMEOUT_S).status_code == 401
 
 
 # An alias move's lock, as a worker on the stack takes it: the Prefect limit of the model, through the auth string.
@@ -316,7 +323,7 @@ def test_the_secrets_file_is_private_and_survives_down_and_up(stack, env):
 
     run_id = (stack.root / "test-run-id").read_text()
     kept = httpx.get(f"{env['MLFLOW_TRACKING_URI']}/api/2.0/mlflow/runs/get", params={"run_id": run_id},
-                     auth=(env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"]))
+                     auth=(env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"]), timeout=HTTP_TIMEOUT_S)
     assert kept.status_code == 200, kept.text   # PostgreSQL kept the run (moto's objects are in memory only)
     s3_client(env).head_bucket(Bucket=BUCKET)    # the same keys work on the new moto: issued from the same seed
 
