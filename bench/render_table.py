@@ -261,15 +261,27 @@ def render_stack(results: dict[str, dict]) -> list[str]:
 
 
 def render_team_pipeline(results: dict[str, dict]) -> list[str]:
-    """bench/bench_team_pipeline.py: `torchship run` on the team stack vs the embedded default, side by side."""
+    """bench/bench_team_pipeline.py: `torchship run` on the team stack vs the embedded default, side by side. Beside
+    the JSON's ratio (means), the fastest run of each side (noise on a shared box only adds time) and the steps that
+    talk to the servers most."""
     result = _need(results, "team_pipeline")
     f = result["figures"]
+    fastest = {side: min(run["wall_s"] for run in runs) for side, runs in f["runs"].items()}
+    steps = ", ".join(f"{step} {f['steps_s']['stack'][step]:.1f} vs {f['steps_s']['embedded'][step]:.1f} s"
+                      for step in ("validate", "register", "canary") if step in f["steps_s"]["stack"])
     peaks = ", ".join(f"{name} {mib:,.0f}" for name, mib in f["peak_rss_mib"].items())
     return [f"Measured by `bench/bench_team_pipeline.py` ({_when(result)}; {f['rows']:,} rows of the synthetic "
             f"default, runs in the order embedded, stack, stack, embedded): `torchship run` took "
-            f"{f['stack_wall_s']:.0f} s on the stack and {f['embedded_wall_s']:.0f} s embedded, "
-            f"**{result['ratio']:.2f}x** (goal: {result['goal']}). Peak RSS of the stack's parts during the runs, "
-            f"MiB: {peaks} ({f['peak_rss_total_mib']:,.0f} in all)."]
+            f"{f['stack_wall_s']:.0f} s on the stack and {f['embedded_wall_s']:.0f} s embedded (means), "
+            f"**{result['ratio']:.2f}x** (goal: {result['goal']}); the fastest run of each side "
+            f"{fastest['stack']:.0f} vs {fastest['embedded']:.0f} s, "
+            f"**{fastest['stack'] / fastest['embedded']:.2f}x**. Steps that talk to the servers most, stack vs "
+            f"embedded (means): {steps}. Peak RSS of the stack's parts during the runs, MiB: {peaks} "
+            f"({f['peak_rss_total_mib']:,.0f} in all).",
+            "",
+            "Per run (wall seconds, and the train step's, which the machine's load moves most): " + "; ".join(
+                f"{side} {run['wall_s']:.0f} (train {run['steps_s'].get('train', 0):.0f}, load {run['load_1m_at_end']})"
+                for side, runs in f["runs"].items() for run in runs) + "."]
 
 
 RENDERERS: dict[str, Callable[[dict[str, dict]], list[str]]] = {
