@@ -12,7 +12,7 @@ The bound (docs/serving.md): a clean stop (SIGTERM, Ctrl-C) writes the buffers, 
 every segment before the process exits (unless the store refuses or is down: then they stay on disk and ship at
 the next start, and the error says so). A crash of the process loses only what its buffers held (the last
 `log_flush_seconds`): the rest is on disk and ships at the next start. A host lost with its disk loses at most
-the rows of the last `ship_seconds + log_flush_seconds`, plus one upload's time.
+the rows of the last `ship_seconds + log_flush_seconds`, plus one upload's time, while the store answers.
 
 Several processes (serve.workers) share the files: a round runs under an exclusive lock on `.<log>.ship.lock`
 beside the log, so one process ships a segment once; a crash between an upload and the rename ships it again
