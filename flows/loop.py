@@ -19,11 +19,13 @@ from tasks import monitor as monitor_step
 from tasks import retrain as retrain_step
 from tasks.config import Params, load_params
 from tasks.core import paths
+from tasks.core.bucket import BucketError
 from tasks.core.errors import TorchshipError
 from tasks.core.gate import GateResult
 from tasks.core.registry import registry_client, versions_tagged
 from tasks.monitoring import guards
 from tasks.monitoring.notices import announce_decision
+from tasks.monitoring.segments import log_source
 from tasks.monitoring.window import read_window
 from tasks.ops.approvals import approved_challenger_without_canary, review_quietly
 
@@ -53,7 +55,7 @@ def drift_markdown(report: monitor_step.MonitorReport) -> str:
 
 @task(name="drift-report")
 def measure(params: Params):
-    window = read_window(Path(params.serve.request_log), params.monitor)
+    window = read_window(log_source(params.serve), params.monitor)
     report = monitor_step.run(params, window)
     create_markdown_artifact(key="drift-report", markdown=drift_markdown(report),
                              description="Evidently drift of the served window vs the training split")
@@ -142,7 +144,9 @@ def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_
             # A retrain that waited (the deployment's own limit queues it) never learns the same labels twice.
             labels_since = max(labels_since, guards.high_water(guards.read_decisions(paths.DECISIONS)))
             try:
-                window = read_window(Path(params.serve.request_log), params.monitor, since=labels_since)
+                window = read_window(log_source(params.serve), params.monitor, since=labels_since)
+            except BucketError:   # the store refused or is down: an error, not an empty window
+                raise
             except TorchshipError as exc:
                 return dropped(GateResult(gate="retrain window", status="fail", reasons=[str(exc)]),
                                f"loop protection: no served rows newer than the last retrain's labels ({exc})")

@@ -14,8 +14,9 @@ from pydantic import ValidationError
 from tasks.config import Params, ServeParams, load_params
 from tasks.core.env import DEFAULT_PARAMS, PARAMS_ENV, SERVE_SETTINGS_ENV, TELEMETRY_OFF, set_defaults
 
-# The serve params a flag may override for one run (`--request-log ""` turns the log off, as the canary does).
-SERVE_FLAGS = ("host", "port", "challenger_share", "poll_seconds", "request_log", "workers")
+# The serve params a flag may override for one run (`--request-log ""` turns the log off; `--ship-to ""` keeps it on
+# this host, as the canary's own service does: replayed rows are not production traffic).
+SERVE_FLAGS = ("host", "port", "challenger_share", "poll_seconds", "request_log", "workers", "ship_to")
 
 
 def parse_args(params: Params, argv: list[str] | None) -> argparse.Namespace:

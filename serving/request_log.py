@@ -13,10 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from tasks.core.servelog import rotated_path
+from tasks.core.servelog import STAMP, rotated_path, shipped_path
 
 log = logging.getLogger("torchship.serving")
-STAMP = "%Y%m%dT%H%M%SZ"   # UTC; rotated names sort by time, which served_files() relies on
 
 
 class RequestLog:
@@ -63,7 +62,7 @@ class RequestLog:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock_file = os.open(self.path.with_name(f".{self.path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        self._lock_file = os.open(lock_path(self.path), os.O_RDWR | os.O_CREAT, 0o644)
         with self._write_lock, self._across_processes():
             self._open_active()
         with self._buffer_lock:
@@ -109,14 +108,30 @@ class RequestLog:
                 os.close(self._lock_file)
                 self._lock_file = None
 
+    def seal(self) -> None:
+        """Rotate the active file now when it holds lines, open or closed (serving/shipper.py ships closed segments
+        only: this bounds how long a line waits to be shipped, whatever the traffic)."""
+        if self.path is None:
+            return
+        with self._write_lock, self._across_processes():
+            if self._handle is not None:
+                if self._rotated_by_another():
+                    self._handle.close()
+                    self._open_active()
+                if os.fstat(self._handle.fileno()).st_size > 0:
+                    self._rotate()
+            elif self.path.exists() and self.path.stat().st_size > 0:
+                self.path.rename(self._rotated_name())
+
     def _flush_periodically(self) -> None:
         while not self._stopping.wait(self.flush_seconds):
             self.flush()
 
     @contextlib.contextmanager
     def _across_processes(self):
-        if self._lock_file is None:
-            yield
+        if self._lock_file is None:   # closed: a seal after close() still excludes the other workers
+            with held_lock(self.path):
+                yield
             return
         fcntl.flock(self._lock_file, fcntl.LOCK_EX)
         try:
@@ -179,7 +194,23 @@ class RequestLog:
         stamp (`...Z01`), which still sorts after the first and before the next second."""
         stamp = datetime.fromtimestamp(self.clock(), UTC).strftime(STAMP)
         target, count = rotated_path(self.path, stamp), 0
-        while target.exists():
+        while target.exists() or shipped_path(target).exists():   # a shipped segment keeps its stamp
             count += 1
             target = rotated_path(self.path, f"{stamp}{count:02d}")
         return target
+
+
+def lock_path(path: Path) -> Path:
+    """The file flock'ed around each write and rotation of `path`, by every process that logs to it."""
+    return path.with_name(f".{path.name}.lock")
+
+
+@contextlib.contextmanager
+def held_lock(path: Path):
+    """The cross-process lock of `path`, taken on a descriptor of its own."""
+    descriptor = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)   # closing releases the lock

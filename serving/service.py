@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from serving.metrics import Metrics
 from serving.request_log import RequestLog
+from serving.shipper import log_shipper
 from serving.validation import BodyRefused, Rows, RowsRefused, validate_rows
 from serving.variants import NoChampion, Router, SharedShare, Variant, bytes_variant, file_variant
 from serving.watcher import RegistryWatcher
@@ -116,6 +117,7 @@ class Service:
         self.request_log = settings.open_log(settings.request_log)
         self.feedback_log = settings.open_log(feedback_path(settings.request_log) if settings.request_log else None)
         self.shadow_log = settings.open_log(shadow_path(settings.request_log) if settings.request_log else None)
+        self.shipper = log_shipper(settings.serve, self.request_log, self.feedback_log)
         self.watcher = RegistryWatcher(settings.tracking, settings.model_name, settings.serve.poll_seconds,
                                        self._on_registry)
 
@@ -126,6 +128,7 @@ class Service:
             self.request_log.open()
             self.feedback_log.open()
             self.shadow_log.open()
+            self.shipper.start()
             self.watcher.start()
             if not self.watcher.poll():
                 log.error("the registry watcher did not answer its first poll: serving nothing until it does")
@@ -133,9 +136,11 @@ class Service:
 
     def stop(self) -> None:
         self.watcher.stop(STOP_TIMEOUT_S)
+        self.shipper.stop()
         self.request_log.close()
         self.feedback_log.close()
         self.shadow_log.close()
+        self.shipper.ship_remaining()   # after the closes: every line written, every active file sealed
 
     def refresh(self, retry_refused: bool = False) -> None:
         """Follow the aliases now (and, with `retry_refused`, try again a version that was refused); returns once

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,6 +23,7 @@ from tasks.core.registry import CHAMPION, alias_version, open_version, registry_
 from tasks.core.runtime import decide, decision_threshold, predict_proba
 from tasks.monitoring.drift import PREDICTION, DriftFindings, judge, measure_drift, sample, save_html
 from tasks.monitoring.estimate import Holdout, expected_accuracy, fit_reliability
+from tasks.monitoring.segments import log_source
 from tasks.monitoring.window import Window, read_window
 
 log = logging.getLogger("torchship.monitor")
@@ -116,7 +116,7 @@ def run(params: Params, window: Window | None = None) -> MonitorReport:
     from tasks.core.tracking import stage_run
 
     notice_moves(params)
-    window = window or read_window(Path(params.serve.request_log), params.monitor)
+    window = window or read_window(log_source(params.serve), params.monitor)
     with stage_run(params.tracking, "monitor") as run:
         result = monitor_window(params, window)
         mlflow.log_artifact(result.report, "monitor")

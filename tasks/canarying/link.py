@@ -117,6 +117,7 @@ def embedded_service(model_name: str, startup_timeout_s: float) -> Iterator[Serv
     token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="torchship-canary-") as folder:
         request_log = Path(folder) / "requests.jsonl"
-        flags = ["--challenger-share", "0", "--request-log", str(request_log), "--poll-seconds", "1", "--seed", "0"]
+        flags = ["--challenger-share", "0", "--request-log", str(request_log), "--ship-to", "", "--poll-seconds", "1",
+                 "--seed", "0"]
         with running_service(model_name, flags, startup_timeout_s, "torchship-canary-", env={TOKEN_ENV: token}) as url:
             yield ServiceLink(url, token, request_log)

@@ -83,7 +83,8 @@ def read_lines(paths: list[Path], since: float) -> list[dict]:
 
 
 def read_step_logs(request_log: Path, since: float) -> StepLogs:
-    feedback = {line["id"]: line["label"] for line in read_lines([feedback_path(request_log)], since)}
+    # rotated feedback too: a service that ships its log (serve.ship_to) closes its files every serve.ship_seconds
+    feedback = {line["id"]: line["label"] for line in read_lines(served_files(feedback_path(request_log)), since)}
     return StepLogs(served=read_lines(served_files(request_log), since),
                     shadow=read_lines(served_files(shadow_path(request_log)), since), feedback=feedback)
 

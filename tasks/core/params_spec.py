@@ -18,6 +18,8 @@ from tasks.core.contract_spec import Contract
 MAX_NON_NUMERIC_SHARE = 0.2
 # What the synthetic generator's `data.drift` moves: the features P(x), the labelling P(y|x), both, or nothing.
 Shift = Literal["none", "covariate", "concept", "both"]
+# serve.ship_to: a bucket and a prefix, nothing else (no credentials, query or fragment: keys come from the environment)
+S3_URL = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>[^?#@]*))?")
 
 class Section(BaseModel):
     # Unknown keys are typos: refuse them instead of silently ignoring them.
@@ -443,6 +445,28 @@ class ServeParams(Section):
                                                      "polls the aliases itself; they append to one request log under a "
                                                      "cross-process lock and share the challenger split "
                                                      "(bench/results/serving.json: whether more pay).")
+    ship_to: str = Field("", description="Ship the closed segments of the request log and feedback to this bucket, "
+                                         "`s3://<bucket>[/<prefix>]`, under `<prefix>/requests/<host>/` and "
+                                         "`<prefix>/feedback/<host>/`; the monitor and retrain then read their "
+                                         "windows there (every host's). "
+                                         "Endpoint and keys come from the environment (AWS_ENDPOINT_URL_S3 or "
+                                         "AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), never from "
+                                         "here. Empty = the log stays on this host (docs/serving.md).")
+    ship_seconds: float = Field(30.0, gt=0.0, le=3600.0, description="With ship_to: how often the active files are "
+                                                                     "closed into segments and shipped. A clean stop "
+                                                                     "ships everything; a lost host loses at most "
+                                                                     "this plus log_flush_seconds of rows (a crashed "
+                                                                     "process's rows on disk ship at its next "
+                                                                     "start).")
+
+    @field_validator("ship_to")
+    @classmethod
+    def ship_to_is_a_bucket(cls, url: str) -> str:
+        if url and S3_URL.fullmatch(url) is None:
+            raise ValueError(f"serve.ship_to {url!r}: expected s3://<bucket>[/<prefix>] (bucket: 3-63 lower-case "
+                             "letters, digits, dots, hyphens; no credentials, query or fragment: keys come from the "
+                             "environment), or empty")
+        return url
 
 
 class MonitorParams(Section):

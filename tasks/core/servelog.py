@@ -10,10 +10,18 @@ the retrain read it (tasks/monitoring/window.py). Two kinds of JSON lines, in fi
   lines like served rows
 
 A row id names one served row; `POST /feedback` and the monitor join on it. Lines are compact JSON (orjson:
-written on the service's request path, so a few microseconds a row matter); any JSON reader reads them."""
+written on the service's request path, so a few microseconds a row matter); any JSON reader reads them.
+
+With `serve.ship_to` set, the service ships each closed segment (a rotated file) to the bucket and renames it
+`<stem>-<UTC time>.shipped.jsonl` (kept: local readers still see it); in the bucket a segment is
+`<prefix>/<kind>/<host>/<UTC time>-<sha256 of its bytes, 16 hex>.jsonl`, kind `requests` or `feedback`. The time
+is when the segment was closed, so no row in it is newer; the digest makes a re-ship after a crash land on the same
+key (idempotent) and two segments of one host never share a key."""
 from __future__ import annotations
 
+import re
 import time
+from calendar import timegm
 from pathlib import Path
 
 import orjson
@@ -21,6 +29,10 @@ import orjson
 FEEDBACK_FILE = "feedback.jsonl"
 SHADOW_FILE = "shadow.jsonl"
 ROTATED_GLOB = "-*.jsonl"
+STAMP = "%Y%m%dT%H%M%SZ"   # UTC, to the second; rotated names sort by time, which served_files() relies on
+SHIPPED = ".shipped"       # a local segment already in the bucket: <stem>-<stamp>.shipped.jsonl
+SERVED_KIND, FEEDBACK_KIND = "requests", "feedback"   # the bucket's folders (whatever the local file's name)
+STAMP_IN_NAME = re.compile(r"(\d{8}T\d{6}Z)(\d*)")   # the stamp, then a counter for a second rotation in a second
 LINE = orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY   # numpy scalars as numbers, NaN as null
 
 
@@ -62,3 +74,34 @@ def served_files(request_log: Path) -> list[Path]:
     """Every file of served rows, oldest first: the rotated ones (their names sort by time), then the active one."""
     rotated = sorted(request_log.parent.glob(f"{request_log.stem}{ROTATED_GLOB}"))
     return rotated + ([request_log] if request_log.exists() else [])
+
+
+def shipped_path(segment: Path) -> Path:
+    """Where a local segment goes once it is in the bucket: still matched by served_files(), never shipped again."""
+    return segment.with_name(f"{segment.stem}{SHIPPED}{segment.suffix}")
+
+
+def unshipped_segments(log: Path) -> list[Path]:
+    """The closed segments of `log` (rotated files) not yet in the bucket, oldest first."""
+    return [path for path in served_files(log) if path != log and not path.stem.endswith(SHIPPED)
+            and STAMP_IN_NAME.fullmatch(path.stem.removeprefix(f"{log.stem}-"))]
+
+
+def newest_possible_ts(name: str) -> float:
+    """The unix seconds no row of a segment named with a stamp is newer than: a segment is closed after its last
+    row was logged, and the stamp drops the fraction of that second. A name without a stamp (the active file) may
+    hold rows up to now."""
+    found = STAMP_IN_NAME.search(name)
+    return float("inf") if found is None else timegm(time.strptime(found.group(1), STAMP)) + 1.0
+
+
+def segment_key(prefix: str, kind: str, host: str, stamp: str, digest: str) -> str:
+    return "/".join(part for part in (prefix, kind, host, f"{stamp}-{digest}.jsonl") if part)
+
+
+def stamp_of(segment: Path) -> str:
+    """The stamp (and counter) of a rotated file's name: `requests-20261202T001500Z01.jsonl` -> `20261202T001500Z01`."""
+    found = STAMP_IN_NAME.search(segment.name)
+    if found is None:
+        raise ValueError(f"{segment.name} is not a rotated segment (no <UTC time> in its name)")
+    return found.group(0)

@@ -1,5 +1,6 @@
 """A window of served traffic: the newest rows of the request log (by count, optionally by time), with the
-feedback labels that name them joined in. Reads the format of tasks/core/servelog.py."""
+feedback labels that name them joined in. Reads the format of tasks/core/servelog.py, from this host's files or from
+every host's segments in the bucket (tasks/monitoring/segments.py): one reader for both."""
 from __future__ import annotations
 
 import json
@@ -11,10 +12,11 @@ import pandas as pd
 
 from tasks.config import MonitorParams
 from tasks.core.errors import TorchshipError
-from tasks.core.servelog import feedback_path, served_files
 from tasks.monitoring.estimate import PROBABILITIES
+from tasks.monitoring.segments import LogSource, Segment, local_source
 
 LABEL = "label"   # the column a joined feedback label lands in (None where no label came)
+CLOCK_SKEW_S = 600.0   # how far two serving hosts' clocks may disagree before a label could be missed
 
 
 @dataclass(frozen=True)
@@ -38,32 +40,41 @@ class Window:
                 "versions": self.versions()}
 
 
-def read_lines(files: list[Path], limit: int, since: float) -> list[dict]:
-    """The newest `limit` records no older than `since`, reading files newest first (a log may hold millions
-    of rows; a window needs only its tail)."""
+def newest_records(segment: Segment, limit: int, since: float) -> list[dict]:
+    """The newest `limit` records of one segment no older than `since`, in the segment's order (its lines are in
+    time order, so its tail is all a window needs of it; rows of one request share their time)."""
     records: list[dict] = []
-    for path in reversed(files):
-        lines = path.read_text(encoding="utf-8").splitlines()
-        for line in reversed(lines):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:   # a line cut by a crash mid-write: skip it, keep the rest
-                continue
-            if record.get("ts", 0) < since:
-                return records[::-1]
-            records.append(record)
-            if len(records) >= limit:
-                return records[::-1]
+    for line in reversed(segment.read_text().splitlines()):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:   # a line cut by a crash mid-write: skip it, keep the rest
+            continue
+        if record.get("ts", 0) < since or len(records) >= limit:
+            break
+        records.append(record)
     return records[::-1]
 
 
-def read_feedback(path: Path) -> dict[str, str]:
-    """Row id -> label from the feedback file and its rotated ones; a later label for a row replaces an earlier."""
+def read_lines(segments: list[Segment], limit: int, since: float) -> list[dict]:
+    """The newest `limit` records no older than `since`, oldest first. Segments are read newest first and only
+    while one could still hold a record newer than those kept (a log may hold millions of rows; a window needs
+    only its tail); several hosts' segments overlap in time, so the records are merged by their time."""
+    kept: list[dict] = []
+    for segment in sorted(segments, key=lambda segment: segment.newest, reverse=True):
+        if segment.newest < since or (len(kept) >= limit and segment.newest < kept[0].get("ts", 0)):
+            break
+        older = newest_records(segment, limit, since)   # before the kept ones: a stable sort keeps ties in order
+        kept = sorted(older + kept, key=lambda record: record.get("ts", 0))[-limit:]
+    return kept
+
+
+def read_feedback(segments: list[Segment]) -> dict[str, str]:
+    """Row id -> label from every feedback segment; a later label for a row replaces an earlier."""
     labels = {}
-    for part in served_files(path):
-        for line in part.read_text(encoding="utf-8").splitlines():
+    for part in segments:
+        for line in part.read_text().splitlines():
             try:
                 record = json.loads(line)
                 labels[str(record["id"])] = str(record["label"])
@@ -84,23 +95,28 @@ def frame_of(records: list[dict], labels: dict[str, str]) -> pd.DataFrame:
                      axis=1)
 
 
-def read_window(request_log: Path, rules: MonitorParams, now: float | None = None,
+def read_window(source: LogSource | Path, rules: MonitorParams, now: float | None = None,
                 since: float | None = None) -> Window:
-    """The window the monitor judges (or, with `since`, every row served after it: what a retrain reads);
-    refuses an empty one with what to do."""
-    if not str(request_log) or str(request_log) == ".":
-        raise TorchshipError("serve.request_log is empty, so the service keeps no log to monitor: set it "
-                             "(default data/serve/requests.jsonl) and serve traffic first.")
+    """The window the monitor judges (or, with `since`, every row served after it: what a retrain reads) from
+    `source` (a path: that request log on this host); refuses an empty one with what to do."""
+    if isinstance(source, Path):
+        if not str(source) or str(source) == ".":
+            raise TorchshipError("serve.request_log is empty, so the service keeps no log to monitor: set it "
+                                 "(default data/serve/requests.jsonl) and serve traffic first.")
+        source = local_source(source)
     if since is not None:
         limit = 2**62
     else:
         limit = rules.window_rows
         since = (now or time.time()) - rules.window_minutes * 60 if rules.window_minutes else 0.0
-    records = read_lines(served_files(request_log), limit, since)
+    records = read_lines(source.served(), limit, since)
     if not records:
-        raise TorchshipError(f"no served rows in {request_log} (or its rotated files) for the window: start "
+        raise TorchshipError(f"no served rows in {source.where} (or its rotated files) for the window: start "
                              "`torchship serve` and send traffic, then run the monitor again.")
-    rows = frame_of(records, read_feedback(feedback_path(request_log)))
+    # A label comes after its row was served: feedback segments closed before the window began hold none of its
+    # labels (with a margin for the clocks of several hosts), so a long-running deployment's older ones stay unread.
+    oldest = min(record.get("ts", 0) for record in records) - CLOCK_SKEW_S
+    rows = frame_of(records, read_feedback([part for part in source.feedback() if part.newest >= oldest]))
     features = [c for c in rows.columns if c not in {"id", "ts", "variant", "version", "prediction", PROBABILITIES,
                                                      LABEL}]
     return Window(rows=rows, features=features, start=float(rows["ts"].min()), end=float(rows["ts"].max()))

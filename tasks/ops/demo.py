@@ -10,7 +10,6 @@ from pathlib import Path
 from tasks.config import Params
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import running_service
-from tasks.core.servelog import feedback_path, served_files
 from tasks.core.sources import SYNTHETIC_TARGET, generate_customers
 
 ROWS_PER_REQUEST = 50
@@ -66,14 +65,16 @@ class DemoTraffic:
         and the newest label sent are in them (a log that held rows before the demo must not satisfy this)."""
         import time
 
+        from tasks.monitoring.segments import local_source
         from tasks.monitoring.window import read_feedback, read_lines
 
         log = Path(self.params.serve.request_log)
+        source = local_source(log)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            newest = read_lines(served_files(log), 1, 0.0)
+            newest = read_lines(source.served(), 1, 0.0)
             served = self.last_served is None or (newest and newest[-1]["id"] == self.last_served)
-            if served and (self.last_labelled is None or self.last_labelled in read_feedback(feedback_path(log))):
+            if served and (self.last_labelled is None or self.last_labelled in read_feedback(source.feedback())):
                 return
             time.sleep(0.2)
         raise TorchshipError(f"the service did not write its request log within {timeout:.0f}s ({log})")

@@ -106,7 +106,9 @@ def database_uri(driver: str, port: int, database: str) -> str:
 
 
 def moto_command(port: int) -> list[str]:
-    return [str(BIN / "moto_server"), "-H", HOST, "-p", str(port)]
+    # The module, not the `moto_server` script: a script's shebang names the interpreter of the venv it was installed
+    # from, and breaks when that venv moves (seen here: scripts pointing into a removed worktree's venv).
+    return [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)]
 
 
 def bootstrap_moto(port: int, seed: str) -> dict[str, str]:
