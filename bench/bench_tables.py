@@ -143,17 +143,18 @@ def main() -> None:
     first = params.prepare.seed
     planned = {name: args.small_seeds if len(TABLES[name].load()) < SMALL_ROWS else args.large_seeds
                for name in args.tables}
-    started, per_table = time.perf_counter(), {}
-    for name, seeds in planned.items():
-        runs = []
-        for seed in range(first, first + seeds):
-            runs.append(one_seed(name, seed, params))
-            r = runs[-1]
+    started, per_table, runs = time.perf_counter(), {}, {name: [] for name in planned}
+    # Seed after seed across the tables (not table after table): a run stopped early has every table, fewer seeds.
+    for index in range(max(planned.values())):
+        for name in [name for name, seeds in planned.items() if index < seeds]:
+            seed = first + index
+            runs[name].append(one_seed(name, seed, params))
+            r = runs[name][-1]
             print(f"[{name} seed {seed}] {r['seed_s']} s (train {r['train_s']} s) served f1/acc "
                   f"{r['served']['f1_macro']:.4f}/{r['served']['accuracy']:.4f} {r['chosen'] or ''} vs "
                   f"{r['baseline_name']} {r['baseline']['f1_macro']:.4f}/{r['baseline']['accuracy']:.4f}; "
                   f"bless {r['bless']}", flush=True)
-            per_table[name] = summarize(name, runs)
+            per_table[name] = summarize(name, runs[name])
             save_results(per_table, planned, started)   # after every seed: an interrupted run keeps what it had
 
 
