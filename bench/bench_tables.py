@@ -54,20 +54,20 @@ def interval(values: list[float]) -> dict[str, float | None]:
     return {"mean": round(mean, 4), "ci95": None if half is None else round(half, 4)}
 
 
-def one_seed(name: str, seed: int, params) -> dict:
+def one_seed(name: str, seed: int, params, threads: int = THREADS) -> dict:
     """One seed of one table, reduced to what the result file keeps."""
     from bench.table_pipeline import run_table
 
     table = TABLES[name]
     started = time.perf_counter()
-    run = run_table(table.load(), table.target, table.source, params, seed, THREADS)
+    run = run_table(table.load(), table.target, table.source, params, seed, threads)
     report = run["report"]
     cv = report.get("cross_validation") or {}
     decision = cv.get("decision") or report.get("decision") or {}
     calibration = cv.get("calibration") or report.get("calibration") or {}
     return {"seed": seed, "served": run["served"], "baseline": run["cv_baseline"]["holdout"],
             "baseline_name": run["cv_baseline"]["name"], "stage_baselines": run["baselines"], "bless": run["bless"],
-            "bless_reasons": run["bless_reasons"], "train_s": round(run["train_s"], 1),
+            "bless_reasons": run["bless_reasons"], "train_s": round(run["train_s"], 1), "threads": threads,
             "seed_s": round(time.perf_counter() - started, 1), "rows": run["rows"], "classes": run["classes"],
             "chosen": cv.get("chosen"), "out_of_fold": cv.get("candidates"), "fitted": report["fitted"],
             "threshold": decision.get("threshold"), "temperature": calibration.get("temperature")}
@@ -88,7 +88,7 @@ def summarize(name: str, runs: list[dict]) -> dict:
             "runs": runs}
 
 
-def save_results(per_table: dict[str, dict], planned: dict[str, int], started: float) -> None:
+def save_results(per_table: dict[str, dict], planned: dict[str, int], started: float, name: str = "tables") -> None:
     """bench/results/tables.json in the house format; the ratio is the worst table's served / baseline macro-F1."""
     done = {name: f for name, f in per_table.items() if f["runs"]}
     met = sum(f["goal_met"] for f in done.values())
@@ -105,9 +105,9 @@ def save_results(per_table: dict[str, dict], planned: dict[str, int], started: f
               "class-balanced, that 5-fold cross-validation on the training split picks on macro-F1, scored on "
               "the holdout; gap = baseline - served, in points, paired per seed, mean ± 95% t-interval; bless = "
               "its quality rule for a first model (within bless.max_baseline_gap of the best of the baseline "
-              f"stage's four on the holdout); train s = the train core at {THREADS} threads on a "
+              f"stage's four on the holdout); train s = the train core at each run's `threads` on a "
               f"{os.cpu_count()}-core machine shared with other work (niced).")
-    save("tables", f"Holdout quality per table: the served model vs the scikit-learn baseline cross-validation "
+    save(name, f"Holdout quality per table: the served model vs the scikit-learn baseline cross-validation "
                    f"picks ({len(done)} public tables)",
          {"tables_met": f"{met}/{len(done)}", "worst_table": worst,
           "worst_gap_points": done[worst]["gap_points"]["f1_macro"]["mean"],
@@ -120,6 +120,19 @@ def save_results(per_table: dict[str, dict], planned: dict[str, int], started: f
                 "bless serves something in every seed", (met == len(done)) if complete else None, notes=notes)
 
 
+def merge_parts(parts: list[Path], planned: dict[str, int], started: float) -> None:
+    """tables.json from the runs of several parts (each a bench/results file), one run per table and seed."""
+    import json
+
+    runs: dict[str, dict[int, dict]] = {name: {} for name in planned}
+    for part in parts:
+        for name, table in json.loads(part.read_text())["figures"]["per_table"].items():
+            runs.setdefault(name, {}).update({run["seed"]: run for run in table["runs"]})
+    per_table = {name: summarize(name, [by_seed[seed] for seed in sorted(by_seed)][:planned.get(name, 10**6)])
+                 for name, by_seed in runs.items() if by_seed}
+    save_results(per_table, planned, started)
+
+
 def parse_args() -> argparse.Namespace:
     about, details = __doc__.split("\n\n", 1)
     parser = argparse.ArgumentParser(description=about, epilog=details,
@@ -127,6 +140,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tables", default=",".join(TABLES), help=f"comma-separated, from {', '.join(TABLES)}")
     parser.add_argument("--small-seeds", type=int, default=10, help=f"seeds for tables under {SMALL_ROWS:,} rows")
     parser.add_argument("--large-seeds", type=int, default=3, help="seeds for the other tables")
+    parser.add_argument("--threads", type=int, default=THREADS, help="torch threads of the train core")
+    parser.add_argument("--results", default="tables", help="bench/results/<name>.json (a part of a split run)")
+    parser.add_argument("--merge", nargs="*", default=None,
+                        help="instead of running: bench/results/tables.json from these parts' runs (by table, seed)")
     args = parser.parse_args()
     args.tables = [t.strip() for t in args.tables.split(",") if t.strip()]
     unknown = [t for t in args.tables if t not in TABLES]
@@ -144,18 +161,21 @@ def main() -> None:
     planned = {name: args.small_seeds if len(TABLES[name].load()) < SMALL_ROWS else args.large_seeds
                for name in args.tables}
     started, per_table, runs = time.perf_counter(), {}, {name: [] for name in planned}
+    if args.merge is not None:   # parts run side by side (one thread each) on a busy machine
+        merge_parts([Path(part) for part in args.merge], planned, started)
+        return
     # Seed after seed across the tables (not table after table): a run stopped early has every table, fewer seeds.
     for index in range(max(planned.values())):
         for name in [name for name, seeds in planned.items() if index < seeds]:
             seed = first + index
-            runs[name].append(one_seed(name, seed, params))
+            runs[name].append(one_seed(name, seed, params, args.threads))
             r = runs[name][-1]
             print(f"[{name} seed {seed}] {r['seed_s']} s (train {r['train_s']} s) served f1/acc "
                   f"{r['served']['f1_macro']:.4f}/{r['served']['accuracy']:.4f} {r['chosen'] or ''} vs "
                   f"{r['baseline_name']} {r['baseline']['f1_macro']:.4f}/{r['baseline']['accuracy']:.4f}; "
                   f"bless {r['bless']}", flush=True)
             per_table[name] = summarize(name, runs[name])
-            save_results(per_table, planned, started)   # after every seed: an interrupted run keeps what it had
+            save_results(per_table, planned, started, args.results)   # after every seed: a stopped run keeps it
 
 
 if __name__ == "__main__":
