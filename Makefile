@@ -68,7 +68,7 @@ bench: install stack-deps
 	$(PY) bench/render_table.py
 
 # The served model vs the cross-validation-picked scikit-learn baseline, 8 public tables, 10 seeds under 1,000 rows and
-# 3 above, the stage cores in process (about an hour on 2 cores).
+# 3 above, the stage cores in process (an estimated 1.5-2 hours on 2 quiet cores: iris took 53 s a seed).
 # Installs the bench extra (palmerpenguins, statsmodels). Fewer: $(PY) bench/bench_tables.py --tables iris,wine --small-seeds 2
 bench-tables: install
 	$(PIP) install -q -e '.[dev,bench]'

@@ -14,7 +14,8 @@ cores for the same figures; what it adds is profile's choice of variant, and a d
 only within bless.max_drop (0.5 point) of this file's metric. The baseline the goal compares with is the one of
 the four that 5-fold cross-validation on the training split picks (the bless metric), refitted on the training
 split and scored on the holdout: a user without the holdout could have picked it. Train seconds are the in-process
-core at 2 threads (the stage adds its interpreter, torchrun and MLflow: about 6-8 s).
+core at --threads (the stage adds its interpreter, torchrun and a checkpoint per epoch: on breast cancer before the
+inner-split change, 11-12 s in the stage's summary vs 5 s in process).
 
 Goal (issue #23): within 1 point of that baseline on every table on the bless metric (mean over seeds), and bless
 serves something in every seed. Tables under 1,000 rows run 10 seeds, the rest 3. Needs the bench extra
