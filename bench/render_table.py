@@ -52,33 +52,25 @@ def _figure(values: dict) -> str:
                      for k, v in shown.items())
 
 
-def _stat(stat: dict) -> str:
-    """A mean over seeds, with its spread when there was more than one seed."""
-    return f"{stat['mean']:.4f}" + (f" ± {stat['sd']:.4f}" if stat.get("sd") is not None else "")
+def _ci(stat: dict, scale: float = 1.0, digits: int = 4, sign: str = "") -> str:
+    """A mean over seeds with its 95% interval half-width, when there was more than one seed."""
+    text = f"{stat['mean'] * scale:{sign}.{digits}f}"
+    return text + (f" ± {stat['ci95'] * scale:.{digits}f}" if stat.get("ci95") is not None else "")
 
 
-def _seconds(stat: dict) -> str:
-    return f"{stat['mean']:.0f}" + (f" ± {stat['sd']:.0f}" if stat.get("sd") is not None else "")
-
-
-def _pair(figures: dict) -> str:
-    return f"{_stat(figures['accuracy'])} / {_stat(figures['f1_macro'])}"
-
-
-def _table_row(name: str, served: dict, baseline: dict) -> str:
-    """One table of a per-table result: served vs both baselines, the gap, the goal and the wall time."""
-    wall = _seconds(served["wall_s"])
-    if not baseline:   # no seed finished: the errors are listed under the table
-        return f"| {name} | — | — | — | failed | — | — | — | **no** | {wall} |"
-    rows = served["rows"]
-    features = served["features"]
-    gap = served["gap_points"]
-    met = "yes" if served["goal_met"] else "**no**"
-    return (f"| {name} | {sum(rows.values()):,} ({rows['train']:,} train) | {features['numeric']} + "
-            f"{features['categorical']} | {served['classes']} | {_pair(served['served'])} "
-            f"({', '.join(served['served_variants'])}; bless passed {served['bless_passed']}/{served['finished']}) | "
-            f"{_pair(baseline['logistic_regression'])} | {_pair(baseline['hist_gradient_boosting'])} | "
-            f"{gap['accuracy']:+.2f} / {gap['f1_macro']:+.2f} | {met} | {wall} |")
+def _table_row(name: str, table: dict) -> str:
+    """One table: the served model vs the cross-validation-picked baseline (macro-F1 / accuracy), the paired gap,
+    bless per seed, the goal and the train seconds."""
+    rows, runs = table["rows"], len(table["runs"])
+    served, baseline, gap = table["served"], table["baseline"], table["gap_points"]
+    picked = ", ".join(name.replace("_", " ").replace("hist gradient boosting", "boosting")
+                       for name in table["baseline_picked"])
+    return (f"| {name} | {sum(rows.values()):,} ({rows['train']:,} train) | {table['classes']} | {runs} | "
+            f"{_ci(served['f1_macro'])} / {_ci(served['accuracy'])} ({', '.join(table['families'])}) | "
+            f"{_ci(baseline['f1_macro'])} / {_ci(baseline['accuracy'])} ({picked}) | "
+            f"{_ci(gap['f1_macro'], digits=2, sign='+')} / {_ci(gap['accuracy'], digits=2, sign='+')} | "
+            f"{table['bless_served']}/{runs} | {'yes' if table['goal_met'] else '**no**'} | "
+            f"{table['train_s']['mean']:.0f} (max {table['train_s_max']:.0f}) |")
 
 
 def _one_line(text: str, limit: int = 400) -> str:
@@ -88,17 +80,18 @@ def _one_line(text: str, limit: int = 400) -> str:
 
 
 def render_tables(results: dict[str, dict]) -> list[str]:
-    """bench/bench_tables.py: the served variant vs both scikit-learn baselines, one row per table."""
+    """bench/bench_tables.py: the served model vs the baseline cross-validation picks, one row per table."""
     result = _need(results, "tables")
-    per_table, baselines = result["figures"]["per_table"], result["baseline"]["per_table"]
-    lines = [f"**{result['title']}** ({_when(result)}; goal: {result['goal']}). Holdout accuracy / macro-F1, "
-             "mean ± sd over seeds; gap = best baseline minus served, in points (positive = served behind).", "",
-             "| table | rows | features (num + cat) | classes | served: accuracy / macro-F1 | logistic regression | "
-             "gradient boosting | gap to best (points) | met | pipeline wall s |",
+    per_table = result["figures"]["per_table"]
+    lines = [f"**{result['title']}** ({_when(result)}; goal: {result['goal']}). Holdout macro-F1 / accuracy, "
+             "mean ± 95% interval over seeds; gap = baseline minus served, in points, paired per seed (positive = "
+             "served behind).", "",
+             "| table | rows | classes | seeds | served: macro-F1 / accuracy (family) | baseline: macro-F1 / "
+             "accuracy (picked) | gap (points) | bless served | met | train s (max) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    lines += [_table_row(name, served, baselines.get(name, {})) for name, served in per_table.items()]
-    lines += [f"- *{name}* seed {seed} failed: {_one_line(error)}" for name, served in per_table.items()
-              for seed, error in served.get("errors", {}).items()]
+    lines += [_table_row(name, table) for name, table in per_table.items()]
+    if result["notes"].startswith("PARTIAL"):
+        lines += ["", f"*{result['notes'].split('. ')[0]}.*"]
     return lines
 
 

@@ -37,7 +37,7 @@ from tasks.training.crossval import StartFold, candidates_for, cross_validate, f
 from tasks.training.decision import fit_threshold
 from tasks.training.distributed import Runtime, broadcast_state, init_runtime, torchrun_command, wrap_model
 from tasks.training.failure import describe_failure
-from tasks.training.loop import Split, Trainer, predict_logits
+from tasks.training.loop import STOP_ON_F1, Split, Trainer, predict_logits
 from tasks.training.report import TrainingProgress, report_training
 from tasks.training.weights import fit_layout, load_trained, save_trained
 
@@ -62,6 +62,7 @@ class TrainingJob:
     teacher: Path | None = None
     fitted: FittedTraining | None = None   # how `train` was fitted to the table, for the report
     balanced: bool = True           # class-balanced loss weights (the bless metric is macro-F1: balances_classes)
+    stop_on: str = STOP_ON_F1       # what early stopping judges (cross-validated members: STOP_ON_LOSS)
 
 
 def split_rows(path: Path) -> int:
@@ -119,7 +120,7 @@ class JobTrainer(Trainer):
 
     def __init__(self, job: TrainingJob, runtime: Runtime, n_classes: int):
         super().__init__(job.train, n_classes, runtime.rank, runtime.world, runtime.precision, job.soft_targets,
-                         job.balanced)
+                         job.balanced, job.stop_on)
         # Another loss is another run; the balanced default keeps the fingerprints it always had.
         identity = job.identity if job.balanced else (*job.identity, "unweighted classes")
         self.folder, self.fingerprint = job.checkpoints, run_fingerprint(job.train, identity)
@@ -172,9 +173,9 @@ def start_trainer(job: TrainingJob, runtime: Runtime, n_classes: int, model: nn.
 def fold_starter(job: TrainingJob, runtime: Runtime, n_classes: int) -> StartFold:
     """Each cross-validation fold as a job of its own: its settings, a progress line naming it, and its own
     checkpoint folder and fingerprint, so a re-run resumes the fold it stopped in and skips finished ones."""
-    def start(settings: TrainParams, tag: str, model: nn.Module, train: Split, val: Split) -> JobTrainer:
-        fold = replace(job, train=settings, stage=f"{job.stage} {tag}", identity=(*job.identity, tag),
-                       checkpoints=job.checkpoints / re.sub(r"\W+", "-", tag))
+    def start(settings: TrainParams, tag: str, model: nn.Module, train: Split, val: Split, stop_on: str) -> JobTrainer:
+        fold = replace(job, train=settings, stage=f"{job.stage} {tag}", identity=(*job.identity, tag, stop_on),
+                       checkpoints=job.checkpoints / re.sub(r"\W+", "-", tag), stop_on=stop_on)
         return start_trainer(fold, runtime, n_classes, model, train, val)
 
     return start

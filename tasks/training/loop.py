@@ -19,6 +19,11 @@ from tasks.training.distributed import full_state, load_full_state
 
 log = logging.getLogger("torchship.train")
 
+# What early stopping keeps the best epoch of: validation macro-F1 (a single run, judged on it), or validation
+# log-loss (cross-validated members, whose few dozen inner-validation rows make F1 a step function that saturates
+# at the first epoch that gets them all right: tasks/training/crossval.py).
+STOP_ON_F1, STOP_ON_LOSS = "f1_macro", "loss"
+
 
 @dataclass
 class Split:
@@ -39,7 +44,7 @@ class LoopState:
     global_step: int = 0
     loss_sum: float = 0.0
     history: list[dict] = field(default_factory=list)
-    best: float = -1.0
+    best: float = -math.inf          # the best early-stopping score so far (higher is better)
     best_state: dict | None = None
     stale: int = 0
     accumulation: int = 1   # micro-batches per step; doubles on out-of-memory
@@ -105,17 +110,19 @@ class Trainer:
     """One training run, torchtune-recipe style: `setup` the model and data, `train`, and `checkpoint_state` /
     `load_checkpoint_state` at any step (writing them to disk is the `checkpoint` hook's job). Sharded batches
     sliced from pre-collated tensors, AdamW, warmup+cosine, class weights (`balanced`), gradient clipping, early
-    stopping on validation macro-F1 (best weights kept); with `soft_targets` = (temperature, alpha) and teacher
-    logits in `train.soft`, the distillation loss.
+    stopping on validation macro-F1 or log-loss (`stop_on`; best weights kept); with `soft_targets` =
+    (temperature, alpha) and teacher logits in `train.soft`, the distillation loss.
 
     A subclass persists checkpoints and shows progress by overriding the hooks `checkpoint`, `before_step`,
     `after_step` and `after_epoch`; here they do nothing, which is what single-process training needs."""
 
     def __init__(self, settings: TrainParams, n_classes: int, rank: int = 0, world: int = 1,
-                 precision: str = "fp32", soft_targets: tuple[float, float] | None = None, balanced: bool = True):
+                 precision: str = "fp32", soft_targets: tuple[float, float] | None = None, balanced: bool = True,
+                 stop_on: str = STOP_ON_F1):
         self.settings, self.n_classes, self.rank, self.world = settings, n_classes, rank, world
         self.precision, self.soft_targets = precision, soft_targets   # precision: already resolved (fp32/bf16/fp16)
         self.balanced = balanced   # class-balanced loss weights, else every row counts the same
+        self.stop_on = stop_on     # the validation figure early stopping keeps the best of (STOP_ON_*)
         self.state = LoopState()
 
     def setup(self, model: nn.Module, train: Split, val: Split) -> None:
@@ -226,10 +233,11 @@ class Trainer:
                   "samples_per_s": samples_per_s, "seconds": seconds, "lr": self.scheduler.get_last_lr()[0]}
         state.history.append(record)
         self.after_epoch(record)
-        improved = record["val_f1_macro"] > state.best
+        score = -record["val_loss"] if self.stop_on == STOP_ON_LOSS else record["val_f1_macro"]
+        improved = score > state.best
         best_candidate = full_state(self.model)[0] if improved else None  # a collective under FSDP: every rank calls
         if improved:
-            state.best, state.best_state, state.stale = record["val_f1_macro"], best_candidate, 0
+            state.best, state.best_state, state.stale = score, best_candidate, 0
         else:
             state.stale += 1
         state.epoch, state.step_in_epoch, state.loss_sum = state.epoch + 1, 0, 0.0

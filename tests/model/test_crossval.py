@@ -1,7 +1,7 @@
 """Cross-validated training below train.cv_max_rows (tasks/training/crossval.py): stratified folds, members
-early-stopped on their own fold, the family picked on the out-of-fold score and recorded, and the members served
-as one ONNX graph whose probabilities are the mean of theirs (behind the raw-row front), within bless's latency
-gate against one network, its int8 variants included."""
+early-stopped on an inner split of their own training part (never on the fold they score), the family picked on
+the out-of-fold score and recorded, and the members served as one ONNX graph whose probabilities are the mean of
+theirs (behind the raw-row front), within bless's latency gate against one network, its int8 variants included."""
 from __future__ import annotations
 
 import numpy as np
@@ -53,9 +53,9 @@ def wine():
                                                                                 prepared.schema)
 
 
-def plain_start(settings: TrainParams, tag: str, model, train: Split, val: Split) -> Trainer:
+def plain_start(settings: TrainParams, tag: str, model, train: Split, val: Split, stop_on: str) -> Trainer:
     """The single-process trainer (no torchrun, no checkpoints): what JobTrainer runs, minus persistence."""
-    trainer = Trainer(settings, 3)
+    trainer = Trainer(settings, 3, stop_on=stop_on)
     trainer.setup(model, train, val)
     return trainer
 
@@ -84,7 +84,7 @@ def test_folds_are_stratified_balanced_and_seeded():
     assert not np.array_equal(folds, fold_assignment(labels, 5, seed=4))
 
 
-def test_every_member_is_early_stopped_on_its_own_fold_and_every_row_is_scored_out_of_fold(wine, cross_validated):
+def test_every_member_trains_on_its_own_part_and_every_row_is_scored_out_of_fold(wine, cross_validated):
     _, train, _, _ = wine
     fitted, chosen, runs, _ = cross_validated
     assert fitted.folds == 5 and [run.candidate.name for run in runs] == ["linear", "mlp"]
@@ -228,3 +228,23 @@ def test_the_averaging_graph_passes_the_bless_latency_gate_against_one_network_a
     _, report = confirmed(measure)
     print(report.headline)
     assert report.gate.status == "pass", report.gate.reasons
+
+
+def test_out_of_fold_rows_never_steer_the_member_that_scores_them(wine):
+    """Honest out-of-fold figures: a member's training and early stopping use only its own training part, so
+    relabelling its held-out fold (here: every held-out row given the next class, so learning looks like getting
+    worse there) leaves that member's weights, and so its
+    out-of-fold predictions, exactly as they were. A member early-stopped on the fold it is scored on fails this."""
+    from tasks.training.crossval import train_family
+
+    prepared, train, _, layout = wine
+    candidate = Candidate("mlp", QUICK.model_copy(update={"model": "mlp", "lr": 3e-3, "patience": 2}),
+                          {"name": "mlp", "kwargs": QUICK.model_args["mlp"]})
+    assignment = fold_assignment(train.labels.numpy(), 3, seed=0)
+    relabelled = Split(train.features, torch.where(torch.from_numpy(assignment == 0), (train.labels + 1) % 3,
+                                                 train.labels))
+    runs = [train_family(candidate, split, layout, assignment, 3, plain_start) for split in (train, relabelled)]
+    for name, weights in runs[0].members[0].items():
+        assert torch.equal(weights, runs[1].members[0][name]), name
+    held = assignment == 0
+    assert np.array_equal(runs[0].out_of_fold[held], runs[1].out_of_fold[held])

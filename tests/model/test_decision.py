@@ -5,6 +5,7 @@ served graph, whose `decision` output applies it while its probabilities stay th
 moves. The class weighting follows the bless metric."""
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -58,12 +59,12 @@ class ConvergedTrainer(Trainer):
     fitted on the very rows scored out of fold."""
 
     def _end_epoch(self, *args) -> None:
-        self.state.best = -1.0
+        self.state.best = -math.inf
         super()._end_epoch(*args)
 
 
-def unweighted_start(settings, tag, model, train: Split, val: Split) -> Trainer:
-    trainer = ConvergedTrainer(settings, 2, balanced=False)
+def unweighted_start(settings, tag, model, train: Split, val: Split, stop_on: str) -> Trainer:
+    trainer = ConvergedTrainer(settings, 2, balanced=False, stop_on=stop_on)
     trainer.setup(model, train, val)
     return trainer
 

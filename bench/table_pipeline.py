@@ -1,0 +1,132 @@
+"""One table and seed through the cores of the stages that decide what is served, in this process: prepare's split,
+the baseline stage's report, the train stage's teacher (cross-validated members, family, temperature, threshold:
+the calls the torchrun worker makes, with the plain single-process Trainer instead of the checkpointing one), the
+export stage's ONNX file (threshold in its metadata), the holdout labels bless reads from that file, and bless's
+quality rule against the baselines for a first model. What it leaves out: DVC, MLflow, torchrun, checkpoints,
+compress/profile (a student or int8 variant is served only within bless.max_drop of this file's metric) and the
+latency gate. Used by bench/bench_tables.py."""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from models import build_model
+from tasks.baseline import baseline_models, baseline_report
+from tasks.bless import predict_labels
+from tasks.blessing.quality import judge_candidate
+from tasks.config import Params, TrainParams
+from tasks.contract import Schema, encode_features, encode_target
+from tasks.core.metrics import classification_metrics
+from tasks.prepare import prepare_tables
+from tasks.training.adapt import fit_training, fitted_settings
+from tasks.training.calibration import calibrate_single
+from tasks.training.crossval import candidates_for, cross_validate, finish_cross_validation
+from tasks.training.job import validation_decision
+from tasks.training.loop import STOP_ON_F1, Split, Trainer
+from tasks.training.weights import fit_layout, model_spec
+from tasks.variants.exporters import export_onnx
+
+BASELINE_FOLDS = 5
+
+
+def split_of(frame: pd.DataFrame, schema: Schema) -> Split:
+    return Split(torch.from_numpy(encode_features(frame, schema)),
+                 torch.from_numpy(encode_target(frame[schema.target], schema)))
+
+
+def plain_starter(n_classes: int, balanced: bool):
+    """The train stage's fold starter without torchrun or checkpoints: the same Trainer, loss and schedule."""
+    def start(settings: TrainParams, tag: str, model, train: Split, val: Split, stop_on: str = STOP_ON_F1) -> Trainer:
+        trainer = Trainer(settings, n_classes, balanced=balanced, stop_on=stop_on)
+        trainer.setup(model, train, val)
+        return trainer
+
+    return start
+
+
+def train_teacher(params: Params, schema: Schema, train: Split, val: Split, balanced: bool):
+    """(the served module, its decision threshold or None, the train report's summary) as the worker makes them."""
+    n_classes = len(schema.classes)
+    fitted = fit_training(params.train, len(train.labels))
+    settings = fitted_settings(params.train, fitted)
+    torch.manual_seed(settings.seed)
+    layout = fit_layout(train.features.numpy(), schema)
+    start = plain_starter(n_classes, balanced)
+    if fitted.folds > 1:
+        chosen, runs = cross_validate(candidates_for(settings, fitted), train, layout, n_classes, fitted.folds,
+                                      settings.seed, start)
+        best, _, fitted, summary = finish_cross_validation(chosen, runs, layout, fitted, train.labels.numpy(),
+                                                           params.bless.metric)
+        return best, summary["decision"], {"fitted": fitted.headline(), "cross_validation": summary}
+    spec = model_spec(settings)
+    trainer = start(settings, "", build_model(spec["name"], layout, **spec["kwargs"]), train, val)
+    state = trainer.train()
+    model = build_model(spec["name"], layout, **spec["kwargs"])
+    model.load_state_dict(state.best_state)
+    model, _, calibration = calibrate_single(model, spec, val.features, val.labels.numpy())
+    decision = validation_decision(model, val, params.bless.metric)
+    return model, decision, {"fitted": fitted.headline(), "calibration": calibration, "decision": decision}
+
+
+def cv_baseline(train: pd.DataFrame, holdout: pd.DataFrame, schema: Schema, params: Params, seed: int) -> dict:
+    """The best of the four baselines (logistic regression and boosting, defaults and class-balanced) picked by
+    BASELINE_FOLDS-fold cross-validation on the training split on the bless metric, then scored on the holdout."""
+    from sklearn.base import clone
+    from sklearn.model_selection import StratifiedKFold
+
+    features, labels = encode_features(train, schema), encode_target(train[schema.target], schema)
+    n_classes, metric = len(schema.classes), params.bless.metric
+    folds = StratifiedKFold(BASELINE_FOLDS, shuffle=True, random_state=seed)
+    models = baseline_models(schema, params.baseline, add_balanced=True)
+    cv_scores = {}
+    for name, model in models.items():
+        predicted = np.empty_like(labels)
+        for fit_rows, scored_rows in folds.split(features, labels):
+            predicted[scored_rows] = clone(model).fit(features[fit_rows], labels[fit_rows]).predict(
+                features[scored_rows])
+        cv_scores[name] = classification_metrics(labels, predicted, n_classes)[metric]
+    best = max(cv_scores, key=cv_scores.get)
+    holdout_labels = encode_target(holdout[schema.target], schema)
+    predicted = models[best].fit(features, labels).predict(encode_features(holdout, schema))
+    return {"name": best, "cv_scores": cv_scores,
+            "holdout": classification_metrics(holdout_labels, np.asarray(predicted, dtype=np.int64), n_classes),
+            "holdout_labels": holdout_labels, "holdout_predicted": np.asarray(predicted, dtype=np.int64)}
+
+
+def run_table(frame: pd.DataFrame, target: str, source: str, params: Params, seed: int, threads: int,
+              balanced: bool | None = None, with_cv_baseline: bool = True) -> dict:
+    """One seed (prepare.seed = train.seed = `seed`): the served file's holdout scores and labels, the baselines
+    (the stage's four on the holdout, and the one cross-validation picks), bless's verdict, train seconds."""
+    from tasks.core.metrics import balances_classes
+
+    params = params.model_copy(update={"prepare": params.prepare.model_copy(update={"seed": seed}),
+                                       "train": params.train.model_copy(update={"seed": seed})})
+    torch.set_num_threads(threads)
+    prepared = prepare_tables(frame, target, source, params.prepare)
+    schema = prepared.schema
+    train, val = split_of(prepared.train, schema), split_of(prepared.val, schema)
+    started = time.perf_counter()
+    model, decision, report = train_teacher(params, schema, train, val,
+                                            balances_classes(params.bless.metric) if balanced is None else balanced)
+    train_s = time.perf_counter() - started
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "model.onnx"
+        export_onnx(model.eval(), schema, params.export.onnx_exporter, path, decision and decision["threshold"])
+        served_labels = predict_labels(path, schema, prepared.holdout, threads)
+    holdout_labels = encode_target(prepared.holdout[schema.target], schema)
+    served = classification_metrics(holdout_labels, served_labels, len(schema.classes))
+    baselines = baseline_report(prepared.train, prepared.holdout, schema, params.baseline, params.bless.metric)
+    verdict = judge_candidate(served, None, True, params.bless, baselines=baselines["models"])
+    return {"seed": seed, "served": served, "served_labels": served_labels, "holdout_labels": holdout_labels,
+            "baselines": {name: {m: figures[m] for m in ("accuracy", "f1_macro")}
+                          for name, figures in baselines["models"].items()},
+            "cv_baseline": (cv_baseline(prepared.train, prepared.holdout, schema, params, seed)
+                            if with_cv_baseline else None),
+            "bless": verdict.gate.status, "bless_reasons": verdict.gate.reasons, "train_s": train_s,
+            "rows": {"train": len(prepared.train), "val": len(prepared.val), "holdout": len(prepared.holdout)},
+            "classes": len(schema.classes), "report": report}
