@@ -35,24 +35,17 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import save  # noqa: E402
 from tasks.core.env import STACK_DIR_ENV  # noqa: E402
+from tasks.core.procs import sigterm_raises  # noqa: E402
 from tasks.ops.stack import shell_env, stack_down, stack_status  # noqa: E402
 from tasks.ops.stack_parts import BUCKET  # noqa: E402
 from tasks.ops.stack_state import StackPaths  # noqa: E402
+from tests.integration.test_stack import evaluated  # noqa: E402  (what `eval "$(torchship stack env)"` exports)
 
 GOAL_RATIO = 1.3
 BIN = Path(sys.executable).parent
 SAMPLE_S = 2.0
 FLOW_SECONDS = re.compile(r"torchship pipeline · .+? · (\d+(?:\.\d+)?)s")
 STEP_SECONDS = re.compile(r"^│ (\w+)\s+│[^│]+│ *(\d+(?:\.\d+)?)s *│", re.M)   # the summary table's rows
-
-
-def exported(lines: str) -> dict[str, str]:
-    """The variables the lines of `torchship stack env` export, as a shell has them after eval."""
-    dumped = subprocess.run(["bash", "-c", f"{lines}\nenv -0"], capture_output=True, text=True, check=True,
-                            timeout=30)
-    names = set(re.findall(r"^export (\w+)=", lines, flags=re.M))
-    return {name: value for name, value in (item.split("=", 1) for item in dumped.stdout.split("\0") if "=" in item)
-            if name in names}
 
 
 class PeakRss:
@@ -113,23 +106,26 @@ def main() -> None:
     paths = StackPaths(Path(tempfile.mkdtemp(prefix="torchship-stack-bench-", dir="/tmp")))
     paths.root.chmod(0o711)
     runs: dict[str, list[dict]] = {"embedded": [], "stack": []}
-    try:
-        began = time.monotonic()
-        subprocess.run([str(BIN / "torchship"), "stack", "up", "--workers", "1"], cwd=ROOT, check=True,
-                       capture_output=True, timeout=600, env={**os.environ, STACK_DIR_ENV: str(paths.root)})
-        up_s = round(time.monotonic() - began, 1)
-        lines = shell_env(paths)
-        stack_env = {**exported(lines), "__lines__": lines}
-        with PeakRss(paths) as rss:
-            for i, side in enumerate(("embedded", "stack", "stack", "embedded")):
-                figures = run_pipeline(work / f"{i}-{side}", args.rows, stack_env if side == "stack" else None)
-                runs[side].append(figures)
-                print(f"{side}: {figures}", flush=True)
-    finally:
-        stack_down(paths, os.environ)
-        shutil.rmtree(paths.root, ignore_errors=True)
-        if args.keep is None:
-            shutil.rmtree(work, ignore_errors=True)
+    with sigterm_raises():   # a stopped bench still takes its stack down (the finally below)
+        try:
+            began = time.monotonic()
+            up = subprocess.run([str(BIN / "torchship"), "stack", "up", "--workers", "1"], cwd=ROOT, text=True,
+                                capture_output=True, timeout=600, env={**os.environ, STACK_DIR_ENV: str(paths.root)})
+            if up.returncode != 0:   # e.g. Debian's postgresql or moto missing: `make stack-deps`
+                raise SystemExit(f"`torchship stack up` failed (exit {up.returncode}):\n{up.stdout}\n{up.stderr}")
+            up_s = round(time.monotonic() - began, 1)
+            lines = shell_env(paths)
+            stack_env = {**evaluated(lines), "__lines__": lines}
+            with PeakRss(paths) as rss:
+                for i, side in enumerate(("embedded", "stack", "stack", "embedded")):
+                    figures = run_pipeline(work / f"{i}-{side}", args.rows, stack_env if side == "stack" else None)
+                    runs[side].append(figures)
+                    print(f"{side}: {figures}", flush=True)
+        finally:
+            stack_down(paths, os.environ)
+            shutil.rmtree(paths.root, ignore_errors=True)
+            if args.keep is None:
+                shutil.rmtree(work, ignore_errors=True)
     embedded = statistics.mean(r["wall_s"] for r in runs["embedded"])
     stack = statistics.mean(r["wall_s"] for r in runs["stack"])
     ratio = stack / embedded
