@@ -19,7 +19,6 @@ from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
 from tasks.core.gate import GateResult
 from tasks.core.quarantine import quarantine_folder
-from tasks.core.registry import registry_client
 from tasks.monitoring.batch_door import accept_batch, contract_from_schema, judge_rows
 from tasks.monitoring.window import LABEL, Window
 from tasks.ops import batch_index
@@ -101,11 +100,6 @@ def take_window(params: Params, window: Window, since: float, until: float) -> R
 
 
 def keep_batch(params: Params, store: Callable[[], Path]) -> Path:
-    """Store the accepted batch and snapshot data/batches/ with DVC; on the team topology on top of the shared
-    batch index, which then names it (tasks/ops/batch_index.py), so the next run on any worker trains on it."""
-    if not batch_index.is_shared(params.tracking):
-        accepted = store()
-        batch_index.snapshot_batches()
-        return accepted
-    client = registry_client(params.tracking)
-    return batch_index.publish_batch(client, params.data.registered_model_name(), store)
+    """Store the accepted batch and snapshot data/batches/ with DVC, so dvc.lock and the version's lineage name it;
+    on the team topology into the shared batch index (tasks/ops/batch_index.py)."""
+    return batch_index.keep_batch(params.tracking, params.data.registered_model_name(), store)

@@ -86,6 +86,20 @@ def pull_shared_batches(tracking: TrackingParams, model: str) -> str:
     return pull_batches(registry_client(tracking), model)
 
 
+def keep_batch(tracking: TrackingParams, model: str, store: Callable[[], Path], snapshot: bool = True,
+               root: Path = Path(".")) -> Path:
+    """Store an accepted batch (`store` writes it under data/batches/): on the team topology into the shared index,
+    so the next run on any worker trains on it; else in this tree, snapshotted with `dvc add` when `snapshot`."""
+    if is_shared(tracking):
+        from tasks.core.registry import registry_client
+
+        return publish_batch(registry_client(tracking), model, store, root)
+    accepted = store()
+    if snapshot:
+        snapshot_batches(root)
+    return accepted
+
+
 def publish_batch(client, model: str, store: Callable[[], Path], root: Path = Path(".")) -> Path:
     """Store a batch on top of the shared index and move the index to include it, as one step under the model's
     registry lock. `store` writes the batch under data/batches/ and returns its path."""

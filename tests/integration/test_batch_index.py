@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tasks.config import TrackingParams
 from tasks.core import paths
 from tasks.ops import batch_index
 
@@ -61,6 +62,11 @@ def batch_files(root: Path) -> list[str]:
 
 def test_a_batch_accepted_on_one_host_is_pulled_by_another_and_none_is_lost_when_two_accept_at_once(hosts):
     host_a, host_b, client = hosts
+    # the embedded default (a registry file on one machine): snapshotted in this tree only, no shared index
+    embedded = TrackingParams(uri=f"sqlite:///{host_a.parent / 'registry.db'}")
+    batch_index.keep_batch(embedded, MODEL, store(host_a, "local"), root=host_a)
+    assert batch_index.local_snapshot(host_a)["nfiles"] == 1 and batch_index.shared_snapshot(client, MODEL) is None
+    (host_a / paths.BATCHES / "local.parquet").unlink()
     assert batch_index.pull_batches(client, MODEL, host_b) == "no accepted batches in the shared index"
     batch_index.publish_batch(client, MODEL, store(host_a, "first"), host_a)
     assert "pulled 1 accepted batch file(s)" in batch_index.pull_batches(client, MODEL, host_b)
