@@ -8,11 +8,13 @@ git remote. Each host is a Unix user of its own with a private HOME (tests/helpe
    `torchship deploy`. A worker on host B, which has never seen the project, takes the code by the pull steps
    (git clone, then `dvc pull`) and runs the `pipeline` deployment: the version is registered on the MLflow
    server, recorded from the pushed commit, and its artifacts and data land in the bucket.
+-  (the batch index) Host C accepts a batch as a retrain does: it joins the shared index on the MLflow server, under
+   the model's registry lock on the Prefect server, and the next run on B pulls it before it starts.
 5. (the kill) A second run on B is SIGKILLed with every process of host B while it trains (the machine dies): the
    flow run leaves Running, marked Crashed by `torchship-crash-watch`, within crash_watch.crashed_within_s() (plus
    a slack for a loaded box), and every Prefect concurrency limit is free again.
-6. Meanwhile `torchship rebuild 1` on host C, with only a clone of the git remote and the servers (no DVC cache, nothing
-   of A's or B's), reproduces the version's metrics.
+6. Meanwhile `torchship rebuild 1` on host C, with only a clone of the git remote and the servers (no DVC cache,
+   nothing of A's or B's), reproduces the version's metrics.
 And the planted-secrets search of the stack: the database password, MLflow's passwords, Prefect's auth string
 and the S3 keys appear in none of A's files, the hosts' console output, any command line while the journey ran,
 MLflow's runs and versions, Prefect's flow runs, or the bucket. Run it alone with `pytest -m stack`.
@@ -167,10 +169,15 @@ def test_a_deployment_runs_on_another_hosts_worker_and_a_fresh_host_rebuilds_it_
             run = wait_for_flow_run(env, run_deployment(host_a, project, env))
             print(f"\nthe pipeline deployment on host B's worker: {time.monotonic() - began:.0f} s")
             assert run["state_type"] == "COMPLETED", worker_log(log)[-5000:]
+            checked(host_c.run("git", "clone", "-q", f"file://{remote}", "retrain", env=env))
+            accepted = host_c.run("python", "-c", ACCEPT_A_BATCH, cwd=host_c.home / "retrain", env=env)
+            assert checked(accepted) and accepted.stdout.split()[-1] == "1"   # files the shared index names
+            offset = len(worker_log(log))
             with concurrent.futures.ThreadPoolExecutor(1) as meanwhile:   # C rebuilds while B's machine dies
                 rebuild = meanwhile.submit(rebuild_on_a_fresh_host, host_c, remote, env)
                 crashed, crashed_after_s = kill_the_machine_mid_training(host_a, host_b, project, env, log)
                 rebuilt = rebuild.result()
+            assert "pulled 1 accepted batch file(s) named by the shared index" in worker_log(log)[offset:]
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(worker.pid, signal.SIGTERM)
@@ -187,6 +194,25 @@ def test_a_deployment_runs_on_another_hosts_worker_and_a_fresh_host_rebuilds_it_
              **bucket_texts(env, BUCKET)}
     assert len(command_lines.seen) > 50                                # the watch saw the run's processes
     assert leaks(project, texts, secrets) == {}
+
+
+# What a retrain on host C does with an accepted batch (tasks/retrain.py keep_batch): on the tracking server it goes
+# into the shared index, under the model's registry lock on the Prefect server. Prints the files the index names.
+ACCEPT_A_BATCH = """
+from tasks.config import load_params
+from tasks.core import paths
+from tasks.core.registry import registry_client
+from tasks.core.sources import generate_customers
+from tasks.ops.batch_index import shared_snapshot
+from tasks.retrain import keep_batch
+params = load_params()
+def store():
+    paths.BATCHES.mkdir(parents=True, exist_ok=True)
+    generate_customers(60, seed=21).to_parquet(paths.BATCHES / "host-c.parquet", index=False)
+    return paths.BATCHES / "host-c.parquet"
+keep_batch(params, store)
+print(shared_snapshot(registry_client(params.tracking), params.data.registered_model_name())["nfiles"])
+"""
 
 
 def run_deployment(host: Host, project: Path, env: dict[str, str]) -> str:
