@@ -1,9 +1,10 @@
 """A flow run whose process dies with its machine (SIGKILL, power, a worker host gone) never reports its end: Prefect
 keeps it Running for good, and a deployment's concurrency slot with it. Every flow run sends a heartbeat event every
-PREFECT_FLOWS_HEARTBEAT_FREQUENCY seconds (prefect.yaml's job env sets HEARTBEAT_S, Prefect's minimum); the
-automation `torchship-crash-watch`, which `torchship deploy` creates on the server, marks a torchship flow run
-Crashed when no heartbeat and no final state followed its last heartbeat within SILENCE_S (Prefect's recipe for
-"zombie" flow runs, read in Prefect 3.9.1: a proactive trigger, evaluated every 5 s by default).
+PREFECT_FLOWS_HEARTBEAT_FREQUENCY seconds (every torchship command and prefect.yaml's job env set HEARTBEAT_S,
+Prefect's minimum: tasks/core/env.py); the automation `torchship-crash-watch`, which `torchship deploy` creates on
+the server, marks a torchship flow run Crashed when no heartbeat and no final state followed its last heartbeat
+within SILENCE_S (Prefect's recipe for "zombie" flow runs, read in Prefect 3.9.1: a proactive trigger, evaluated
+every 5 s by default).
 
 The bound (`crashed_within_s`): the last heartbeat came at most HEARTBEAT_S before the death, so the run is Crashed
 at most HEARTBEAT_S + SILENCE_S + the evaluation interval after it. The locks it held need no watch: their leases
@@ -14,7 +15,6 @@ HEARTBEAT_S = 30            # Prefect refuses less; JOB_ENV (tasks/core/env.py) 
 SILENCE_S = 3 * HEARTBEAT_S  # two missed heartbeats are not yet a death: a busy 2-core box delays one
 EVALUATION_S = 5            # PREFECT_SERVER_EVENTS_PROACTIVE_GRANULARITY's default
 AUTOMATION = "torchship-crash-watch"
-HEARTBEAT_ENV = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
 FINAL = ("Completed", "Failed", "Cancelled", "Crashed")
 
 

@@ -2,7 +2,7 @@
 accepts it, it watches only torchship's flows, and the heartbeat it counts on is the one deployed runs send."""
 from __future__ import annotations
 
-from tasks.core.env import JOB_ENV
+from tasks.core.env import HEARTBEAT_ENV, JOB_ENV, QUIET
 from tasks.ops import crash_watch
 
 
@@ -18,7 +18,7 @@ def test_prefect_accepts_the_automation_and_it_crashes_only_silent_torchship_run
     assert crash_watch.automation_spec()["trigger"]["match_related"]["prefect.resource.name"] == "torchship-*"
 
 
-def test_deployed_runs_send_the_heartbeat_the_watch_counts_on():
-    assert JOB_ENV[crash_watch.HEARTBEAT_ENV] == str(crash_watch.HEARTBEAT_S)
+def test_every_run_sends_the_heartbeat_the_watch_counts_on():
+    assert JOB_ENV[HEARTBEAT_ENV] == QUIET[HEARTBEAT_ENV] == str(crash_watch.HEARTBEAT_S)   # deployed runs, and CLI
     assert crash_watch.SILENCE_S >= 2 * crash_watch.HEARTBEAT_S   # one late heartbeat is no death
     assert crash_watch.crashed_within_s() == crash_watch.HEARTBEAT_S + crash_watch.SILENCE_S + 5
