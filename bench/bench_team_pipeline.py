@@ -39,7 +39,7 @@ from tasks.core.procs import sigterm_raises  # noqa: E402
 from tasks.ops.stack import shell_env, stack_down, stack_status  # noqa: E402
 from tasks.ops.stack_parts import BUCKET  # noqa: E402
 from tasks.ops.stack_state import StackPaths  # noqa: E402
-from tests.integration.test_stack import evaluated  # noqa: E402  (what `eval "$(torchship stack env)"` exports)
+from tests.helpers.stack import evaluated  # noqa: E402  (what `eval "$(torchship stack env)"` exports)
 
 GOAL_RATIO = 1.3
 BIN = Path(sys.executable).parent

@@ -12,7 +12,7 @@ from tasks.config import Params, load_params
 from tasks.core import paths, sources, tracking
 from tasks.core.artifacts import read_json
 from tasks.core.verdicts import BlessOutcome
-from tasks.ops import reproduce
+from tasks.ops import batch_index, reproduce
 from tasks.ops.approvals import review_approvals
 from tasks.ops.lineage import git_state
 from tasks.ops.summary import PipelineSummary, summarize
@@ -37,6 +37,14 @@ canary_step = task(name="canary")(canary.run)
 approvals_review = task(name="approvals")(review_approvals)
 
 
+@task(name="pull-batches", retries=2, retry_delay_seconds=10)   # I/O on the tracking server and the DVC remote
+def pull_batches(params: Params) -> str:
+    """The accepted batches the shared index names (a retrain on another worker may have added one)."""
+    outcome = batch_index.pull_shared_batches(params.tracking, params.data.registered_model_name())
+    get_run_logger().info(outcome)
+    return outcome
+
+
 @task(name="check-source")
 def check_source(params: Params) -> None:
     """Refuse a missing file or target column now, not after the stages start; then refresh data/source.json
@@ -58,6 +66,7 @@ def pipeline(params_file: str = "params.yaml", trigger: dict[str, str] | None = 
     approvals (promotion.approval: decisions made since, timeouts) -> canary.
     `trigger`: tags naming why this run happened (a retrain's window), put on the run and a new version."""
     params = load_params(params_file)
+    pull_batches(params)
     check_source(params)
     run_tags = {**git_state(), "data_source": params.data.source, **(trigger or {})}
     with (workspace_slot("the pipeline run", params.retrain.workspace_wait_s),

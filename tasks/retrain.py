@@ -1,11 +1,13 @@
 """retrain: turn the labelled production window into a training batch. Rows with feedback labels (newer than
 what an earlier retrain used) are screened row by row (bad rows to quarantine with a report), the rest are
-judged at the contract's batch door, stored under data/batches/ and snapshotted by DVC (`dvc add`), so
-dvc.lock and the new version's lineage name the data the retrain saw. The flow then re-runs the pipeline:
-the normal gates bless or reject the result and the canary decides; a retrain never promotes by itself."""
+judged at the contract's batch door, stored under data/batches/ and snapshotted by DVC (`dvc add`; on the team
+topology into the shared batch index, under the model's registry lock), so dvc.lock and the new version's lineage
+name the data the retrain saw. The flow then re-runs the pipeline: the normal gates bless or reject the result
+and the canary decides; a retrain never promotes by itself."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +21,7 @@ from tasks.core.gate import GateResult
 from tasks.core.quarantine import quarantine_folder
 from tasks.monitoring.batch_door import accept_batch, contract_from_schema, judge_rows
 from tasks.monitoring.window import LABEL, Window
+from tasks.ops import batch_index
 
 log = logging.getLogger("torchship.retrain")
 BATCH_NAME = "retrain-window"
@@ -90,17 +93,13 @@ def take_window(params: Params, window: Window, since: float, until: float) -> R
         folder = quarantine_rows(good, gate, BATCH_NAME)
         return RetrainBatch(gate=gate.model_copy(update={"evidence": str(folder / "report.json")}), accepted_rows=0,
                             quarantined_rows=len(table), quarantine=str(folder), **common)
-    accepted = accept_batch(typed.reset_index(drop=True), BATCH_NAME)
-    snapshot_batches()
+    accepted = keep_batch(params, lambda: accept_batch(typed.reset_index(drop=True), BATCH_NAME))
     log.info("retrain: %d labelled rows accepted into %s (%d quarantined)", len(typed), accepted, len(bad))
     return RetrainBatch(gate=gate, accepted_rows=len(typed), quarantined_rows=len(bad), batch=str(accepted),
                         quarantine=quarantine, **common)
 
 
-def snapshot_batches() -> None:
-    """`dvc add data/batches`: the accepted batches become a DVC-tracked snapshot (data/batches.dvc, cached),
-    restorable with `dvc checkout` and pushed with `dvc push` like any DVC data."""
-    from dvc.repo import Repo
-
-    with Repo(".") as repo:
-        repo.add(str(paths.BATCHES))
+def keep_batch(params: Params, store: Callable[[], Path]) -> Path:
+    """Store the accepted batch and snapshot data/batches/ with DVC, so dvc.lock and the version's lineage name it;
+    on the team topology into the shared batch index (tasks/ops/batch_index.py)."""
+    return batch_index.keep_batch(params.tracking, params.data.registered_model_name(), store)

@@ -79,10 +79,28 @@ def deploy() -> None:
     result = subprocess.run([*prefect, "--no-prompt", "deploy", "--all"], capture_output=True, text=True, cwd=root)
     if result.returncode != 0:
         fail(f"prefect deploy --all failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+    ensure_crash_watch(prefect, root)
     console.print(f"deployed to {api}: pipeline (cron), monitor (interval), retrain (on torchship.drift.detected), "
                   "canary (on demand)")
     console.print(f"Start a worker in this folder:\n  [bold]prefect worker start --pool {POOL}[/]\n"
                   "Run one now: prefect deployment run 'torchship-pipeline/pipeline'")
+
+
+def ensure_crash_watch(prefect: list[str], root) -> None:
+    """The automation that marks the flow run of a machine that died Crashed (tasks/ops/crash_watch.py), created
+    once per server."""
+    import json
+
+    from tasks.ops.crash_watch import AUTOMATION, automation_spec, crashed_within_s
+
+    found = subprocess.run([*prefect, "automation", "inspect", AUTOMATION], capture_output=True, text=True, cwd=root)
+    if found.returncode != 0:
+        created = subprocess.run([*prefect, "automation", "create", "--from-json", json.dumps(automation_spec())],
+                                 capture_output=True, text=True, cwd=root)
+        if created.returncode != 0:
+            fail(f"could not create the automation {AUTOMATION}:\n{created.stdout[-2000:]}{created.stderr[-2000:]}")
+    console.print(f"automation [bold]{AUTOMATION}[/]: a flow run whose machine died is marked Crashed within "
+                  f"{crashed_within_s():.0f} s")
 
 
 @demo_app.command("drift")

@@ -18,11 +18,16 @@ TELEMETRY_OFF = {
 }
 # Inductor's parallel compile workers fight inference (and each other) for 2 cores.
 COMPILE_THREADS = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+HEARTBEAT_ENV = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"   # seconds between a flow run's heartbeat events
 # What a deployed flow run needs beyond the worker's own environment: prefect.yaml's job env is exactly this.
 JOB_ENV = {
     **TELEMETRY_OFF,
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",   # a bar per tiny download is noise in the run summary
     **COMPILE_THREADS,
+    # Heartbeats let the server mark a run Crashed when its machine dies (tasks/ops/crash_watch.py keeps the value).
+    # Every command sends them, not only deployed runs: `torchship run` against a server that has the watch would
+    # otherwise beat at Prefect's default, slower than the watch's silence, and be marked Crashed while it works.
+    HEARTBEAT_ENV: "30",
 }
 # Every CLI command besides (a deployment keeps Prefect's log level: its logs are what the UI shows).
 QUIET = {

@@ -2,11 +2,9 @@
 `mlflow server` with basic auth, `prefect server` with its auth string and one worker, all on 127.0.0.1.
 
 torchship's own tracking set-up, given only what `torchship stack env` prints (the variables, and the tracking
-params for `--set`), logs a run whose artifact lands in the bucket (read back with boto3); a whole `torchship run`
-set up the same way registers its version on the MLflow server, pushes its data to the bucket's DVC remote and
-reports its flow run to the Prefect server, and none of the stack's secrets appears in the project's files, its
-console output, any command line while it ran, MLflow's params and tags, Prefect's flow run parameters or the
-bucket's objects; wrong S3 keys and a wrong MLflow or Prefect password are refused; no secret is on any
+params for `--set`), logs a run whose artifact lands in the bucket (read back with boto3) (a whole pipeline on the
+stack, and the planted-secrets search over it, are the journey test's: tests/integration/test_journey.py); wrong
+S3 keys and a wrong MLflow or Prefect password are refused; no secret is on any
 process's command line or in the logs; the secrets file is 0600 and the same after down/up, and the run is still
 there (PostgreSQL kept it); down leaves nothing running. Run it alone with `pytest -m stack`.
 """
@@ -22,50 +20,20 @@ import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tasks.core.env import STACK_DIR_ENV
 from tasks.ops.overrides import parse_assignment
 from tasks.ops.stack import stack_down
 from tasks.ops.stack_parts import BUCKET, HOST
 from tasks.ops.stack_state import StackPaths, StackState, read_env_file
-from tests.conftest import BIN, REPO, make_project
-from tests.helpers import light_run_flags
-from tests.reliability.test_secrets import leaks
+from tests.conftest import REPO
+from tests.helpers.stack import evaluated, mlflow_http, prefect_http, read, require_parts, s3_client
+from tests.helpers.stack import stack_cli as torchship
 
 pytestmark = [pytest.mark.integration, pytest.mark.stack]
-HTTP_TIMEOUT_S = 60   # httpx's default 5 s: a server's first answer after `up` took longer at load 10 on 2 cores
-UP_TIMEOUT_S = 400   # a first up migrates two databases; on a busy 2-core box that took up to 80 s
-
-
-def require_parts() -> None:
-    """PostgreSQL and moto must be installed (`make stack-deps`); a skip says so, a failure under CI=true."""
-    missing = [what for what, there in (("Debian's postgresql", any(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))),
-                                        ("moto[server]", (BIN / "moto_server").exists())) if not there]
-    if missing:
-        message = f"{', '.join(missing)} not installed: run `make stack-deps`"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-
-
-def torchship(paths: StackPaths, *args: str, timeout: float = UP_TIMEOUT_S) -> str:
-    done = subprocess.run([str(BIN / "torchship"), "stack", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, STACK_DIR_ENV: str(paths.root)})
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
-def evaluated(lines: str) -> dict[str, str]:
-    """The variables the lines of `torchship stack env` export, as a shell has them after eval."""
-    dumped = subprocess.run(["bash", "-c", f'{lines}\nenv -0'], capture_output=True, text=True, check=True, timeout=30)
-    exported = re.findall(r"^export (\w+)=", lines, flags=re.M)
-    return {name: value for name, value in (item.split("=", 1) for item in dumped.stdout.split("\0") if "=" in item)
-            if name in exported}
 
 
 def statuses(paths: StackPaths) -> dict[str, str]:
@@ -79,14 +47,6 @@ def stack_pids(paths: StackPaths) -> list[int]:
     pids = [int(record["pid"]) for record in state.processes.values()]
     pid_file = paths.postgres / "data" / "postmaster.pid"
     return pids + ([int(pid_file.read_text().split()[0])] if pid_file.exists() else [])
-
-
-def read(path: Path) -> bytes:
-    """A /proc file, or nothing when its process ended meanwhile."""
-    try:
-        return path.read_bytes()
-    except OSError:
-        return b""
 
 
 def alive(pid: int) -> bool:
@@ -129,14 +89,6 @@ def env(env_lines) -> dict[str, str]:
     return evaluated(env_lines)
 
 
-def s3_client(env: dict[str, str], **override):
-    import boto3
-
-    keys = {"aws_access_key_id": env["AWS_ACCESS_KEY_ID"], "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
-            **override}
-    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_DEFAULT_REGION"], **keys)
-
-
 def test_up_starts_every_part_and_a_second_up_changes_nothing(stack):
     assert statuses(stack) == {"postgres": "up", "moto": "up", "mlflow": "up", "prefect": "up", "worker-1": "up"}
     before = stack_pids(stack)
@@ -174,81 +126,6 @@ def test_torchship_set_up_by_what_stack_env_prints_logs_a_run_whose_artifact_lan
     (stack.root / "test-run-id").write_text(run_id)
 
 
-class CommandLines:
-    """Every process's command line, read from /proc every 0.1 s in a thread while in use: what `ps` shows other
-    users of the machine (a secret passed as an argument would be there)."""
-
-    def __init__(self):
-        self.seen: set[str] = set()
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self.watch, daemon=True)
-
-    def watch(self) -> None:
-        while not self.stopped.wait(0.1):
-            self.seen.update(read(path).replace(b"\0", b" ").decode(errors="replace")
-                             for path in Path("/proc").glob("[0-9]*/cmdline"))
-
-    def __enter__(self) -> CommandLines:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopped.set()
-        self.thread.join(timeout=30)
-
-
-def server_records(env: dict[str, str]) -> dict:
-    """What the servers keep about the runs: MLflow's runs (params, tags) and model versions (tags), and
-    Prefect's flow runs (parameters)."""
-    import httpx
-
-    mlflow_auth = (env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"])
-    api = f"{env['MLFLOW_TRACKING_URI']}/api/2.0/mlflow"
-    experiments = httpx.post(f"{api}/experiments/search", json={"max_results": 100}, auth=mlflow_auth,
-                             timeout=HTTP_TIMEOUT_S).json()
-    ids = [e["experiment_id"] for e in experiments.get("experiments", [])]
-    runs = httpx.post(f"{api}/runs/search", json={"experiment_ids": ids, "max_results": 1000}, auth=mlflow_auth,
-                      timeout=HTTP_TIMEOUT_S)
-    versions = httpx.get(f"{api}/model-versions/search", params={"max_results": 1000}, auth=mlflow_auth,
-                         timeout=HTTP_TIMEOUT_S)
-    flow_runs = httpx.post(f"{env['PREFECT_API_URL']}/flow_runs/filter", json={},
-                           auth=tuple(env["PREFECT_API_AUTH_STRING"].split(":", 1)), timeout=HTTP_TIMEOUT_S)
-    for answer in (runs, versions, flow_runs):
-        assert answer.status_code == 200, answer.text[:500]
-    return {"runs": runs.json().get("runs", []), "versions": versions.json().get("model_versions", []),
-            "flow_runs": flow_runs.json()}
-
-
-def test_a_pipeline_run_on_the_stack_uses_every_server_and_leaks_none_of_its_secrets(stack, env_lines, env,
-                                                                                   tmp_path):
-    project = make_project(tmp_path / "project")
-    settings = re.findall(r"--set (tracking\.\S+)", env_lines)   # what `stack env` says to pass
-    run_env = {**project.env(), **env}
-    for command in (["dvc", "remote", "add", "-d", "-f", "stack", f"s3://{BUCKET}/dvc"],
-                    ["git", "commit", "-qam", "DVC remote: the team's bucket"]):
-        subprocess.run(command, cwd=project.root, env=run_env, check=True, capture_output=True, timeout=60)
-    with CommandLines() as command_lines:
-        run = project.torchship("run", *[a for s in settings for a in ("--set", s)], *light_run_flags(), env=run_env)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "v1 is champion (first model)" in run.stdout
-    assert not (project.root / "mlflow" / "mlflow.db").exists()          # the registry is the server's
-    records = server_records(env)
-    assert [(v["name"], v["version"]) for v in records["versions"]] == [("synthetic-churn", "1")], records["versions"]
-    assert any(r["state_type"] == "COMPLETED" and "params_file" in r["parameters"] for r in records["flow_runs"])
-    objects = s3_client(env).list_objects_v2(Bucket=BUCKET).get("Contents", [])
-    keys = [item["Key"] for item in objects]
-    assert any(key.endswith("model.onnx") for key in keys), keys                  # MLflow's artifacts
-    assert any(key.startswith("dvc/") for key in keys), keys                       # register's `dvc push`
-    bucket = {key: s3_client(env).get_object(Bucket=BUCKET, Key=key)["Body"].read().decode(errors="replace")
-              for key in keys if not key.startswith("dvc/")}   # DVC's objects are the data, hashed by content
-    secrets = [value for value in read_env_file(stack.secrets).values() if len(value) >= 8]
-    texts = {"stdout": run.stdout, "stderr": run.stderr, "command lines": "\n".join(command_lines.seen),
-             "MLflow and Prefect records": json.dumps(records),
-             **{f"s3://{BUCKET}/{key}": text for key, text in bucket.items()}}
-    assert len(command_lines.seen) > 50                                # the watch saw the run's processes
-    assert leaks(project.root, texts, secrets) == {}
-
-
 def test_wrong_s3_keys_are_refused(env):
     from botocore.exceptions import ClientError
 
@@ -260,19 +137,14 @@ def test_wrong_s3_keys_are_refused(env):
 
 
 def test_a_wrong_mlflow_or_prefect_password_is_refused(env):
-    import httpx
-
-    search = f"{env['MLFLOW_TRACKING_URI']}/api/2.0/mlflow/experiments/search?max_results=1"
-    assert httpx.get(search, auth=(env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"]),
-                     timeout=HTTP_TIMEOUT_S).status_code == 200
-    assert httpx.get(search, auth=(env["MLFLOW_TRACKING_USERNAME"], "wrong-password"),
-                     timeout=HTTP_TIMEOUT_S).status_code == 401
-    assert httpx.get(search, timeout=HTTP_TIMEOUT_S).status_code == 401
-    flows = f"{env['PREFECT_API_URL']}/flows/filter"
+    user = env["MLFLOW_TRACKING_USERNAME"]   # {}: the stack's own credentials
+    for auth, status in (({}, 200), ({"auth": (user, "wrong-password")}, 401), ({"auth": None}, 401)):
+        with mlflow_http(env, **auth) as mlflow:
+            assert mlflow.get("/experiments/search", params={"max_results": 1}).status_code == status
     user = env["PREFECT_API_AUTH_STRING"].split(":")[0]
-    assert httpx.post(flows, json={}, auth=tuple(env["PREFECT_API_AUTH_STRING"].split(":", 1)),
-                      timeout=HTTP_TIMEOUT_S).status_code == 200
-    assert httpx.post(flows, json={}, auth=(user, "wrong-password"), timeout=HTTP_TIMEOUT_S).status_code == 401
+    for auth, status in (({}, 200), ({"auth": (user, "wrong-password")}, 401)):
+        with prefect_http(env, **auth) as prefect:
+            assert prefect.post("/flows/filter", json={}).status_code == status
 
 
 # An alias move's lock, as a worker on the stack takes it: the Prefect limit of the model, through the auth string.
@@ -319,11 +191,9 @@ def test_the_secrets_file_is_private_and_survives_down_and_up(stack, env):
     print(f"up again: {time.monotonic() - began:.1f} s")
     assert stack.secrets.read_text() == before and stat.S_IMODE(stack.secrets.stat().st_mode) == 0o600
     assert evaluated(torchship(stack, "env")) == env
-    import httpx
-
     run_id = (stack.root / "test-run-id").read_text()
-    kept = httpx.get(f"{env['MLFLOW_TRACKING_URI']}/api/2.0/mlflow/runs/get", params={"run_id": run_id},
-                     auth=(env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"]), timeout=HTTP_TIMEOUT_S)
+    with mlflow_http(env) as mlflow:
+        kept = mlflow.get("/runs/get", params={"run_id": run_id})
     assert kept.status_code == 200, kept.text   # PostgreSQL kept the run (moto's objects are in memory only)
     s3_client(env).head_bucket(Bucket=BUCKET)    # the same keys work on the new moto: issued from the same seed
 

@@ -27,6 +27,9 @@ QUOTED_DEFAULTS = {
        for figure, check in (("60 s", lambda: _lock()["lease"] == 60), ("45 s", lambda: _lock()["renewed"] == 45),
                              ("120 s", lambda: _lock()["wait"] == 120), ("76 s", lambda: _lock()["bound"] == 76))},
     ("docs/stack.md", "66 s"): lambda: _lock()["stack_bound"] == 66,
+    **{("docs/deploy.md", figure): check for figure, check in (("30 s", lambda: _crash_watch()["heartbeat"] == 30),
+                                                               ("90 s", lambda: _crash_watch()["silence"] == 90),
+                                                               ("125 s", lambda: _crash_watch()["bound"] == 125))},
 }
 # The six tasks people come with (../shared/JOURNEYS.md) and the guide the README's first 40 lines must link.
 JOURNEY_GUIDES = {"try it": "docs/getting-started.md", "own data": "docs/own-data.md",
@@ -53,6 +56,14 @@ def _lock() -> dict[str, float]:
     assert ServerServicesRepossessorSettings.model_fields["loop_seconds"].default == REPOSSESSOR_LOOP_S
     return {"lease": LEASE_S, "renewed": LEASE_S * _RENEWAL_FRACTION, "wait": SERVER_LOCK_WAIT_S,
             "bound": math.ceil(dead_holder_bound_s()), "stack_bound": math.ceil(dead_holder_bound_s(STACK_LOOP_S))}
+
+
+def _crash_watch() -> dict[str, float]:
+    """The figures of tasks/ops/crash_watch.py the docs quote."""
+    from tasks.ops import crash_watch
+
+    return {"heartbeat": crash_watch.HEARTBEAT_S, "silence": crash_watch.SILENCE_S,
+            "bound": crash_watch.crashed_within_s()}
 
 
 def _monitor_interval_s() -> float:

@@ -1,0 +1,274 @@
+"""Issue 21's journey on the team stack, on loopback: hosts that share nothing but the servers, the bucket and the
+git remote. Each host is a Unix user of its own with a private HOME (tests/helpers/hosts.py); the stack is
+`torchship stack up --workers 0` (PostgreSQL, moto's S3 with its checks on, `mlflow server` with basic auth,
+`prefect server` with its auth string).
+
+1. Host A commits the project (tracking on the MLflow server, the DVC remote in the bucket, and the `pull:` steps of
+   docs/deploy.md pointing at a bare git repository on disk, the team's remote), pushes it and runs
+   `torchship deploy`. A worker on host B, which has never seen the project, takes the code by the pull steps
+   (git clone, then `dvc pull`) and runs the `pipeline` deployment: the version is registered on the MLflow
+   server, recorded from the pushed commit, and its artifacts and data land in the bucket.
+-  (the batch index) Host C accepts a batch as a retrain does: it joins the shared index on the MLflow server, under
+   the model's registry lock on the Prefect server, and the next run on B pulls it before it starts.
+5. (the kill) A second run on B is SIGKILLed with every process of host B while it trains (the machine dies): the
+   flow run leaves Running, marked Crashed by `torchship-crash-watch`, within crash_watch.crashed_within_s() (plus
+   a slack for a loaded box), and every Prefect concurrency limit is free again.
+6. Meanwhile `torchship rebuild 1` on host C, with only a clone of the git remote and the servers (no DVC cache,
+   nothing of A's or B's), reproduces the version's metrics.
+And the planted-secrets search of the stack: the database password, MLflow's passwords, Prefect's auth string
+and the S3 keys appear in none of A's files, the hosts' console output, any command line while the journey ran,
+MLflow's runs and versions, Prefect's flow runs, or the bucket. Run it alone with `pytest -m stack`.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tasks.core.prefect_limits import dead_holder_bound_s
+from tasks.ops import crash_watch
+from tasks.ops.stack import stack_down
+from tasks.ops.stack_parts import BUCKET
+from tasks.ops.stack_state import StackPaths, read_env_file
+from tests.conftest import REPO, make_project
+from tests.helpers import LIGHT_RUN
+from tests.helpers.hosts import Host, hosts, kill_processes_of, require_root
+from tests.helpers.stack import (
+    CommandLines,
+    bucket_texts,
+    evaluated,
+    mlflow_http,
+    prefect_http,
+    require_parts,
+    s3_client,
+    server_records,
+    stack_cli,
+)
+from tests.reliability.test_secrets import leaks
+
+pytestmark = [pytest.mark.integration, pytest.mark.stack]
+RUN_TIMEOUT_S = 900      # one tiny pipeline run on a worker: ~2-3 min alone on 2 cores, more beside other tests
+POOL = "torchship-process"
+CRASH_SLACK_S = 30       # a server on a loaded 2-core box evaluates its automations late
+
+
+@pytest.fixture(scope="module")
+def journey():
+    """A stack without workers, three hosts, and the git remote; all removed on every way out."""
+    require_parts()
+    require_root()
+    root = Path(tempfile.mkdtemp(prefix="torchship-journey-", dir="/tmp"))   # others traverse it: PostgreSQL, hosts
+    root.chmod(0o711)
+    paths = StackPaths(root / "stack")
+    paths.root.mkdir(mode=0o711)
+    try:
+        stack_cli(paths, "up", "--workers", "0")
+        with hosts(root / "hosts", "a", "b", "c") as made:
+            yield root, paths, made
+    finally:
+        with contextlib.suppress(Exception):
+            stack_down(paths, os.environ)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def env(journey) -> dict[str, str]:
+    return evaluated(stack_cli(journey[1], "env"))
+
+
+def checked(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 0, f"{done.args[-6:]}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout + done.stderr
+
+
+def git_remote(root: Path, owner: Host, readers: list[Host]) -> Path:
+    """A bare repository on disk, the team's git remote: A pushes to it, every host may read it. Each reader trusts
+    it by name in its own ~/.gitconfig (git refuses another user's repository on disk; a git server would not)."""
+    remote = root / "remote.git"
+    remote.mkdir(mode=0o755)
+    shutil.chown(remote, owner.user, owner.user)
+    checked(owner.run("git", "init", "-q", "--bare", "-b", "main", str(remote)))
+    for host in readers:
+        checked(host.run("git", "config", "--global", "--add", "safe.directory", str(remote)))
+    return remote
+
+
+def publish_project(host: Host, remote: Path, env: dict[str, str]) -> tuple[Path, str]:
+    """Host A's project: tracking on the MLflow server, the DVC remote in the bucket, the docs' pull steps; committed
+    and pushed. Returns the project and the pushed commit."""
+    project = host.home / "project"
+    tracking = {"tracking": {"uri": env["MLFLOW_TRACKING_URI"], "artifacts": None}}
+    make_project(project, {**tracking, **light_params()})
+    with (project / "prefect.yaml").open("a") as handle:
+        handle.write(docs_pull_steps(f"file://{remote}"))
+    subprocess.run(["chown", "-R", f"{host.user}:{host.user}", str(project)], check=True, timeout=60)
+    for command in (["dvc", "remote", "add", "-d", "-f", "stack", f"s3://{BUCKET}/dvc"],
+                    ["git", "commit", "-qam", "the team topology: MLflow server, DVC remote, pull steps"],
+                    ["git", "push", "-q", str(remote), "HEAD:main"]):
+        checked(host.run(*command, cwd=project, env=env))
+    return project, checked(host.run("git", "rev-parse", "HEAD", cwd=project)).strip()
+
+
+def docs_pull_steps(remote: str) -> str:
+    """The `pull:` section of docs/deploy.md, as a team pastes it, with the remote's URL put in."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (REPO / "docs" / "deploy.md").read_text(encoding="utf-8"), re.S)
+    (block,) = [block for block in blocks if block.startswith("pull:")]
+    return "\n" + re.sub(r"repository: \S+", f"repository: {remote}", block, count=1)
+
+
+def light_params() -> dict:
+    """LIGHT_RUN as params (a deployment's run takes no --set)."""
+    from tasks.ops.overrides import merge, parse_assignment
+
+    params: dict = {}
+    for keys, value in map(parse_assignment, LIGHT_RUN):
+        nested: dict = {keys[-1]: value}
+        for key in reversed(keys[:-1]):
+            nested = {key: nested}
+        params = merge(params, nested)
+    return params
+
+
+def wait_for_flow_run(env: dict[str, str], flow_run_id: str, timeout: float = RUN_TIMEOUT_S) -> dict:
+    """The flow run once it reaches a final state."""
+    deadline = time.monotonic() + timeout
+    with prefect_http(env) as prefect:
+        while True:
+            run = prefect.get(f"/flow_runs/{flow_run_id}").json()
+            if run["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+                return run
+            assert time.monotonic() < deadline, f"flow run still {run['state_type']} after {timeout:.0f} s"
+            time.sleep(2)
+
+
+def worker_log(log: Path) -> str:
+    """What host B's worker printed (its flow runs' output included)."""
+    return log.read_text(errors="replace") if log.exists() else ""
+
+
+def test_a_deployment_runs_on_another_hosts_worker_and_a_fresh_host_rebuilds_it_leaking_no_secret(journey, env):
+    root, paths, made = journey
+    host_a, host_b, host_c = made["a"], made["b"], made["c"]
+    remote = git_remote(root, host_a, [host_b, host_c])
+    log = root / "host-b-worker.log"
+    with CommandLines() as command_lines:
+        project, commit = publish_project(host_a, remote, env)
+        deployed = checked(host_a.run("torchship", "deploy", cwd=project, env=env))
+        worker = host_b.start("prefect", "worker", "start", "--pool", POOL, "--name", "host-b", log=log, env=env)
+        try:
+            began = time.monotonic()
+            run = wait_for_flow_run(env, run_deployment(host_a, project, env))
+            print(f"\nthe pipeline deployment on host B's worker: {time.monotonic() - began:.0f} s")
+            assert run["state_type"] == "COMPLETED", worker_log(log)[-5000:]
+            checked(host_c.run("git", "clone", "-q", f"file://{remote}", "retrain", env=env))
+            accepted = host_c.run("python", "-c", ACCEPT_A_BATCH, cwd=host_c.home / "retrain", env=env)
+            assert checked(accepted) and accepted.stdout.split()[-1] == "1"   # files the shared index names
+            offset = len(worker_log(log))
+            with concurrent.futures.ThreadPoolExecutor(1) as meanwhile:   # C rebuilds while B's machine dies
+                rebuild = meanwhile.submit(rebuild_on_a_fresh_host, host_c, remote, env)
+                crashed, crashed_after_s = kill_the_machine_mid_training(host_a, host_b, project, env, log)
+                rebuilt = rebuild.result()
+            assert "pulled 1 accepted batch file(s) named by the shared index" in worker_log(log)[offset:]
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.pid, signal.SIGTERM)
+            worker.wait(timeout=60)
+    assert "v1 rebuilt: every metric within" in rebuilt, rebuilt[-3000:]
+    assert_registered_from_the_remote(env, commit)
+    assert crashed["state_type"] == "CRASHED", crashed["state"]
+    assert crashed_after_s <= crash_watch.crashed_within_s() + CRASH_SLACK_S, crashed_after_s
+    assert_no_slot_taken(env)
+    records = server_records(env)
+    secrets = [value for value in read_env_file(paths.secrets).values() if len(value) >= 8]
+    texts = {"deploy": deployed, "host B's worker": worker_log(log), "rebuild": rebuilt,
+             "command lines": "\n".join(command_lines.seen), "MLflow and Prefect records": str(records),
+             **bucket_texts(env, BUCKET)}
+    assert len(command_lines.seen) > 50                                # the watch saw the run's processes
+    assert leaks(project, texts, secrets) == {}
+
+
+# What a retrain on host C does with an accepted batch (tasks/retrain.py keep_batch): on the tracking server it goes
+# into the shared index, under the model's registry lock on the Prefect server. Prints the files the index names.
+ACCEPT_A_BATCH = """
+from tasks.config import load_params
+from tasks.core import paths
+from tasks.core.registry import registry_client
+from tasks.core.sources import generate_customers
+from tasks.ops.batch_index import shared_snapshot
+from tasks.retrain import keep_batch
+params = load_params()
+def store():
+    paths.BATCHES.mkdir(parents=True, exist_ok=True)
+    generate_customers(60, seed=21).to_parquet(paths.BATCHES / "host-c.parquet", index=False)
+    return paths.BATCHES / "host-c.parquet"
+keep_batch(params, store)
+print(shared_snapshot(registry_client(params.tracking), params.data.registered_model_name())["nfiles"])
+"""
+
+
+def run_deployment(host: Host, project: Path, env: dict[str, str]) -> str:
+    """`prefect deployment run` of the pipeline from host A; the flow run's id."""
+    started = checked(host.run("prefect", "deployment", "run", "torchship-pipeline/pipeline", cwd=project, env=env))
+    return started.split("UUID:")[1].split()[0]
+
+
+def kill_the_machine_mid_training(host_a: Host, host_b: Host, project: Path, env: dict[str, str], log: Path
+                                  ) -> tuple[dict, float]:
+    """A second run on B, and once it trains every process of B SIGKILLed (the worker's machine dies): the flow run
+    as it ended, and the seconds from the kill until it left Running."""
+    offset = len(worker_log(log))
+    flow_run_id = run_deployment(host_a, project, env)
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while "── train ──" not in worker_log(log)[offset:]:
+        assert time.monotonic() < deadline, worker_log(log)[offset:][-3000:]
+        time.sleep(1)
+    kill_processes_of(host_b.user)
+    killed = time.monotonic()
+    run = wait_for_flow_run(env, flow_run_id, timeout=crash_watch.crashed_within_s() + 2 * CRASH_SLACK_S)
+    print(f"SIGKILLed mid-training: {run['state_type']} after {time.monotonic() - killed:.0f} s "
+          f"(bound {crash_watch.crashed_within_s():.0f} s)")
+    return run, time.monotonic() - killed
+
+
+def assert_no_slot_taken(env: dict[str, str]) -> None:
+    """Every Prefect concurrency limit (the registry locks, the workspace slots) is free: the dead run's leases ran
+    out (within prefect_limits.dead_holder_bound_s of its death, shorter than the crash bound)."""
+    deadline = time.monotonic() + dead_holder_bound_s(5)
+    with prefect_http(env) as prefect:
+        while taken := [limit["name"] for limit in prefect.post("/v2/concurrency_limits/filter", json={}).json()
+                        if limit["active_slots"]]:
+            assert time.monotonic() < deadline, taken
+            time.sleep(1)
+
+
+def rebuild_on_a_fresh_host(host: Host, remote: Path, env: dict[str, str]) -> str:
+    """`torchship rebuild 1` in a clone of the git remote: no DVC cache, nothing of the other hosts."""
+    clone = host.home / "project"
+    checked(host.run("git", "clone", "-q", f"file://{remote}", str(clone), env=env))
+    began = time.monotonic()
+    rebuilt = checked(host.run("torchship", "rebuild", "1", cwd=clone, env=env, timeout=RUN_TIMEOUT_S))
+    print(f"rebuild of v1 on host C: {time.monotonic() - began:.0f} s")
+    return rebuilt
+
+
+def assert_registered_from_the_remote(env: dict[str, str], commit: str) -> None:
+    """v1 is champion on the MLflow server, recorded from the pushed commit; its ONNX model and the run's data are
+    in the bucket (MLflow's artifacts, register's `dvc push`)."""
+    with mlflow_http(env) as mlflow:
+        found = mlflow.get("/registered-models/alias", params={"name": "synthetic-churn", "alias": "champion"})
+    assert found.status_code == 200, found.text[:500]
+    version = found.json()["model_version"]
+    tags = {tag["key"]: tag["value"] for tag in version.get("tags", [])}
+    assert version["version"] == "1" and tags["git_commit"] == commit, tags
+    keys = [item["Key"] for item in s3_client(env).list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+    assert any(key.endswith("model.onnx") for key in keys), keys
+    assert any(key.startswith("dvc/") for key in keys), keys
