@@ -73,7 +73,7 @@ AUTO = {"linear": 0.01, "mlp": 0.003}   # fitted.candidates: `auto` compared bot
     ({"model": "mlp", "train_rows": 900, "folds": 5, "epochs": 40, "candidates": AUTO}, 90, 0.90,   # a tie: linear
      "train.model linear (auto picked mlp out of fold)"),
     ({"model": "linear", "train_rows": 900, "folds": 5, "epochs": 40, "candidates": AUTO}, 90, 0.93,
-     "train.model mlp (auto picked linear out of fold)"),
+     "train.model mlp_plr (auto picked linear out of fold)"),
     ({"model": "linear", "train_rows": 900, "folds": 5, "epochs": 40}, 90, 0.86, "bless.max_baseline_gap (now 0.01)"),
 ])
 def test_a_model_behind_the_baselines_is_told_the_gap_the_figures_and_the_knob(fitted, epochs_run, boosting, knob):

@@ -36,7 +36,8 @@ pytestmark = pytest.mark.model
 
 # Few epochs, no schedule fitting: the wine table (~125 training rows, 13 numeric columns, 3 classes) learns in 20.
 QUICK = TrainParams(adapt=False, epochs=20, batch_size=32, patience=20, warmup_fraction=0.1, seed=0,
-                    model_args={"mlp": {"hidden": [16], "dropout": 0.0}})
+                    model_args={"mlp": {"hidden": [16], "dropout": 0.0},
+                                "mlp_plr": {"hidden": [16], "dropout": 0.0, "frequencies": 4, "numeric_dim": 4}})
 
 
 def split_of(frame, schema) -> Split:
@@ -98,7 +99,7 @@ def test_folds_are_stratified_balanced_and_seeded():
 def test_every_member_trains_on_its_own_part_and_every_row_is_scored_out_of_fold(wine, cross_validated):
     _, train, _, _ = wine
     fitted, chosen, runs, _ = cross_validated
-    assert fitted.folds == 5 and [run.candidate.name for run in runs] == ["linear", "mlp"]
+    assert fitted.folds == 5 and [run.candidate.name for run in runs] == ["linear", "mlp_plr"]
     for run in runs:
         assert len(run.members) == 5 and {r["fold"] for r in run.history} == {1, 2, 3, 4, 5}
         assert np.allclose(np.exp(run.out_of_fold).sum(1), 1.0, atol=1e-5)   # every row: its held-out member's vote
