@@ -11,27 +11,24 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
 from models import build_model
-from tasks.baseline import baseline_models, baseline_report
+from tasks.baseline import baseline_report
 from tasks.bless import predict_labels
-from tasks.blessing.quality import judge_candidate
+from tasks.blessing.quality import gate_baselines, judge_candidate
 from tasks.config import Params, TrainParams
 from tasks.contract import Schema, encode_features, encode_target
 from tasks.core.metrics import classification_metrics
 from tasks.prepare import prepare_tables
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.calibration import calibrate_single
-from tasks.training.crossval import candidates_for, cross_validate, finish_cross_validation
+from tasks.training.crossval import candidates_for, cross_validate, cross_validation_rows, finish_cross_validation
 from tasks.training.job import validation_decision
 from tasks.training.loop import STOP_ON_F1, Split, Trainer
 from tasks.training.weights import fit_layout, model_spec
 from tasks.variants.exporters import export_onnx
-
-BASELINE_FOLDS = 5
 
 
 def split_of(frame: pd.DataFrame, schema: Schema) -> Split:
@@ -55,13 +52,15 @@ def train_teacher(params: Params, schema: Schema, train: Split, val: Split, bala
     fitted = fit_training(params.train, len(train.labels))
     settings = fitted_settings(params.train, fitted)
     torch.manual_seed(settings.seed)
-    layout = fit_layout(train.features.numpy(), schema)
     start = plain_starter(n_classes, balanced)
+    if fitted.folds > 1:   # as the worker: the members train on the validation rows too
+        train = cross_validation_rows(train, val)
+    layout = fit_layout(train.features.numpy(), schema)
     if fitted.folds > 1:
         chosen, runs = cross_validate(candidates_for(settings, fitted), train, layout, n_classes, fitted.folds,
                                       settings.seed, start)
         best, _, fitted, summary = finish_cross_validation(chosen, runs, layout, fitted, train.labels.numpy(),
-                                                           params.bless.metric)
+                                                           params.bless.metric, balanced)
         return best, summary["decision"], {"fitted": fitted.headline(), "cross_validation": summary}
     spec = model_spec(settings)
     trainer = start(settings, "", build_model(spec["name"], layout, **spec["kwargs"]), train, val)
@@ -73,29 +72,18 @@ def train_teacher(params: Params, schema: Schema, train: Split, val: Split, bala
     return model, decision, {"fitted": fitted.headline(), "calibration": calibration, "decision": decision}
 
 
-def cv_baseline(train: pd.DataFrame, holdout: pd.DataFrame, schema: Schema, params: Params, seed: int) -> dict:
-    """The best of the four baselines (logistic regression and boosting, defaults and class-balanced) picked by
-    BASELINE_FOLDS-fold cross-validation on the training split on the bless metric, then scored on the holdout."""
-    from sklearn.base import clone
-    from sklearn.model_selection import StratifiedKFold
+def cv_baseline(baselines: dict, train: pd.DataFrame, schema: Schema, params: Params) -> dict:
+    """The baseline the goal compares with: the one baseline.cv_folds-fold cross-validation on the training split
+    picks on the bless metric (the baseline stage's own pick below baseline.cv_max_rows, the same rule above it),
+    with its holdout figures from the stage's report."""
+    from tasks.baseline import pick_baseline
+    from tasks.core.metrics import balances_classes
 
-    features, labels = encode_features(train, schema), encode_target(train[schema.target], schema)
-    n_classes, metric = len(schema.classes), params.bless.metric
-    folds = StratifiedKFold(BASELINE_FOLDS, shuffle=True, random_state=seed)
-    models = baseline_models(schema, params.baseline, add_balanced=True)
-    cv_scores = {}
-    for name, model in models.items():
-        predicted = np.empty_like(labels)
-        for fit_rows, scored_rows in folds.split(features, labels):
-            predicted[scored_rows] = clone(model).fit(features[fit_rows], labels[fit_rows]).predict(
-                features[scored_rows])
-        cv_scores[name] = classification_metrics(labels, predicted, n_classes)[metric]
-    best = max(cv_scores, key=cv_scores.get)
-    holdout_labels = encode_target(holdout[schema.target], schema)
-    predicted = models[best].fit(features, labels).predict(encode_features(holdout, schema))
-    return {"name": best, "cv_scores": cv_scores,
-            "holdout": classification_metrics(holdout_labels, np.asarray(predicted, dtype=np.int64), n_classes),
-            "holdout_labels": holdout_labels, "holdout_predicted": np.asarray(predicted, dtype=np.int64)}
+    name, scores = baselines["picked"], baselines["cv_scores"]
+    if name is None:
+        name, scores = pick_baseline(train, schema, params.baseline, params.bless.metric,
+                                     balances_classes(params.bless.metric))
+    return {"name": name, "cv_scores": scores, "holdout": baselines["models"][name]}
 
 
 def run_table(frame: pd.DataFrame, target: str, source: str, params: Params, seed: int, threads: int,
@@ -121,12 +109,11 @@ def run_table(frame: pd.DataFrame, target: str, source: str, params: Params, see
     holdout_labels = encode_target(prepared.holdout[schema.target], schema)
     served = classification_metrics(holdout_labels, served_labels, len(schema.classes))
     baselines = baseline_report(prepared.train, prepared.holdout, schema, params.baseline, params.bless.metric)
-    verdict = judge_candidate(served, None, True, params.bless, baselines=baselines["models"])
+    verdict = judge_candidate(served, None, True, params.bless, baselines=gate_baselines(baselines))
     return {"seed": seed, "served": served, "served_labels": served_labels, "holdout_labels": holdout_labels,
             "baselines": {name: {m: figures[m] for m in ("accuracy", "f1_macro")}
                           for name, figures in baselines["models"].items()},
-            "cv_baseline": (cv_baseline(prepared.train, prepared.holdout, schema, params, seed)
-                            if with_cv_baseline else None),
+            "cv_baseline": cv_baseline(baselines, prepared.train, schema, params) if with_cv_baseline else None,
             "bless": verdict.gate.status, "bless_reasons": verdict.gate.reasons, "train_s": train_s,
             "rows": {"train": len(prepared.train), "val": len(prepared.val), "holdout": len(prepared.holdout)},
             "classes": len(schema.classes), "report": report}

@@ -13,11 +13,13 @@ from torch import nn
 from models.ensemble import FoldEnsemble
 from models.ft_transformer import FTTransformer, FTTransformerConfig
 from models.linear import LinearConfig, SoftmaxLinear
+from models.periodic import PeriodicMLP, PeriodicMLPConfig
 from models.tabular import FeatureLayout, MLPConfig, TabularMLP, TabularPreprocessor
 
 MODELS: dict[str, Callable[..., nn.Module]] = {
     "linear": SoftmaxLinear,
     "mlp": TabularMLP,
+    "mlp_plr": PeriodicMLP,
     "ft_transformer": FTTransformer,
 }
 # AdamW's usual peak learning rate, for a `package.module:Class` model that declares no `default_lr` of its own.
@@ -50,5 +52,5 @@ def default_lr(name: str) -> float:
 
 
 __all__ = ["FALLBACK_LR", "FTTransformer", "FTTransformerConfig", "FeatureLayout", "FoldEnsemble", "LinearConfig",
-           "MLPConfig", "MODELS", "SoftmaxLinear", "TabularMLP", "TabularPreprocessor", "build_model", "default_lr",
-           "model_class"]
+           "MLPConfig", "MODELS", "PeriodicMLP", "PeriodicMLPConfig", "SoftmaxLinear", "TabularMLP",
+           "TabularPreprocessor", "build_model", "default_lr", "model_class"]

@@ -75,6 +75,16 @@ class MLPConfig:
             raise ValueError(f"dropout {self.dropout} must be in [0, 1)")
 
 
+def mlp_body(width: int, hidden: list[int], dropout: float, n_classes: int) -> nn.Sequential:
+    """(B, width) -> [Linear, ReLU, Dropout] per hidden width -> (B, n_classes) logits."""
+    layers: list[nn.Module] = []
+    for size in hidden:
+        layers += [nn.Linear(width, size), nn.ReLU(), nn.Dropout(dropout)]
+        width = size
+    layers.append(nn.Linear(width, n_classes))
+    return nn.Sequential(*layers)
+
+
 class TabularMLP(nn.Module):
     """Preprocessor -> [Linear, ReLU, Dropout]* -> logits (B, n_classes)."""
 
@@ -88,13 +98,7 @@ class TabularMLP(nn.Module):
         super().__init__()
         config = MLPConfig(**hyper)
         self.preprocess = TabularPreprocessor(layout, config.embedding_dim)
-        layers: list[nn.Module] = []
-        width = self.preprocess.out_features
-        for size in config.hidden:
-            layers += [nn.Linear(width, size), nn.ReLU(), nn.Dropout(config.dropout)]
-            width = size
-        layers.append(nn.Linear(width, layout.n_classes))
-        self.body = nn.Sequential(*layers)
+        self.body = mlp_body(self.preprocess.out_features, config.hidden, config.dropout, layout.n_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classify(self.preprocess(x))

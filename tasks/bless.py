@@ -24,7 +24,7 @@ import numpy as np
 
 from tasks.blessing.performance import Timings, assess_performance, confirmed, describe_machine, time_interleaved
 from tasks.blessing.plots import plot_slices
-from tasks.blessing.quality import HoldoutPredictions, assess_quality, judge_candidate
+from tasks.blessing.quality import HoldoutPredictions, assess_quality, gate_baselines, judge_candidate
 from tasks.blessing.service import request_rows, try_in_service
 from tasks.blessing.stages import combine, combine_outcomes, run_stages
 from tasks.config import Params
@@ -133,7 +133,7 @@ def bless_candidate(params: Params, plots: Path | None = None) -> Blessing:
     candidate = score_onnx(path, schema, threads)
     holdout = load_holdout(schema)
     client = registry_client(params.tracking)
-    baselines = read_json(paths.BASELINE_REPORT)["models"] if paths.BASELINE_REPORT.exists() else None
+    baselines = gate_baselines(read_json(paths.BASELINE_REPORT)) if paths.BASELINE_REPORT.exists() else None
     training = ({**read_json(paths.TRAIN_METRICS), "cv_max_rows": params.train.cv_max_rows}
                 if paths.TRAIN_METRICS.exists() else None)   # what to advise when the candidate trails the baselines
     with tempfile.TemporaryDirectory() as folder:

@@ -26,7 +26,7 @@ def gap_advice(training: dict | None, baselines: dict[str, dict[str, float]], me
     cv_max_rows = training.get("cv_max_rows")
     if folds == 1 and 0 < rows <= CV_WORTH_ROWS and cv_max_rows is not None:
         return (f"train.cv_max_rows above the {rows:,} training rows (now {cv_max_rows:,}), so cross-validated "
-                f"members average away one network's variance and `auto` compares linear and mlp on evidence")
+                f"members average away one network's variance and `auto` compares linear and mlp_plr on evidence")
     if fitted and training.get("epochs_run", 0) >= fitted.get("epochs", 0) * folds:
         return (f"train.epochs (now {fitted['epochs']}): every run used all its epochs without stopping early, "
                 f"so it was still learning")
@@ -34,6 +34,7 @@ def gap_advice(training: dict | None, baselines: dict[str, dict[str, float]], me
     if linear and model and model != "linear":
         return f"train.model linear ({now}): a linear baseline leads on this table"
     if not linear and model == "linear":
-        return f"train.model mlp ({now}): gradient boosting leads, so the table is not linear enough"
+        return (f"train.model mlp_plr ({now}): gradient boosting leads, so the table is not linear enough; periodic "
+                f"numeric embeddings let the network draw its thresholds")
     return (f"bless.max_baseline_gap (now {max_baseline_gap}) to serve this model with the gap known, since "
             f"training already ran as fitted to this table")

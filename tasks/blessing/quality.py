@@ -36,6 +36,13 @@ class QualityVerdict(NamedTuple):
     gate: GateResult
 
 
+def gate_baselines(report: dict) -> dict[str, dict[str, float]]:
+    """What the baseline stage's `report` holds the candidate to: the baseline cross-validation on the training
+    split picked (small tables), else every baseline (the gate takes the best of them on the holdout)."""
+    picked = report.get("picked")
+    return {picked: report["models"][picked]} if picked else report["models"]
+
+
 def judge_candidate(candidate: dict[str, float], champion: dict[str, float] | None, comparable: bool,
                     rules: BlessParams, champion_version: str | None = None, baselines: dict | None = None,
                     gain: dict | None = None, training: dict | None = None) -> QualityVerdict:

@@ -237,7 +237,14 @@ class BaselineParams(Section):
     logistic_max_iter: int = Field(1000, ge=10, description="Solver iterations of the logistic regression.")
     boosting_max_iter: int = Field(100, ge=1, description="Boosting rounds of the histogram gradient-boosting "
                                                           "classifier.")
-    seed: int = Field(0, description="Seed of the gradient boosting (its early stopping split).")
+    seed: int = Field(0, description="Seed of the gradient boosting (its early stopping split) and of the "
+                                     "cross-validation folds that pick the gate's baseline.")
+    cv_folds: int = Field(5, ge=2, description="Folds of the cross-validation on the training split that picks the "
+                                               "one baseline bless compares with (below cv_max_rows).")
+    cv_max_rows: int = Field(2000, ge=0, description="Below this many training rows the gate's baseline is the one "
+                                                     "cross-validation picks (like with like: the holdout never "
+                                                     "chooses it); from here, the best of all on the holdout. "
+                                                     "0 = always the best on the holdout.")
 
 
 class BlessParams(Section):

@@ -22,7 +22,7 @@ from tasks.config import TrainParams
 from tasks.core.metrics import classification_metrics
 from tasks.training.adapt import FittedTraining
 from tasks.training.calibration import calibrate, tempered
-from tasks.training.decision import decision_headline, fit_threshold
+from tasks.training.decision import decision_headline, fit_class_weighting, fit_threshold
 from tasks.training.loop import STOP_ON_LOSS, Split, Trainer, predict_logits
 from tasks.training.weights import model_spec
 
@@ -78,6 +78,14 @@ def candidates_for(settings: TrainParams, fitted: FittedTraining) -> list[Candid
         own = settings.model_copy(update={"model": name, "lr": lr})
         candidates.append(Candidate(name, own, model_spec(own)))
     return candidates
+
+
+def cross_validation_rows(train: Split, val: Split) -> Split:
+    """The rows cross-validation deals into folds: the training and the validation split together. Each member
+    early-stops on its own inner split, so a separate validation split would only be rows nothing learns from
+    (15% of a small table); the out-of-fold figures still judge every row out of sample, the holdout stays out."""
+    soft = None if train.soft is None or val.soft is None else torch.cat([train.soft, val.soft])
+    return Split(torch.cat([train.features, val.features]), torch.cat([train.labels, val.labels]), soft)
 
 
 def _rows(split: Split, mask: torch.Tensor) -> Split:
@@ -137,25 +145,28 @@ def cross_validate(candidates: list[Candidate], train: Split, layout: FeatureLay
     return (pick_family(runs) if score else runs[0]), runs
 
 
-def ensemble_of(run: FamilyRun, layout: FeatureLayout, temperature: float = 1.0) -> FoldEnsemble:
+def ensemble_of(run: FamilyRun, layout: FeatureLayout, temperature: float = 1.0,
+                class_bias: list[float] | None = None) -> FoldEnsemble:
     """The run's members as one module that averages their probabilities (eval mode, on the CPU)."""
     members = []
     for state in run.members:
         member = build_model(run.candidate.spec["name"], layout, **run.candidate.spec["kwargs"])
         member.load_state_dict(state)
         members.append(member)
-    return FoldEnsemble(members, temperature).eval()
+    return FoldEnsemble(members, temperature, class_bias).eval()
 
 
-def ensemble_spec(run: FamilyRun) -> dict:
-    """What `load_trained` rebuilds the ensemble from: the member family's spec and how many members."""
-    return {**run.candidate.spec, "members": len(run.members)}
+def ensemble_spec(run: FamilyRun, class_bias: bool = False) -> dict:
+    """What `load_trained` rebuilds the ensemble from: the member family's spec, how many members, and whether it
+    carries a class bias."""
+    return {**run.candidate.spec, "members": len(run.members), **({"class_bias": True} if class_bias else {})}
 
 
 def cross_validation_summary(chosen: FamilyRun, runs: list[FamilyRun], calibration: dict | None = None) -> dict:
     """For metrics.json, the headline and MLflow: folds, the chosen family, every candidate's out-of-fold scores,
     and the chosen run's calibration (tasks/training/calibration.py)."""
-    return {"folds": len(chosen.members), "metric": SELECTION_METRIC, "chosen": chosen.candidate.name,
+    return {"folds": len(chosen.members), "rows": len(chosen.out_of_fold), "trained_on": "training + validation splits",
+            "metric": SELECTION_METRIC, "chosen": chosen.candidate.name,
             "out_of_fold": chosen.scores, "candidates": {run.candidate.name: run.scores for run in runs},
             "calibration": calibration}
 
@@ -177,22 +188,32 @@ def cross_validation_headline(summary: dict) -> str:
                  f"-> {calibration['ece_after']:.3f})")
     if summary.get("decision"):
         text += f", {decision_headline(summary['decision'])}"
+    weighting = summary.get("class_weighting")
+    if weighting:
+        text += (f", class weighting {weighting['weighting']} (out-of-fold {weighting['metric']} "
+                 f"{weighting['at_trained']:.4f} as trained {weighting['trained_with']}, "
+                 f"{weighting['at_other']:.4f} shifted)")
     return text
 
 
 def finish_cross_validation(chosen: FamilyRun, runs: list[FamilyRun], layout: FeatureLayout,
-                            fitted: FittedTraining, labels: np.ndarray, metric: str = SELECTION_METRIC
-                            ) -> tuple[FoldEnsemble, dict, FittedTraining, dict]:
+                            fitted: FittedTraining, labels: np.ndarray, metric: str = SELECTION_METRIC,
+                            balanced: bool = True) -> tuple[FoldEnsemble, dict, FittedTraining, dict]:
     """On rank 0 after the folds: (the served ensemble, temperature-scaled where its out-of-fold predictions are
     off, its spec, the fitted training with the chosen family in, the summary for the report, whose "decision" is
-    a binary model's threshold for the bless `metric`, fitted on the calibrated out-of-fold probabilities).
-    `labels`: the training split's, in the order the out-of-fold rows are."""
+    a binary model's threshold for the bless `metric` and "class_weighting" a multi-class model's, both fitted on
+    the calibrated out-of-fold probabilities). `labels`: the rows' the out-of-fold predictions are in the order of;
+    `balanced`: whether the members were trained with class-balanced loss weights."""
     calibration = calibrate(chosen.out_of_fold, labels)
     summary = cross_validation_summary(chosen, runs, calibration)
-    summary["decision"] = fit_threshold(tempered(chosen.out_of_fold, calibration["temperature"]), labels, metric,
-                                        "out-of-fold")
+    calibrated = tempered(chosen.out_of_fold, calibration["temperature"])
+    summary["decision"] = fit_threshold(calibrated, labels, metric, "out-of-fold")
+    summary["class_weighting"] = fit_class_weighting(np.log(np.maximum(calibrated, 1e-12)), labels, metric, balanced)
+    shifted = summary["class_weighting"] and any(summary["class_weighting"]["class_bias"])
+    bias = summary["class_weighting"]["class_bias"] if shifted else None
     name = chosen.candidate.name
     if len(runs) > 1:
         fitted = fitted.model_copy(update={"model": name, "lr": fitted.candidates[name], "reasons": [
             *fitted.reasons, f"auto picked {name} by out-of-fold {summary['metric']}: {candidate_scores(summary)}"]})
-    return ensemble_of(chosen, layout, calibration["temperature"]), ensemble_spec(chosen), fitted, summary
+    return (ensemble_of(chosen, layout, calibration["temperature"], bias), ensemble_spec(chosen, bias is not None),
+            fitted, summary)

@@ -33,7 +33,13 @@ from tasks.core.procs import Child, running, tee_lines
 from tasks.training import checkpoint
 from tasks.training.adapt import FittedTraining
 from tasks.training.calibration import calibrate_single
-from tasks.training.crossval import StartFold, candidates_for, cross_validate, finish_cross_validation
+from tasks.training.crossval import (
+    StartFold,
+    candidates_for,
+    cross_validate,
+    cross_validation_rows,
+    finish_cross_validation,
+)
 from tasks.training.decision import fit_threshold
 from tasks.training.distributed import Runtime, broadcast_state, init_runtime, torchrun_command, wrap_model
 from tasks.training.failure import describe_failure
@@ -195,10 +201,13 @@ def worker(params: Params, job: TrainingJob) -> None:
         n_classes = len(schema.classes)
         train = load_split(paths.TRAIN_SPLIT, schema, runtime.device)
         val = load_split(paths.VAL_SPLIT, schema, runtime.device)
+        cross_validated = fitted is not None and fitted.folds > 1
+        if cross_validated:   # members early-stop on inner splits: the validation rows train too
+            train = cross_validation_rows(train, val)
         if job.teacher is not None:
             train.soft = teacher_logits(job.teacher, train.features)
         layout = fit_layout(train.features.cpu().numpy(), schema)
-        if fitted is not None and fitted.folds > 1:
+        if cross_validated:
             chosen, runs = cross_validate(candidates_for(settings, fitted), train, layout, n_classes, fitted.folds,
                                           settings.seed, fold_starter(job, runtime, n_classes), runtime.rank == 0)
             history, settings = chosen.history, chosen.candidate.settings
@@ -210,9 +219,10 @@ def worker(params: Params, job: TrainingJob) -> None:
             history = state.history
         peak_rss_mb = summed_peak_rss_mb()
         if runtime.rank == 0:
-            if fitted is not None and fitted.folds > 1:
+            if cross_validated:
                 best, spec, fitted, summary = finish_cross_validation(chosen, runs, layout, fitted,
-                                                                      train.labels.cpu().numpy(), params.bless.metric)
+                                                                      train.labels.cpu().numpy(), params.bless.metric,
+                                                                      job.balanced)
                 decision = summary["decision"]
             else:
                 best = build_model(spec["name"], layout, **spec["kwargs"])

@@ -56,7 +56,9 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
                "parameters": sum(p.numel() for p in model.parameters()),
                "class_weights": "balanced" if balances_classes(params.bless.metric) else "none",
                "temperature": calibration.get("temperature", 1.0), "threshold": threshold, "decision": decision,
-               "headline": f"val f1 {scores['f1_macro']:.4f}, acc {scores['accuracy']:.4f} "
+               # cross-validated members trained on the validation rows too: their figure there is in sample
+               "headline": f"val{' (in sample)' if cross_validation else ''} f1 {scores['f1_macro']:.4f}, "
+                           f"acc {scores['accuracy']:.4f} "
                            f"({len(history)} epochs, {train_params.strategy} {world}x{backend}, {runtime.precision})"
                            + (f"; {cross_validation_headline(cross_validation)}" if cross_validation
                               else f"; {decision_headline(decision)}" if decision else "")

@@ -66,5 +66,7 @@ def build_trained(spec: dict, layout: FeatureLayout) -> nn.Module:
     """The untrained module a saved spec describes: one model, or (with `members`, from cross-validation) that
     many of it averaged as one FoldEnsemble."""
     if spec.get("members"):
-        return FoldEnsemble([build_model(spec["name"], layout, **spec["kwargs"]) for _ in range(spec["members"])])
+        bias = [0.0] * layout.n_classes if spec.get("class_bias") else None   # its values load with the weights
+        return FoldEnsemble([build_model(spec["name"], layout, **spec["kwargs"]) for _ in range(spec["members"])],
+                            class_bias=bias)
     return build_model(spec["name"], layout, **spec["kwargs"])

@@ -1,7 +1,7 @@
 """A small table through the real CLI: scikit-learn's wine (178 rows, three classes) is below train.cv_max_rows, so
-`train.model: auto` cross-validates the softmax-linear model and the MLP on the same folds, serves the better
-family's members as one averaging graph, and records the choice; the graph is registered as champion and
-`torchship predict` scores rows with it."""
+`train.model: auto` cross-validates the softmax-linear model and the MLP on periodic numeric embeddings on the same
+folds, serves the better family's members as one averaging graph, and records the choice; the graph is registered as
+champion and `torchship predict` scores rows with it."""
 from __future__ import annotations
 
 import json
@@ -25,7 +25,7 @@ def test_a_small_table_is_cross_validated_served_as_one_graph_and_scored(tmp_pat
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     metrics = json.loads((project.root / "data/train/metrics.json").read_text())
     chosen = metrics["cross_validation"]
-    assert chosen["folds"] == 5 and set(chosen["candidates"]) == {"linear", "mlp"}
+    assert chosen["folds"] == 5 and set(chosen["candidates"]) == {"linear", "mlp_plr"}
     assert chosen["chosen"] in chosen["candidates"]
     assert chosen["candidates"][chosen["chosen"]] == chosen["out_of_fold"]   # the chosen family's own figures
     assert f"picked {chosen['chosen']}" in " ".join(run.stdout.split())      # the summary says which and why

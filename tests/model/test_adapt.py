@@ -47,9 +47,9 @@ def test_fitted_settings_leave_nothing_to_resolve():
 
 def test_below_the_cv_threshold_auto_compares_families_on_fold_sized_schedules():
     fitted = fit_training(TrainParams(), 1257)
-    assert fitted.folds == 5 and fitted.candidates == {"linear": 1e-2, "mlp": 3e-3}   # each family's own lr
+    assert fitted.folds == 5 and fitted.candidates == {"linear": 1e-2, "mlp_plr": 3e-3}   # each family's own lr
     assert fitted.train_rows == 1257 and fitted.steps_per_epoch == -(-(1257 - 1257 // 5) // fitted.batch_size)
-    assert any("auto compares linear, mlp" in reason for reason in fitted.reasons)
+    assert any("auto compares linear, mlp_plr" in reason for reason in fitted.reasons)
     explicit = fit_training(TrainParams(model="mlp", lr=0.02), 1257)
     assert explicit.folds == 5 and explicit.candidates == {"mlp": 0.02}   # an explicit model: members, no choice
     assert fit_training(TrainParams(), 2000).folds == 1 and fit_training(TrainParams(), 2000).candidates == {}

@@ -11,6 +11,7 @@ import torch
 from models import build_model
 from tasks.baseline import baseline_models, baseline_report
 from tasks.bless import judge_candidate
+from tasks.blessing.quality import gate_baselines
 from tasks.config import BaselineParams, BlessParams
 from tasks.core.metrics import classification_metrics
 from tasks.core.verdicts import BlessOutcome
@@ -26,8 +27,10 @@ DEFAULTS = {"logistic_regression", "hist_gradient_boosting"}
 
 @pytest.fixture(scope="module")
 def report(encoded):
+    """All four judged on the holdout (cv_max_rows 0: no cross-validated pick, tested on its own below)."""
     prepared = encoded.prepared
-    return baseline_report(prepared.train, prepared.holdout, prepared.schema, BaselineParams(), "f1_macro")
+    return baseline_report(prepared.train, prepared.holdout, prepared.schema, BaselineParams(cv_max_rows=0),
+                           "f1_macro")
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +73,7 @@ AUTO = {"linear": 0.01, "mlp": 0.003}   # fitted.candidates: `auto` compared bot
     ({"model": "mlp", "train_rows": 900, "folds": 5, "epochs": 40, "candidates": AUTO}, 90, 0.90,   # a tie: linear
      "train.model linear (auto picked mlp out of fold)"),
     ({"model": "linear", "train_rows": 900, "folds": 5, "epochs": 40, "candidates": AUTO}, 90, 0.93,
-     "train.model mlp (auto picked linear out of fold)"),
+     "train.model mlp_plr (auto picked linear out of fold)"),
     ({"model": "linear", "train_rows": 900, "folds": 5, "epochs": 40}, 90, 0.86, "bless.max_baseline_gap (now 0.01)"),
 ])
 def test_a_model_behind_the_baselines_is_told_the_gap_the_figures_and_the_knob(fitted, epochs_run, boosting, knob):
@@ -103,3 +106,25 @@ def test_a_candidate_trained_on_the_true_labels_is_blessed(encoded, tiny_train, 
     print(f"candidate f1_macro {candidate['f1_macro']:.4f}, best baseline {best:.4f}")
     assert verdict.outcome is BlessOutcome.FIRST_MODEL and verdict.gate.status == "pass", (verdict, candidate, best)
     assert "baselines: logistic regression" in verdict.gate.reasons[0]
+
+
+def test_on_a_small_table_the_gate_holds_the_candidate_to_the_baseline_cross_validation_picks():
+    """Like with like (issue #23): below baseline.cv_max_rows the gate's baseline is the one k-fold
+    cross-validation on the training split picks, not the best of four on a few dozen holdout rows."""
+    from tasks.config import PrepareParams
+    from tasks.core.sources import generate_customers
+    from tasks.prepare import prepare_tables
+
+    prepared = prepare_tables(generate_customers(300, seed=5), "churned", "synthetic", PrepareParams(seed=0))
+    report = baseline_report(prepared.train, prepared.holdout, prepared.schema, BaselineParams(), "f1_macro")
+    assert set(report["cv_scores"]) == set(report["models"]) == DEFAULTS | {f"{n}_balanced" for n in DEFAULTS}
+    assert report["picked"] == max(report["cv_scores"], key=report["cv_scores"].get)
+    assert gate_baselines(report) == {report["picked"]: report["models"][report["picked"]]}
+    assert "picked by 5-fold cross-validation" in report["headline"]
+    # a candidate within the gap of the picked baseline passes though another one scored higher on the holdout
+    models = {"logistic_regression": {"f1_macro": 0.90}, "hist_gradient_boosting": {"f1_macro": 0.95}}
+    picked = {"models": models, "picked": "logistic_regression"}
+    assert judge_candidate({"f1_macro": 0.895}, None, True, RULES, baselines=gate_baselines(picked)).gate.status \
+        == "pass"
+    assert judge_candidate({"f1_macro": 0.895}, None, True, RULES,
+                           baselines=gate_baselines({**picked, "picked": None})).gate.status == "fail"

@@ -36,7 +36,8 @@ pytestmark = pytest.mark.model
 
 # Few epochs, no schedule fitting: the wine table (~125 training rows, 13 numeric columns, 3 classes) learns in 20.
 QUICK = TrainParams(adapt=False, epochs=20, batch_size=32, patience=20, warmup_fraction=0.1, seed=0,
-                    model_args={"mlp": {"hidden": [16], "dropout": 0.0}})
+                    model_args={"mlp": {"hidden": [16], "dropout": 0.0},
+                                "mlp_plr": {"hidden": [16], "dropout": 0.0, "frequencies": 4, "numeric_dim": 4}})
 
 
 def split_of(frame, schema) -> Split:
@@ -72,6 +73,17 @@ def cross_validated(wine):
     return fitted, chosen, runs, finish_cross_validation(chosen, runs, layout, fitted, train.labels.numpy())
 
 
+def test_the_validation_rows_train_too_and_are_scored_out_of_fold(wine):
+    """Members early-stop on inner splits of their own part, so cross-validation deals the training and the
+    validation split into folds: no row of a small table sits idle (the holdout stays out)."""
+    from tasks.training.crossval import cross_validation_rows
+
+    _, train, val, _ = wine
+    joined = cross_validation_rows(train, val)
+    assert torch.equal(joined.features, torch.cat([train.features, val.features]))
+    assert torch.equal(joined.labels, torch.cat([train.labels, val.labels])) and joined.soft is None
+
+
 def test_folds_are_stratified_balanced_and_seeded():
     labels = np.array([0] * 50 + [1] * 23 + [2] * 7)
     folds = fold_assignment(labels, 5, seed=3)
@@ -87,7 +99,7 @@ def test_folds_are_stratified_balanced_and_seeded():
 def test_every_member_trains_on_its_own_part_and_every_row_is_scored_out_of_fold(wine, cross_validated):
     _, train, _, _ = wine
     fitted, chosen, runs, _ = cross_validated
-    assert fitted.folds == 5 and [run.candidate.name for run in runs] == ["linear", "mlp"]
+    assert fitted.folds == 5 and [run.candidate.name for run in runs] == ["linear", "mlp_plr"]
     for run in runs:
         assert len(run.members) == 5 and {r["fold"] for r in run.history} == {1, 2, 3, 4, 5}
         assert np.allclose(np.exp(run.out_of_fold).sum(1), 1.0, atol=1e-5)   # every row: its held-out member's vote
@@ -127,14 +139,16 @@ def test_a_tie_goes_to_the_simpler_family(cross_validated):
     assert pick_family(tied).candidate.name == "linear"
 
 
-@pytest.mark.parametrize("temperature", [1.0, 1.7])
+@pytest.mark.parametrize("temperature,class_bias", [(1.0, None), (1.7, [0.4, -0.3, 0.0])])
 def test_the_served_graph_averages_its_members_probabilities_at_its_temperature(wine, cross_validated, tmp_path,
-                                                                                 temperature):
+                                                                                 temperature, class_bias):
     import onnx
 
-    prepared, _, _, _ = wine
-    _, _, _, (ensemble, _, _, _) = cross_validated
-    tempered_ensemble = FoldEnsemble(list(ensemble.members), temperature).eval()
+    prepared, _, _, layout = wine
+    _, _, _, (ensemble, spec, _, _) = cross_validated
+    tempered_ensemble = FoldEnsemble(list(ensemble.members), temperature, class_bias).eval()
+    rebuilt = build_trained({**spec, "class_bias": class_bias is not None}, layout)   # what load_trained builds
+    rebuilt.load_state_dict(tempered_ensemble.state_dict())
     schema = prepared.schema
     path = tmp_path / "ensemble.onnx"
     export_onnx(tempered_ensemble, schema, "legacy", path)   # dynamo (the default) passes too (export stage), slower
@@ -147,8 +161,11 @@ def test_the_served_graph_averages_its_members_probabilities_at_its_temperature(
         # log of the mean without log(0) where a far-out row gives a class no probability at all
         log_mean = (torch.logsumexp(torch.stack([torch.log_softmax(z, 1) for z in each]), 0) - np.log(len(each)))
     probabilities = predict_proba(served, schema, rows)
-    np.testing.assert_allclose(probabilities, tempered(log_mean.numpy(), temperature), atol=1e-5)
-    assert np.array_equal(probabilities.argmax(1), mean.argmax(1))   # a temperature never changes the class
+    expected = tempered(log_mean.numpy() + temperature * np.asarray(class_bias or 0.0), temperature)
+    np.testing.assert_allclose(probabilities, expected, atol=1e-5)
+    np.testing.assert_allclose(torch.softmax(predict_logits(rebuilt, encoded), 1).numpy(), expected, atol=1e-5)
+    if class_bias is None:
+        assert np.array_equal(probabilities.argmax(1), mean.argmax(1))   # a temperature never changes the class
     if temperature == 1.0:
         np.testing.assert_allclose(probabilities, mean, atol=1e-5)
 

@@ -24,7 +24,7 @@ from tasks.core.metrics import balances_classes, classification_metrics
 from tasks.core.runtime import DECISION, THRESHOLD_KEY, decide, open_onnx, predict_labels, predict_proba
 from tasks.training.adapt import fit_training
 from tasks.training.crossval import Candidate, cross_validate, finish_cross_validation
-from tasks.training.decision import MIN_GAIN, fit_threshold
+from tasks.training.decision import MIN_GAIN, fit_class_weighting, fit_threshold
 from tasks.training.loop import Split, Trainer, predict_logits
 from tasks.training.weights import fit_layout
 from tasks.variants.exporters import export_onnx
@@ -188,3 +188,19 @@ def test_the_bless_metric_sets_the_class_weighting():
         weight = trainer.loss_fn.weight
         assert (weight is not None and weight.tolist() == pytest.approx([8 / 12, 8 / 4])) if balanced \
             else weight is None
+
+
+def test_out_of_fold_evidence_picks_the_class_weighting_of_a_multi_class_model():
+    """A loss weighted by 1 / prior learns p(c|x) / prior(c): where accuracy is the metric, adding log prior back
+    decides as unweighted training would, and is kept only when the out-of-fold figure gains."""
+    rng = np.random.default_rng(0)
+    true = rng.dirichlet([0.7, 0.2, 0.1], size=3000)                     # p(c|x) per row, priors in
+    labels = np.array([rng.choice(3, p=row) for row in true])             # each row's label drawn from it
+    prior = np.bincount(labels, minlength=3) / len(labels)
+    balanced_view = np.log(true / prior)                                  # what balanced training learns
+    chosen = fit_class_weighting(balanced_view, labels, "accuracy", balanced=True)
+    assert chosen["weighting"] == "none" and chosen["at_other"] >= chosen["at_trained"] + MIN_GAIN, chosen
+    assert np.array_equal((balanced_view + chosen["class_bias"]).argmax(1), np.log(true).argmax(1))
+    kept = fit_class_weighting(np.log(true), labels, "accuracy", balanced=False)   # already the accuracy optimum
+    assert kept["weighting"] == "none" and kept["class_bias"] == [0.0, 0.0, 0.0], kept
+    assert fit_class_weighting(np.log(np.full((4, 2), 0.5)), np.array([0, 1, 0, 1]), "f1_macro", True) is None
