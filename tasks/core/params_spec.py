@@ -260,9 +260,11 @@ class BlessParams(Section):
                                                                     "same holdout) fails; a smaller loss warns. A gain "
                                                                     "is claimed only when the paired bootstrap "
                                                                     "interval lies above 0.")
-    max_baseline_gap: float = Field(0.01, ge=0.0, le=1.0, description="A candidate more than this below the best "
-                                                                      "scikit-learn baseline (bless metric, holdout) "
-                                                                      "is not blessed, first model included.")
+    max_baseline_gap: float = Field(0.01, ge=0.0, le=1.0, description="A candidate more than this below the gate's "
+                                                                      "scikit-learn baseline (bless metric, holdout: "
+                                                                      "the best of all, or below baseline.cv_max_rows "
+                                                                      "the one cross-validation picked) is not "
+                                                                      "blessed, first model included.")
     bootstrap: int = Field(1000, ge=100, description="Paired bootstrap resamples of the holdout (the same rows for "
                                                      "candidate and champion) behind each interval.")
     confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence level of the intervals.")
