@@ -125,8 +125,9 @@ def save_results(per_table: dict[str, dict], planned: dict[str, int], started: f
                 "bless serves something in every seed", (met == len(done)) if complete else None, notes=notes)
 
 
-def merge_parts(parts: list[Path], planned: dict[str, int], started: float) -> None:
-    """tables.json from the runs of several parts (each a bench/results file), one run per table and seed."""
+def merge_parts(parts: list[Path], planned: dict[str, int], started: float, name: str) -> None:
+    """bench/results/<name>.json from the runs of several parts (each a bench/results file), one run per table and
+    seed (a later part's run of a seed replaces an earlier one's)."""
     import json
 
     runs: dict[str, dict[int, dict]] = {name: {} for name in planned}
@@ -135,7 +136,7 @@ def merge_parts(parts: list[Path], planned: dict[str, int], started: float) -> N
             runs.setdefault(name, {}).update({run["seed"]: run for run in table["runs"]})
     per_table = {name: summarize(name, [by_seed[seed] for seed in sorted(by_seed)][:planned.get(name, 10**6)])
                  for name, by_seed in runs.items() if by_seed}
-    save_results(per_table, planned, started)
+    save_results(per_table, planned, started, name)
 
 
 def parse_args() -> argparse.Namespace:
@@ -146,9 +147,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--small-seeds", type=int, default=10, help=f"seeds for tables under {SMALL_ROWS:,} rows")
     parser.add_argument("--large-seeds", type=int, default=3, help="seeds for the other tables")
     parser.add_argument("--threads", type=int, default=THREADS, help="torch threads of the train core")
+    parser.add_argument("--first-seed", type=int, default=None,
+                        help="the first seed (default prepare.seed): a later part of a split run goes on from there")
     parser.add_argument("--results", default="tables", help="bench/results/<name>.json (a part of a split run)")
     parser.add_argument("--merge", nargs="*", default=None,
-                        help="instead of running: bench/results/tables.json from these parts' runs (by table, seed)")
+                        help="instead of running: bench/results/<--results>.json from these parts' runs (by table, "
+                             "seed)")
     args = parser.parse_args()
     args.tables = [t.strip() for t in args.tables.split(",") if t.strip()]
     unknown = [t for t in args.tables if t not in TABLES]
@@ -162,12 +166,12 @@ def main() -> None:
     warnings.filterwarnings("ignore")   # scikit-learn's convergence and torch's export chatter, per seed
     logging.basicConfig(level=logging.ERROR)
     params = load_params(ROOT / "params.yaml")
-    first = params.prepare.seed
+    first = params.prepare.seed if args.first_seed is None else args.first_seed
     planned = {name: args.small_seeds if len(TABLES[name].load()) < SMALL_ROWS else args.large_seeds
                for name in args.tables}
     started, per_table, runs = time.perf_counter(), {}, {name: [] for name in planned}
     if args.merge is not None:   # parts run side by side (one thread each) on a busy machine
-        merge_parts([Path(part) for part in args.merge], planned, started)
+        merge_parts([Path(part) for part in args.merge], planned, started, args.results)
         return
     # Seed after seed across the tables (not table after table): a run stopped early has every table, fewer seeds.
     for index in range(max(planned.values())):
