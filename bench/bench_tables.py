@@ -125,8 +125,8 @@ def save_results(per_table: dict[str, dict], planned: dict[str, int], started: f
                 "bless serves something in every seed", (met == len(done)) if complete else None, notes=notes)
 
 
-def merge_parts(parts: list[Path], planned: dict[str, int], started: float, name: str) -> None:
-    """bench/results/<name>.json from the runs of several parts (each a bench/results file), one run per table and
+def merge_parts(parts: list[Path], planned: dict[str, int], started: float, results_name: str) -> None:
+    """bench/results/<results_name>.json from the runs of several parts (each a bench/results file), one run per table and
     seed (a later part's run of a seed replaces an earlier one's)."""
     import json
 
@@ -136,7 +136,7 @@ def merge_parts(parts: list[Path], planned: dict[str, int], started: float, name
             runs.setdefault(name, {}).update({run["seed"]: run for run in table["runs"]})
     per_table = {name: summarize(name, [by_seed[seed] for seed in sorted(by_seed)][:planned.get(name, 10**6)])
                  for name, by_seed in runs.items() if by_seed}
-    save_results(per_table, planned, started, name)
+    save_results(per_table, planned, started, results_name)
 
 
 def parse_args() -> argparse.Namespace:
