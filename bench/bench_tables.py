@@ -126,8 +126,8 @@ def save_results(per_table: dict[str, dict], planned: dict[str, int], started: f
 
 
 def merge_parts(parts: list[Path], planned: dict[str, int], started: float, results_name: str) -> None:
-    """bench/results/<results_name>.json from the runs of several parts (each a bench/results file), one run per table and
-    seed (a later part's run of a seed replaces an earlier one's)."""
+    """bench/results/<results_name>.json from the runs of several parts (each a bench/results file), one run per
+    table and seed (a later part's run of a seed replaces an earlier one's)."""
     import json
 
     runs: dict[str, dict[int, dict]] = {name: {} for name in planned}
