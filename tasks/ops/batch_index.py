@@ -12,8 +12,6 @@ the model's registry lock, and the batches themselves are in the DVC remote.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,9 +19,9 @@ import yaml
 
 from tasks.config import TrackingParams
 from tasks.core import paths
-from tasks.core.errors import TorchshipError
+from tasks.core.registry import store_busy
 from tasks.core.registry_lock import SERVER, alias_lock, lock_kind
-from tasks.ops.reproduce import stage_environment
+from tasks.ops.reproduce import run_dvc
 
 INDEX_TAG = "torchship.batches"
 SNAPSHOT_KEYS = ("md5", "size", "nfiles", "hash", "path")   # what `dvc add` writes about a folder, nothing else
@@ -58,7 +56,9 @@ def shared_snapshot(client, model: str) -> dict | None:
 
     try:
         tags = client.get_registered_model(model).tags
-    except MlflowException:
+    except MlflowException as exc:
+        if store_busy(exc):   # a store that cannot answer now is not "no index": the run would train without them
+            raise
         return None
     return json.loads(tags[INDEX_TAG]) if INDEX_TAG in tags else None
 
@@ -131,8 +131,4 @@ def snapshot_batches(root: Path = Path(".")) -> None:
 
 
 def dvc(root: Path, *args: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "dvc", *args, "--quiet"], cwd=root, capture_output=True,
-                            text=True, env=stage_environment(), timeout=DVC_TIMEOUT_S)
-    if result.returncode != 0:
-        raise TorchshipError(f"dvc {' '.join(args)} failed in {root.resolve()}: "
-                             f"{' '.join(result.stderr.strip().splitlines()[-3:])}")
+    run_dvc(root, *args, "--quiet", timeout=DVC_TIMEOUT_S)

@@ -22,7 +22,7 @@ from tasks.config import Params
 from tasks.core.artifacts import read_json
 from tasks.core.errors import TorchshipError
 from tasks.core.registry import inside, model_version, refuse_climbing, registry_client
-from tasks.ops.reproduce import StageOutcome, dvc_stages, reproduce, stage_environment
+from tasks.ops.reproduce import StageOutcome, dvc_stages, reproduce, run_dvc, stage_environment
 
 LINEAGE = "lineage"   # artifact folder of the version's run
 LINEAGE_FILES = ("params.yaml", "dvc.lock", "data/source.json", "data/batches.dvc")
@@ -86,7 +86,7 @@ def rebuild_version(params: Params, version: str, tolerance: float = 0.01, keep:
         _point_remote_at(root.resolve(), workspace)
         echo.write(f"── rebuild v{version} ── commit {commit[:10]}, restored {', '.join(restored)}; "
                    "dvc pull of the prepared data\n")
-        _dvc(workspace, "pull", "--quiet", PULLED)
+        run_dvc(workspace, "pull", "--quiet", PULLED)
         stages = [reproduce(stage, echo=echo, cwd=workspace, force=True) for stage in rebuilt_stages(workspace)]
         profile = read_json(workspace / "data/profile/report.json")
         chosen = profile["variants"][profile["selected"]]
@@ -156,12 +156,6 @@ def _point_remote_at(root: Path, workspace: Path) -> None:
     if not remote or not url:
         raise TorchshipError("no default DVC remote is configured: "
                              "`dvc remote add -d NAME URL` and re-run the pipeline.")
-    _dvc(workspace, "remote", "modify", "--local", remote, "url", str(url))
+    run_dvc(workspace, "remote", "modify", "--local", remote, "url", str(url))
 
 
-def _dvc(workspace: Path, *args: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=workspace, capture_output=True, text=True,
-                            env=stage_environment())
-    if result.returncode != 0:
-        raise TorchshipError(f"dvc {args[0]} in the rebuild workspace failed: "
-                             f"{' '.join(result.stderr.strip().splitlines()[-3:])}")

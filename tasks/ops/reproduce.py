@@ -68,6 +68,15 @@ def stage_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), **(extra or {})}
 
 
+def run_dvc(root: Path, *args: str, timeout: float | None = None) -> None:
+    """`dvc ARGS` in `root` with this environment's interpreter; a failure raises with DVC's own last lines."""
+    result = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=root, capture_output=True, text=True,
+                            env=stage_environment(), timeout=timeout)
+    if result.returncode != 0:
+        raise TorchshipError(f"dvc {' '.join(args)} failed in {Path(root).resolve()}: "
+                             f"{' '.join(result.stderr.strip().splitlines()[-3:])}")
+
+
 def stage_changes(stage: str | None = None, cwd: Path = Path(".")) -> dict[str, list[str]]:
     """DVC's status as {stage: [why it would run, ...]}; an empty dict means up to date."""
     from dvc.exceptions import DvcException

@@ -3,7 +3,7 @@ registries make the index shared."""
 from __future__ import annotations
 
 from tasks.config import TrackingParams
-from tasks.ops.batch_index import dvc_file_text, is_shared, snapshot_of
+from tasks.ops.batch_index import dvc_file_text, is_shared, shared_snapshot, snapshot_of
 
 DVC_FILE = """outs:
 - md5: 3f1c8d2e0a9b4c5d6e7f8091a2b3c4d5.dir
@@ -31,3 +31,25 @@ def test_the_index_is_shared_only_when_the_registry_is_one_every_machine_reaches
     assert is_shared(TrackingParams(uri="postgresql://db/mlflow"))
     assert not is_shared(TrackingParams(uri="sqlite:///mlflow/mlflow.db"))
     assert not is_shared(TrackingParams(uri="file:./mlruns"))
+
+
+class Registry:
+    """A registry client whose model read fails with `error`."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def get_registered_model(self, name):
+        raise self.error
+
+
+def test_a_store_that_cannot_answer_is_not_read_as_no_index():
+    """A busy store read as "no accepted batches" would train the run without them."""
+    import pytest
+    from mlflow.exceptions import MlflowException
+
+    busy = MlflowException("database is locked", error_code="TEMPORARILY_UNAVAILABLE")
+    with pytest.raises(MlflowException):
+        shared_snapshot(Registry(busy), "m")
+    assert shared_snapshot(Registry(MlflowException("no such model", error_code="RESOURCE_DOES_NOT_EXIST")),
+                           "m") is None
