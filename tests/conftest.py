@@ -21,6 +21,7 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from tasks.core.procs import free_port, http_ok, start_child  # noqa: E402
+from tests.helpers import cpu_time  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -97,6 +98,19 @@ def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=start_order)   # stable: the modules keep their tests' order
 
 
+def pytest_configure(config) -> None:
+    cpu_time.start()
+
+
+def pytest_unconfigure(config) -> None:
+    cpu_time.finish()
+
+
+@pytest.hookimpl(tryfirst=True)   # before its fixtures are set up: they are counted with the test
+def pytest_runtest_setup(item) -> None:
+    cpu_time.enter(Path(str(item.fspath)).relative_to(REPO / "tests").with_suffix("").as_posix())
+
+
 SUITE_SECONDS: dict[str, float] = {}
 
 
@@ -111,6 +125,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.write_sep("-", "time by suite")
         for suite, seconds in sorted(SUITE_SECONDS.items(), key=lambda item: -item[1]):
             terminalreporter.write_line(f"{suite:<12} {seconds:8.1f} s")
+    terminalreporter.write_sep("-", "CPU by suite and module (tests/helpers/cpu_time.py)")
+    cpu_time.report(terminalreporter.write_line)
 
 
 @dataclass
