@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from importlib.metadata import version as installed_version
 from pathlib import Path
 
 from tasks.config import Params
@@ -40,6 +41,16 @@ RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0)
 
 class StoreBusy(TorchshipError):
     """The MLflow store stayed locked through every retry of the register step."""
+
+
+
+# What the registered ONNX model needs to load (MLflow's onnx flavor), pinned to this environment. Named here, MLflow
+# skips inferring them, which loads the model in a fresh interpreter (~2 CPU-s a registration) to list these same five.
+SERVED_PACKAGES = ("mlflow", "numpy", "onnx", "onnxruntime", "pandas")
+
+
+def served_requirements() -> list[str]:
+    return [f"{package}=={installed_version(package)}" for package in SERVED_PACKAGES]
 
 
 def register_candidate(params: Params, blessing: Blessing, run_id: str | None = None,
@@ -80,6 +91,7 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
         info = mlflow.onnx.log_model(onnx.load(blessing.candidate_path), name="model",
                                      signature=raw_signature(schema), input_example=example,
                                      onnx_execution_providers=["CPUExecutionProvider"],
+                                     pip_requirements=served_requirements(),
                                      save_as_external_data=False)   # one file, byte-identical to the candidate
         pending = {**tags, UNFINISHED_TAG: "artifacts logged; tags, passport and aliases not yet written"}
         version = str(mlflow.register_model(info.model_uri, name, tags=pending).version)

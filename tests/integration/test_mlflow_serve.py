@@ -116,3 +116,19 @@ def test_profile_writes_the_gated_raw_graph_and_that_is_what_is_registered(serve
     assert profile["selected_path"] == raw["path"] == "data/profile/model.onnx"
     assert raw["variant"] == profile["selected"] and raw["gate"]["status"] == "pass", raw
     assert registry(project).get_model_version(MODEL, version).tags["artifact_sha256"] == raw["sha256"]
+
+
+def test_the_version_names_what_loading_it_needs_pinned_to_this_environment(servers):
+    """register names the requirements (MLflow would otherwise infer them in a fresh interpreter): each package the
+    onnx flavor loads with, at the version installed here, as `mlflow models serve --env-manager virtualenv` and
+    `mlflow models build-docker` would install them."""
+    from importlib.metadata import version as installed
+    from urllib.parse import urlparse
+
+    project, version, *_ = servers
+    client = registry(project)
+    model_id = client.get_model_version(MODEL, version).source.removeprefix("models:/")   # a logged model's id
+    folder = urlparse(client.get_logged_model(model_id).artifact_location).path   # a file: URI on this store
+    listed = Path(folder, "requirements.txt").read_text().split()
+    assert sorted(listed) == sorted(f"{p}=={installed(p)}" for p in ("mlflow", "numpy", "onnx", "onnxruntime",
+                                                                          "pandas")), listed
