@@ -8,8 +8,9 @@ baseline stage's report on that holdout, the train stage's teacher exactly as th
 train.cv_max_rows: cross-validated members of each candidate family on the training and validation rows, the
 family, temperature, threshold and class weighting from out-of-fold predictions; above it: one model early-stopped
 on validation), the export stage's ONNX file with the threshold in its metadata, the holdout labels bless reads
-from that file, and bless's quality rule for a first model (within bless.max_baseline_gap of the baseline the
-baseline stage's cross-validation picks below baseline.cv_max_rows, of the best of its four on the holdout above).
+from that file, and bless's quality rule for a first model (refused only when the paired bootstrap interval of
+the gap to the baseline the baseline stage's cross-validation picks below baseline.cv_max_rows, the best of its
+four on the holdout above, lies wholly beyond bless.max_baseline_gap).
 A full `torchship run` per seed (2-4 min: DVC, MLflow, torchrun, Prefect, compress and profile) would take hours on
 2 cores for the same figures; what it adds is profile's choice of variant, and a distilled or int8 variant is
 served only within bless.max_drop (0.5 point) of this file's metric. The baseline the goal compares with is the one
@@ -71,7 +72,8 @@ def one_seed(name: str, seed: int, params, threads: int = THREADS) -> dict:
     calibration = cv.get("calibration") or report.get("calibration") or {}
     return {"seed": seed, "served": run["served"], "baseline": run["cv_baseline"]["holdout"],
             "baseline_name": run["cv_baseline"]["name"], "stage_baselines": run["baselines"], "bless": run["bless"],
-            "bless_reasons": run["bless_reasons"], "train_s": round(run["train_s"], 1), "threads": threads,
+            "bless_reasons": run["bless_reasons"], "bless_gap": run["bless_gap"], "train_s": round(run["train_s"], 1),
+            "threads": threads,
             "seed_s": round(time.perf_counter() - started, 1), "rows": run["rows"], "classes": run["classes"],
             "chosen": cv.get("chosen"), "out_of_fold": cv.get("candidates"), "fitted": report["fitted"],
             "threshold": decision.get("threshold"), "temperature": calibration.get("temperature")}
@@ -108,10 +110,11 @@ def save_results(per_table: dict[str, dict], planned: dict[str, int], started: f
               "bless.max_drop of it); baseline = the one of logistic regression and boosting, default and "
               "class-balanced, that 5-fold cross-validation on the training split picks on macro-F1, scored on "
               "the holdout; gap = baseline - served, in points, paired per seed, mean ± 95% t-interval; bless = "
-              "its quality rule for a first model (within bless.max_baseline_gap of the baseline stage's "
-              "cross-validated pick below baseline.cv_max_rows, the same one the goal compares with; of the best "
-              f"of its four on the holdout above); train s = the train core at each run's `threads` on a "
-              f"{os.cpu_count()}-core machine shared with other work (niced).")
+              "its quality rule for a first model (refused only when the paired bootstrap interval, bless.bootstrap "
+              "resamples at bless.confidence, of the gap to the baseline stage's cross-validated pick below "
+              "baseline.cv_max_rows, the same one the goal compares with, or of the best of its four on the "
+              "holdout above, lies wholly beyond bless.max_baseline_gap); train s = the train core at each run's "
+              f"`threads` on a {os.cpu_count()}-core machine shared with other work (niced).")
     save(name, f"Holdout quality per table: the served model vs the scikit-learn baseline cross-validation "
                    f"picks ({len(done)} public tables)",
          {"tables_met": f"{met}/{len(done)}", "worst_table": worst,

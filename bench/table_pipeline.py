@@ -2,7 +2,8 @@
 the baseline stage's report, the train stage's teacher (cross-validated members, family, temperature, threshold:
 the calls the torchrun worker makes, with the plain single-process Trainer instead of the checkpointing one), the
 export stage's ONNX file (threshold in its metadata), the holdout labels bless reads from that file, and bless's
-quality rule against the baselines for a first model. What it leaves out: DVC, MLflow, torchrun, checkpoints,
+quality rule against the baselines for a first model (the paired bootstrap of the gap to the baseline stage's saved
+predictions). What it leaves out: DVC, MLflow, torchrun, checkpoints,
 compress/profile (a student or int8 variant is served only within bless.max_drop of this file's metric) and the
 latency gate. Used by bench/bench_tables.py."""
 from __future__ import annotations
@@ -15,9 +16,9 @@ import pandas as pd
 import torch
 
 from models import build_model
-from tasks.baseline import baseline_report
+from tasks.baseline import baseline_outputs
 from tasks.bless import predict_labels
-from tasks.blessing.quality import gate_baselines, judge_candidate
+from tasks.blessing.quality import HoldoutPredictions, baseline_gap, gate_baselines, gate_predictions, judge_candidate
 from tasks.config import Params, TrainParams
 from tasks.contract import Schema, encode_features, encode_target
 from tasks.core.metrics import classification_metrics
@@ -108,12 +109,17 @@ def run_table(frame: pd.DataFrame, target: str, source: str, params: Params, see
         served_labels = predict_labels(path, schema, prepared.holdout, threads)
     holdout_labels = encode_target(prepared.holdout[schema.target], schema)
     served = classification_metrics(holdout_labels, served_labels, len(schema.classes))
-    baselines = baseline_report(prepared.train, prepared.holdout, schema, params.baseline, params.bless.metric)
-    verdict = judge_candidate(served, None, True, params.bless, baselines=gate_baselines(baselines))
+    baselines, saved = baseline_outputs(prepared.train, prepared.holdout, schema, params.baseline,
+                                        params.bless.metric)
+    gate = gate_baselines(baselines)
+    predictions = HoldoutPredictions(prepared.holdout, holdout_labels, served_labels, None, schema.classes,
+                                     gate_predictions(saved, gate, params.bless.metric, len(holdout_labels)))
+    gap = baseline_gap(predictions, params.bless)
+    verdict = judge_candidate(served, None, True, params.bless, baselines=gate, gap=gap)
     return {"seed": seed, "served": served, "served_labels": served_labels, "holdout_labels": holdout_labels,
             "baselines": {name: {m: figures[m] for m in ("accuracy", "f1_macro")}
                           for name, figures in baselines["models"].items()},
             "cv_baseline": cv_baseline(baselines, prepared.train, schema, params) if with_cv_baseline else None,
-            "bless": verdict.gate.status, "bless_reasons": verdict.gate.reasons, "train_s": train_s,
+            "bless": verdict.gate.status, "bless_reasons": verdict.gate.reasons, "bless_gap": gap, "train_s": train_s,
             "rows": {"train": len(prepared.train), "val": len(prepared.val), "holdout": len(prepared.holdout)},
             "classes": len(schema.classes), "report": report}

@@ -4,7 +4,8 @@ categories) and a histogram gradient-boosting classifier (native missing values 
 training split and scored on the holdout. When the bless metric is macro-F1 each also runs class-balanced, as
 training weights its loss then. Below baseline.cv_max_rows training rows the gate compares with the one of them
 that k-fold cross-validation on the training split picks, as a user without the holdout would (like with like:
-the candidate's own family is picked out of fold too); from there on, with the best of all on the holdout. DVC
+the candidate's own family is picked out of fold too); from there on, with the best of all on the holdout. That
+baseline's holdout predictions are saved beside the report, so bless can bootstrap the gap on the same rows. DVC
 stage `python -m tasks.baseline`: it depends only on the splits and params, so DVC caches it."""
 from __future__ import annotations
 
@@ -54,18 +55,25 @@ def baseline_models(schema: Schema, rules: BaselineParams, add_balanced: bool) -
 
 def fit_baselines(train: pd.DataFrame, holdout: pd.DataFrame, schema: Schema, rules: BaselineParams,
                   add_balanced: bool) -> dict[str, dict[str, float]]:
-    """Pure core: {model: {accuracy, f1_macro, fit_seconds}} on the holdout, features encoded as the model's are
-    (numbers as-is with NaN for missing, categories as codes with 0 = unknown)."""
+    """Pure core: {model: {accuracy, f1_macro, fit_seconds}} on the holdout."""
+    return fit_and_predict(train, holdout, schema, rules, add_balanced)[0]
+
+
+def fit_and_predict(train: pd.DataFrame, holdout: pd.DataFrame, schema: Schema, rules: BaselineParams,
+                    add_balanced: bool) -> tuple[dict[str, dict[str, float]], dict[str, np.ndarray]]:
+    """Pure core: ({model: {accuracy, f1_macro, fit_seconds}} on the holdout, {model: (N,) predicted class
+    indices}), features encoded as the model's are (numbers as-is with NaN for missing, categories as codes with
+    0 = unknown)."""
     features, holdout_features = encode_features(train, schema), encode_features(holdout, schema)
     labels, holdout_labels = encode_target(train[schema.target], schema), encode_target(holdout[schema.target], schema)
-    results = {}
+    results, predictions = {}, {}
     for name, model in baseline_models(schema, rules, add_balanced).items():
         started = time.perf_counter()
         model.fit(features, labels)
-        predicted = np.asarray(model.predict(holdout_features), dtype=np.int64)
-        results[name] = {**classification_metrics(holdout_labels, predicted, len(schema.classes)),
+        predictions[name] = np.asarray(model.predict(holdout_features), dtype=np.int64)
+        results[name] = {**classification_metrics(holdout_labels, predictions[name], len(schema.classes)),
                          "fit_seconds": round(time.perf_counter() - started, 3)}
-    return results
+    return results, predictions
 
 
 def pick_baseline(train: pd.DataFrame, schema: Schema, rules: BaselineParams, metric: str,
@@ -94,23 +102,34 @@ def best_baseline(report: dict, metric: str) -> tuple[str, float]:
 
 def baseline_report(train: pd.DataFrame, holdout: pd.DataFrame, schema: Schema, rules: BaselineParams,
                     metric: str) -> dict:
-    """Pure core of the stage: {metric, class_weights, models, picked, cv_scores, headline}; under macro-F1 (the
-    bless `metric`) the default and the class-balanced baselines both. `picked`: the one cross-validation picks
-    below `rules.cv_max_rows` training rows (None above: the gate then takes the best on the holdout)."""
+    """The stage's report alone (see baseline_outputs)."""
+    return baseline_outputs(train, holdout, schema, rules, metric)[0]
+
+
+def baseline_outputs(train: pd.DataFrame, holdout: pd.DataFrame, schema: Schema, rules: BaselineParams,
+                     metric: str) -> tuple[dict, dict]:
+    """Pure core of the stage: (report, the gate's predictions). The report: {metric, class_weights, models, picked,
+    cv_scores, gate, headline}; under macro-F1 (the bless `metric`) the default and the class-balanced baselines
+    both. `picked`: the one cross-validation picks below `rules.cv_max_rows` training rows (None above: the gate
+    then takes the best on the holdout); `gate`: the one the gate holds the candidate to. The gate's predictions:
+    {baseline, metric, rows, predicted: that baseline's holdout class indices, in the holdout's row order}."""
     balanced = balances_classes(metric)
-    models = fit_baselines(train, holdout, schema, rules, add_balanced=balanced)
+    models, predicted = fit_and_predict(train, holdout, schema, rules, add_balanced=balanced)
     report = {"metric": metric, "class_weights": ["none", "balanced"] if balanced else ["none"], "models": models,
               "picked": None, "cv_scores": None}
     if len(train) < rules.cv_max_rows:
         report["picked"], report["cv_scores"] = pick_baseline(train, schema, rules, metric, balanced)
     best, score = best_baseline(report, metric)
+    report["gate"] = report["picked"] or best
     report["headline"] = f"best {best.replace('_', ' ')} {metric} {score:.4f}; " + ", ".join(
         f"{name.replace('_', ' ')} {figures[metric]:.4f}" for name, figures in models.items() if name != best)
     if report["picked"]:
         report["headline"] += (f"; the gate's, picked by {rules.cv_folds}-fold cross-validation on the training "
                                f"split: {report['picked'].replace('_', ' ')} "
                                f"{models[report['picked']][metric]:.4f}")
-    return report
+    gate = report["gate"]
+    return report, {"baseline": gate, "metric": metric, "rows": len(holdout),
+                    "predicted": predicted[gate].tolist()}
 
 
 def run(params: Params) -> None:
@@ -118,9 +137,11 @@ def run(params: Params) -> None:
 
     from tasks.core.tracking import stage_run
 
-    report = baseline_report(pd.read_parquet(paths.TRAIN_SPLIT), pd.read_parquet(paths.HOLDOUT_SPLIT),
-                             load_schema(paths.SCHEMA), params.baseline, params.bless.metric)
+    report, gate_predictions = baseline_outputs(pd.read_parquet(paths.TRAIN_SPLIT),
+                                                pd.read_parquet(paths.HOLDOUT_SPLIT), load_schema(paths.SCHEMA),
+                                                params.baseline, params.bless.metric)
     models = report["models"]
+    write_json_atomic(paths.BASELINE_PREDICTIONS, gate_predictions)
     write_json_atomic(paths.BASELINE_REPORT, report)
     with stage_run(params.tracking, "baseline"):
         mlflow.log_metrics({f"{name}_{key}": value for name, figures in models.items()

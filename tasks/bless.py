@@ -1,7 +1,8 @@
 """bless: staged benchmarking of the candidate (the variant profile selected) before it is registered, stopping at
 the first failure (Prefect-only):
-1. quality: against the scikit-learn baselines and the live champion re-scored now on the same holdout rows
-   (paired bootstrap interval of the difference, metrics per class and per declared slice);
+1. quality: against the scikit-learn baselines (the gate's baseline's saved holdout predictions) and the live
+   champion re-scored now on the same holdout rows (paired bootstrap intervals of both differences, metrics per
+   class and per declared slice);
 2. performance: batch-1 latency, batch throughput and size of candidate and champion, measured in this run, on
    this machine (described in the report);
 3. service: the candidate file in the real service on 127.0.0.1 under a short bounded load, against `slo`.
@@ -24,7 +25,7 @@ import numpy as np
 
 from tasks.blessing.performance import Timings, assess_performance, confirmed, describe_machine, time_interleaved
 from tasks.blessing.plots import plot_slices
-from tasks.blessing.quality import HoldoutPredictions, assess_quality, gate_baselines, judge_candidate
+from tasks.blessing.quality import HoldoutPredictions, assess_quality, gate_baselines, gate_predictions, judge_candidate
 from tasks.blessing.service import request_rows, try_in_service
 from tasks.blessing.stages import combine, combine_outcomes, run_stages
 from tasks.config import Params
@@ -80,14 +81,15 @@ def fetch_champion(client, name: str, schema: Schema, folder: Path) -> Champion 
 
 
 def holdout_predictions(path: Path, schema: Schema, holdout: Holdout, champion: Champion | None,
-                        threads: int) -> HoldoutPredictions:
-    """Both models' predictions on the same raw holdout rows; the champion's mapped into the candidate's classes."""
+                        threads: int, baseline: np.ndarray | None = None) -> HoldoutPredictions:
+    """Both models' predictions on the same raw holdout rows; the champion's mapped into the candidate's classes;
+    `baseline`: the gate's baseline's, as the baseline stage saved them (same rows, same class order)."""
     candidate = predict_labels(path, schema, holdout.rows, threads)
     mapped = None
     if champion is not None and champion.comparable:
         order = np.array([schema.classes.index(name) for name in champion.schema.classes])
         mapped = order[predict_labels(champion.path, champion.schema, holdout.rows, threads)]
-    return HoldoutPredictions(holdout.rows, holdout.labels, candidate, mapped, schema.classes)
+    return HoldoutPredictions(holdout.rows, holdout.labels, candidate, mapped, schema.classes, baseline)
 
 
 def measure_performance(path: Path, schema: Schema, holdout: Holdout, champion: Champion | None, params: Params,
@@ -134,6 +136,8 @@ def bless_candidate(params: Params, plots: Path | None = None) -> Blessing:
     holdout = load_holdout(schema)
     client = registry_client(params.tracking)
     baselines = gate_baselines(read_json(paths.BASELINE_REPORT)) if paths.BASELINE_REPORT.exists() else None
+    saved = read_json(paths.BASELINE_PREDICTIONS) if paths.BASELINE_PREDICTIONS.exists() else None
+    baseline = gate_predictions(saved, baselines, params.bless.metric, len(holdout.labels))   # None: point rule
     training = ({**read_json(paths.TRAIN_METRICS), "cv_max_rows": params.train.cv_max_rows}
                 if paths.TRAIN_METRICS.exists() else None)   # what to advise when the candidate trails the baselines
     with tempfile.TemporaryDirectory() as folder:
@@ -141,7 +145,7 @@ def bless_candidate(params: Params, plots: Path | None = None) -> Blessing:
         champion_metrics = None
         if champion is not None:
             champion_metrics = score_onnx(champion.path, champion.schema, threads) if champion.comparable else {}
-        predictions = holdout_predictions(path, schema, holdout, champion, threads)
+        predictions = holdout_predictions(path, schema, holdout, champion, threads, baseline)
         stages = run_stages([
             lambda: assess_quality(predictions, params.bless, champion and champion.version,
                                    champion is None or champion.comparable, baselines, training),
@@ -165,6 +169,8 @@ def stage_metrics(blessing: Blessing) -> dict[str, float]:
         if report.stage == "quality":
             gain = details.get("gain") or {}
             figures |= {f"gain_{k}": v for k, v in gain.items() if k in ("difference", "low", "high")}
+            gap = details.get("baseline_gap") or {}
+            figures |= {f"baseline_gap_{k}": v for k, v in gap.items() if k in ("difference", "low", "high")}
             figures |= {f"champion_{k}": v for k, v in (details.get("champion") or {}).items()}
             for column, sliced in details["slices"].items():
                 for value, entry in sliced.get("slices", {}).items():

@@ -1,5 +1,6 @@
 """bless, stage 1, quality: the candidate against the scikit-learn baselines and the live champion re-scored now
-on the same holdout rows. The bless metric with a paired bootstrap interval of candidate - champion (a gain is
+on the same holdout rows. The bless metric with paired bootstrap intervals of baseline - candidate (a candidate is
+refused only when the whole interval lies beyond bless.max_baseline_gap) and of candidate - champion (a gain is
 claimed only when the interval lies above 0), metrics per class, and per declared slice."""
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class HoldoutPredictions:
     candidate: np.ndarray            # (N,)
     champion: np.ndarray | None      # (N,), or None: no champion, or not comparable
     classes: list[str]
+    baseline: np.ndarray | None = None   # (N,) the gate's baseline's, or None: its report saved none (older)
 
 
 class QualityVerdict(NamedTuple):
@@ -43,27 +45,53 @@ def gate_baselines(report: dict) -> dict[str, dict[str, float]]:
     return {picked: report["models"][picked]} if picked else report["models"]
 
 
+def gate_predictions(saved: dict | None, baselines: dict | None, metric: str, rows: int) -> np.ndarray | None:
+    """The gate's baseline's holdout predictions the baseline stage `saved`, when they are the ones to judge with:
+    of the best of `baselines` on `metric`, over `rows` holdout rows; None otherwise (an older report, or a
+    holdout that changed since), and bless falls back to the point rule."""
+    if not saved or not baselines or saved.get("rows") != rows or len(saved.get("predicted", [])) != rows:
+        return None
+    best = max(baselines, key=lambda name: baselines[name][metric])
+    return np.asarray(saved["predicted"], dtype=np.int64) if saved.get("baseline") == best else None
+
+
+def baseline_gap(predictions: HoldoutPredictions, rules: BlessParams) -> dict[str, float] | None:
+    """baseline - candidate on the bless metric with its paired bootstrap interval (the champion comparison's
+    resamples, confidence and seed), or None without the baseline's predictions."""
+    if predictions.baseline is None:
+        return None
+    return paired_bootstrap(predictions.labels, predictions.baseline, predictions.candidate, len(predictions.classes),
+                            rules.metric, rules.bootstrap, rules.confidence)
+
+
 def judge_candidate(candidate: dict[str, float], champion: dict[str, float] | None, comparable: bool,
                     rules: BlessParams, champion_version: str | None = None, baselines: dict | None = None,
-                    gain: dict | None = None, training: dict | None = None) -> QualityVerdict:
+                    gain: dict | None = None, training: dict | None = None,
+                    gap: dict | None = None) -> QualityVerdict:
     """Pure core: fail when the candidate is worse than the best scikit-learn baseline beyond `max_baseline_gap`
     (first model included), naming the knob most likely to help (`training`: how the train stage ran, see
     tasks/blessing/advice.py); else pass if there is no champion; else judge candidate - champion on the bless
-    metric (`gain`: its paired bootstrap interval, when measured)."""
+    metric (`gain`: its paired bootstrap interval, when measured). `gap`: baseline - candidate with its paired
+    bootstrap interval; with it the candidate is refused only when the interval's lower bound is beyond the gap
+    (one or two holdout rows behind is noise on a small holdout), without it on the point figures."""
     metric = rules.metric
     against_baselines = ""
     if baselines:
         best = max(baselines, key=lambda name: baselines[name][metric])
-        floor = baselines[best][metric] - rules.max_baseline_gap
+        behind = gap["difference"] if gap else baselines[best][metric] - candidate[metric]
+        interval = (f" ({gap['confidence']:.0%} CI {gap['low']:+.4f} to {gap['high']:+.4f})" if gap else
+                    " (a point figure: the baseline stage saved no holdout predictions to bootstrap; re-run it)")
         figures = ", ".join(f"{name.replace('_', ' ')} {b[metric]:.4f}" for name, b in baselines.items())
-        if candidate[metric] < floor:
+        if (gap["low"] if gap else behind) > rules.max_baseline_gap:
             return QualityVerdict(BlessOutcome.BELOW_BASELINES, GateResult.decide("bless", [
-                f"worse than a few lines of scikit-learn: {metric} {candidate[metric]:.4f} is "
-                f"{baselines[best][metric] - candidate[metric]:.4f} below the {best.replace('_', ' ')} baseline "
-                f"{baselines[best][metric]:.4f} on the same holdout, beyond bless.max_baseline_gap "
-                f"{rules.max_baseline_gap} (baselines: {figures}); most likely to help: "
-                f"{gap_advice(training, baselines, metric, rules.max_baseline_gap)}"]))
+                f"worse than a few lines of scikit-learn: {metric} {candidate[metric]:.4f} is {behind:.4f} below "
+                f"the {best.replace('_', ' ')} baseline {baselines[best][metric]:.4f} on the same holdout"
+                f"{interval}, beyond bless.max_baseline_gap {rules.max_baseline_gap} (baselines: {figures}); "
+                f"most likely to help: {gap_advice(training, baselines, metric, rules.max_baseline_gap)}"]))
         against_baselines = f"; baselines: {figures}"
+        within = "within noise of" if behind > rules.max_baseline_gap else "within"
+        against_baselines += (f"; {best.replace('_', ' ')} baseline minus candidate {behind:+.4f}{interval}, "
+                              f"{within} bless.max_baseline_gap {rules.max_baseline_gap}")
     if champion is None:
         return QualityVerdict(BlessOutcome.FIRST_MODEL, GateResult.decide(
             "bless", [], passed=f"first model: no champion to compare with ({metric} {candidate[metric]:.4f}"
@@ -169,7 +197,9 @@ def assess_quality(predictions: HoldoutPredictions, rules: BlessParams, champion
     elif champion_version is not None:
         champion = {}   # a champion exists but cannot be compared: judge_candidate says so
     slices = score_slices(predictions, rules)
-    verdict = judge_candidate(candidate, champion, comparable, rules, champion_version, baselines, gain, training)
+    gap = baseline_gap(predictions, rules) if baselines else None
+    verdict = judge_candidate(candidate, champion, comparable, rules, champion_version, baselines, gain, training,
+                              gap)
     judged, slice_failures = verdict.gate, judge_slices(slices, rules)
     failures = (judged.reasons if judged.status == "fail" else []) + slice_failures
     gate = GateResult.decide("quality", failures, judged.reasons if judged.status == "warn" else [],
@@ -181,5 +211,5 @@ def assess_quality(predictions: HoldoutPredictions, rules: BlessParams, champion
                      f"({gain['confidence']:.0%} CI {gain['low']:+.4f} to {gain['high']:+.4f})")
     details = {"metric": rules.metric, "holdout_rows": int(len(labels)), "candidate": candidate, "champion": champion,
                "champion_version": champion_version, "comparable": comparable, "gain": gain, "per_class": per_class,
-               "slices": slices, "baselines": baselines or {}}
+               "slices": slices, "baselines": baselines or {}, "baseline_gap": gap}
     return StageReport(stage="quality", gate=gate, headline=headline, details=details, outcome=outcome)

@@ -264,9 +264,14 @@ class BlessParams(Section):
                                                                       "scikit-learn baseline (bless metric, holdout: "
                                                                       "the best of all, or below baseline.cv_max_rows "
                                                                       "the one cross-validation picked) is not "
-                                                                      "blessed, first model included.")
+                                                                      "blessed, first model included: refused when "
+                                                                      "the paired bootstrap interval of baseline - "
+                                                                      "candidate lies wholly beyond it (on the point "
+                                                                      "figures if the baseline stage saved no "
+                                                                      "predictions).")
     bootstrap: int = Field(1000, ge=100, description="Paired bootstrap resamples of the holdout (the same rows for "
-                                                     "candidate and champion) behind each interval.")
+                                                     "candidate and champion, or candidate and baseline) behind each "
+                                                     "interval.")
     confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence level of the intervals.")
     slices: list[str] = Field(["plan"], description="Columns that cut the holdout into slices, each scored for "
                                                     "candidate and champion: one slice per category of a categorical "

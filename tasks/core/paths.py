@@ -26,6 +26,7 @@ DATA_DOCS = VALIDATE / "docs"
 
 BASELINE = DATA / "baseline"
 BASELINE_REPORT = BASELINE / "report.json"
+BASELINE_PREDICTIONS = BASELINE / "predictions.json"   # the gate's baseline's holdout predictions (bless bootstraps)
 
 TRAIN = DATA / "train"
 MODEL_WEIGHTS = TRAIN / "model.pt"
