@@ -48,7 +48,7 @@ def seconds(group: Path) -> float:
     return int((group / "cpuacct.usage").read_text()) / 1e9   # this group and every group below it
 
 
-def report(write_line, top: int = 15) -> None:
+def report(write_line, top: int = 30) -> None:
     """Per suite and the `top` modules, in CPU-seconds, with each one's share of the run's."""
     run = os.environ.get(RUN_ENV)
     if not run or not Path(run).is_dir() or os.environ.get("PYTEST_XDIST_WORKER"):
