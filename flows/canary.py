@@ -16,6 +16,7 @@ from tasks.canarying.link import TOKEN_ENV, ServiceLink
 from tasks.config import load_params
 from tasks.core.errors import ConfigError
 from tasks.core.verdicts import CanaryOutcome, CanaryReport, StepVerdict, VariantFigures
+from tasks.ops.rebuild import pull_champion_splits
 
 ROLLBACK_EVENT = "torchship.canary.rolled-back"
 
@@ -99,6 +100,7 @@ def canary_flow(params_file: str = "params.yaml", url: str | None = None, reques
     on that service when there is no challenger (embedded only)."""
     params = load_params(params_file)
     link = live_link(url, request_log, params.serve.request_log) if url else None
+    pull_champion_splits(params)   # a serving host's clone has no data/prepare/ (the schema, the replayed holdout)
     with workspace_slot("the canary", params.retrain.workspace_wait_s):
         report = task(name="canary")(canary.run)(params, None, link, record_step)
     record_decision(report, params.data.registered_model_name())

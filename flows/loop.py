@@ -28,6 +28,7 @@ from tasks.monitoring.notices import announce_decision
 from tasks.monitoring.segments import log_source
 from tasks.monitoring.window import read_window
 from tasks.ops.approvals import approved_challenger_without_canary, review_quietly
+from tasks.ops.rebuild import pull_champion_splits
 
 DRIFT_EVENT = "torchship.drift.detected"
 TRIGGER_KEY, RETRAINED = "trigger", "retrain"   # the tag a retrain's version carries
@@ -53,6 +54,13 @@ def drift_markdown(report: monitor_step.MonitorReport) -> str:
               f"folder `monitor/`).\n")
 
 
+@task(name="pull-prepared-data", retries=2, retry_delay_seconds=10)   # I/O on the registry and the DVC remote
+def pull_prepared(params: Params) -> None:
+    """On a worker's fresh clone: the champion's splits and schema, which the monitor and the batch door read."""
+    if (outcome := pull_champion_splits(params)) is not None:
+        get_run_logger().info(outcome)
+
+
 @task(name="drift-report")
 def measure(params: Params):
     window = read_window(log_source(params.serve), params.monitor)
@@ -65,17 +73,22 @@ def measure(params: Params):
 @task(name="trigger-decision")
 def trigger_decision(params: Params, window, report: monitor_step.MonitorReport) -> guards.Decision:
     retrained = versions_tagged(registry_client(params.tracking), report.model_name, TRIGGER_KEY, RETRAINED)
-    history = guards.read_decisions(paths.DECISIONS)
+    history = guards.read_decisions(decisions_at(params))
     outcome, reasons = guards.decide_retrain(report.gate, window, history, params.retrain, time.time(), retrained,
                                              report.prediction_only)
     return guards.make_decision(outcome, reasons, report.gate, window, report=report.report, summary=report.summary,
                                 labels_since=guards.high_water(history))
 
 
+def decisions_at(params: Params) -> Path | str:
+    """This tree's decisions file, or the bucket's folder every worker shares (guards.decision_log)."""
+    return guards.decision_log(params.serve, paths.DECISIONS)
+
+
 def record(params: Params, decision: guards.Decision) -> guards.Decision:
     """Record a trigger decision and send its notice (a retrain fired, retrains began to be suppressed), once."""
-    guards.record(paths.DECISIONS, decision)
-    announce_decision(params, decision, paths.DECISIONS)
+    guards.record(decisions_at(params), decision)
+    announce_decision(params, decision, decisions_at(params))
     return decision
 
 
@@ -104,6 +117,7 @@ def monitor(params_file: str = "params.yaml", act: bool = True) -> guards.Decisi
     logger = get_run_logger()
     if approved_challenger(params) is not None and act:
         canary_approved(params_file)
+    pull_prepared(params)
     window, report = measure(params)
     decision = trigger_decision(params, window, report)
     logger.info("drift gate %s; trigger %s: %s", report.gate.status, decision.outcome, "; ".join(decision.reasons))
@@ -142,7 +156,8 @@ def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_
     try:
         with workspace_slot("the retrain", params.retrain.workspace_wait_s):
             # A retrain that waited (the deployment's own limit queues it) never learns the same labels twice.
-            labels_since = max(labels_since, guards.high_water(guards.read_decisions(paths.DECISIONS)))
+            labels_since = max(labels_since, guards.high_water(guards.read_decisions(decisions_at(params))))
+            pull_prepared(params)
             try:
                 window = read_window(log_source(params.serve), params.monitor, since=labels_since)
             except BucketError:   # the store refused or is down: an error, not an empty window
@@ -159,7 +174,7 @@ def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_
                 return {"batch": batch.model_dump(), "pipeline": None}
             summary = pipeline(params_file, trigger={TRIGGER_KEY: RETRAINED, "retrain_batch": Path(batch.batch).name,
                                                      "retrain_reason": reason[:500]})
-            guards.record(paths.DECISIONS, guards.make_decision(
+            guards.record(decisions_at(params), guards.make_decision(
                 "retrained", [f"{batch.accepted_rows} labelled rows joined the training data "
                               f"({Path(batch.batch).name}); v{summary.version}: {summary.verdict}"],
                 batch.gate, window, report=report or None,

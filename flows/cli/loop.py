@@ -42,10 +42,10 @@ def render_decision(decision) -> None:
         console.print(f"  Evidently report: {decision.report}")
 
 
-def decisions_table(decisions) -> Table:
+def decisions_table(decisions, where: object = "data/monitor/decisions.jsonl") -> Table:
     import datetime as dt
 
-    table = Table(title="drift → retrain decisions (newest first; data/monitor/decisions.jsonl)")
+    table = Table(title=f"drift → retrain decisions (newest first; {where})")
     for column in ("time (UTC)", "outcome", "why", "window"):
         table.add_column(column, overflow="fold")
     for d in decisions:
@@ -141,6 +141,7 @@ def demo_drift(rows: int = typer.Option(2000, help="Rows of drifted traffic (nor
         console.rule("4. the service now")
         console.print(traffic.health_after_aliases_settle())
     from tasks.core import paths
-    from tasks.monitoring.guards import last_decisions
+    from tasks.monitoring.guards import decision_log, last_decisions
 
-    console.print(decisions_table(last_decisions(paths.DECISIONS, 3)))
+    where = decision_log(params.serve, paths.DECISIONS)
+    console.print(decisions_table(last_decisions(where, 3), where))

@@ -2,6 +2,7 @@
 state of this project's model, its alias history, the by-hand moves and the approval decisions."""
 from __future__ import annotations
 
+import os
 import time
 
 import typer
@@ -9,6 +10,7 @@ from rich.table import Table
 
 from flows.cli.output import console
 from flows.environment import enter_project
+from tasks.core.env import TOKEN_ENV
 
 
 def status() -> None:
@@ -18,13 +20,14 @@ def status() -> None:
     from flows.cli.loop import decisions_table
     from tasks.config import load_params
     from tasks.core import paths
-    from tasks.monitoring.guards import last_decisions
+    from tasks.monitoring.guards import decision_log, last_decisions
     from tasks.ops.status import registry_status
 
-    state = registry_status(load_params())
-    decisions = last_decisions(paths.DECISIONS)
-    if decisions:
-        console.print(decisions_table(decisions))
+    params = load_params()
+    state = registry_status(params)
+    where = decision_log(params.serve, paths.DECISIONS)
+    if decisions := last_decisions(where):
+        console.print(decisions_table(decisions, where))
     if not state.versions:
         console.print(f"No registered versions of '{state.model_name}' yet: run [bold]torchship run[/].")
         return
@@ -55,10 +58,16 @@ def utc(epoch: float) -> str:
 
 
 def approve(version: str = typer.Argument(..., help="The version awaiting approval."),
-            reason: str = typer.Option(..., "--reason", help="Why: recorded in the alias history.")) -> None:
+            reason: str = typer.Option(..., "--reason", help="Why: recorded in the alias history."),
+            url: str = typer.Option(None, "--url", help="Run its canary on this running service's live traffic "
+                                                        "(as `torchship canary --url`). Default: replayed rows."),
+            token: str = typer.Option(None, "--token", envvar=TOKEN_ENV, show_envvar=True,
+                                      help="The admin token the service at --url was started with."),
+            request_log: str = typer.Option(None, "--request-log", help="The request log of the service at --url "
+                                                                        "(default: serve.request_log).")) -> None:
     """Approve VERSION (registered awaiting approval, promotion.approval: required): it takes `challenger` and its
-    canary starts now (as `torchship canary`). The decision and the OS user go in the alias history. A version
-    past promotion.approval_timeout_s is rejected instead."""
+    canary starts now (as `torchship canary`, on the service at --url when given). The decision and the OS user
+    go in the alias history. A version past promotion.approval_timeout_s is rejected instead."""
     enter_project()
     from flows.cli.canary import render
     from tasks.config import load_params
@@ -70,8 +79,10 @@ def approve(version: str = typer.Argument(..., help="The version awaiting approv
     if done.canary_due:
         from flows.canary import canary_flow
 
+        if token:
+            os.environ[TOKEN_ENV] = token
         with console.status("canary: shadow, then canary.steps; each step waits for canary.min_samples"):
-            render(canary_flow(params_file="params.yaml"))
+            render(canary_flow(params_file="params.yaml", url=url, request_log=request_log))
 
 
 def reject(version: str = typer.Argument(..., help="The version awaiting approval."),

@@ -6,17 +6,19 @@ test. The workspace's one-writer rule is a Prefect concurrency limit, taken by t
 from __future__ import annotations
 
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel
 
-from tasks.config import RetrainParams
+from tasks.config import RetrainParams, ServeParams
 from tasks.core.gate import GateResult
 from tasks.monitoring.window import Window
 
 Outcome = Literal["fired", "suppressed", "no drift", "retrained"]
+DECISIONS_FOLDER = "decisions"   # under serve.ship_to, beside the shipped request log and feedback
 
 
 class Decision(BaseModel):
@@ -35,24 +37,53 @@ class Decision(BaseModel):
         return self.model_dump_json() + "\n"
 
 
-def read_decisions(path: Path) -> list[Decision]:
-    if not path.exists():
+def decision_log(serve: ServeParams, local: Path) -> Path | str:
+    """Where the decisions are kept: `local` (data/monitor/decisions.jsonl in the one working tree), or, when the
+    service ships its log to a bucket (serve.ship_to), `<ship_to>/decisions`, one object per decision: on the team
+    topology the monitor and the retrain run in a worker's fresh clone, and the guards (cooldown, budget, the
+    labels already learned) must see every earlier run's decisions."""
+    return f"{serve.ship_to.rstrip('/')}/{DECISIONS_FOLDER}" if serve.ship_to else local
+
+
+def read_decisions(where: Path | str) -> list[Decision]:
+    """Every decision recorded at `where` (a file, or an s3:// folder of one object per decision), oldest first."""
+    if isinstance(where, str):
+        lines = bucket_decision_lines(where)
+    elif where.exists():
+        lines = where.read_text(encoding="utf-8").splitlines()
+    else:
         return []
     found = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in lines:
         try:
             found.append(Decision.model_validate_json(line))
         except ValueError:    # a line cut by a crash: the rest of the history still counts
             continue
-    return found
+    return sorted(found, key=lambda decision: decision.ts) if isinstance(where, str) else found
 
 
-def record(path: Path, decision: Decision) -> Decision:
-    """Append one decision (one small write: a whole line or, after a crash, a cut line that readers skip)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as handle:
+def record(where: Path | str, decision: Decision) -> Decision:
+    """Append one decision: one small write to a file (a whole line or, after a crash, a cut line that readers
+    skip), or one new object in the bucket (no read-modify-write: two workers recording at once both land)."""
+    if isinstance(where, str):
+        from tasks.core.bucket import Location, put_bytes, s3_client
+
+        location = Location.parse(where)
+        key = f"{location.prefix}/{decision.ts:017.6f}-{uuid.uuid4().hex[:8]}.json"
+        put_bytes(s3_client(), location, key, decision.line().encode())
+        return decision
+    where.parent.mkdir(parents=True, exist_ok=True)
+    with where.open("a", encoding="utf-8") as handle:
         handle.write(decision.line())
     return decision
+
+
+def bucket_decision_lines(url: str) -> list[str]:
+    from tasks.core.bucket import Location, get_text, list_keys, s3_client
+
+    location, client = Location.parse(url), s3_client()
+    return [get_text(client, location, key).strip() for key in list_keys(client, location, "")
+            if key.endswith(".json")]
 
 
 def high_water(history: list[Decision]) -> float:
@@ -112,6 +143,6 @@ def make_decision(outcome: Outcome, reasons: list[str], gate: GateResult, window
                     window=window.describe(), **extra)
 
 
-def last_decisions(path: Path, limit: int = 5) -> list[Decision]:
+def last_decisions(where: Path | str, limit: int = 5) -> list[Decision]:
     """For `torchship status`: the newest first."""
-    return read_decisions(path)[-limit:][::-1]
+    return read_decisions(where)[-limit:][::-1]

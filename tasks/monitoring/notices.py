@@ -24,7 +24,7 @@ def decision_notice(model: str, decision: Decision, earlier: list[Decision]) -> 
     return None
 
 
-def announce_decision(params: Params, decision: Decision, decisions: Path) -> str | None:
+def announce_decision(params: Params, decision: Decision, decisions: Path | str) -> str | None:
     """Send `decision`'s notice (it is the last one recorded in `decisions`), once."""
     earlier = [d for d in read_decisions(decisions) if d.ts < decision.ts]
     notice = decision_notice(params.data.registered_model_name(), decision, earlier)

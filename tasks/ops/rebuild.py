@@ -67,6 +67,38 @@ class RebuildReport(BaseModel):
     seconds: float
 
 
+def pull_champion_splits(params: Params, root: Path = Path(".")) -> str | None:
+    """A worker's fresh clone (the team topology) has no data/prepare/: the monitor's reference and the retrain's
+    batch door need the champion's splits and schema. They come from the DVC remote, by the dvc.lock the champion's
+    version recorded (register pushed them); the tree's own dvc.lock is put back. None when they are here."""
+    from tasks.core import paths
+    from tasks.core.registry import CHAMPION, alias_version
+
+    wanted = (paths.TRAIN_SPLIT, paths.HOLDOUT_SPLIT, paths.SCHEMA)
+    if all((root / path).exists() for path in wanted):
+        return None
+    name = params.data.registered_model_name()
+    client = registry_client(params.tracking)
+    champion = alias_version(client, name, CHAMPION)
+    if champion is None or not champion.run_id:
+        raise TorchshipError(f"no prepared data here ({paths.PREPARE}/) and no champion of {name} whose recorded "
+                             "data could be pulled: run the pipeline first.")
+    lock = root / "dvc.lock"
+    kept = lock.read_bytes() if lock.exists() else None
+    refuse_climbing(client.get_run(champion.run_id).info.artifact_uri, f"run {champion.run_id}")
+    with tempfile.TemporaryDirectory() as folder:
+        recorded = client.download_artifacts(champion.run_id, f"{LINEAGE}/dvc.lock", folder)
+        shutil.copyfile(inside(Path(folder), Path(recorded), f"run {champion.run_id}"), lock)
+    try:
+        run_dvc(root, "pull", "--quiet", PULLED)
+    finally:
+        if kept is None:
+            lock.unlink(missing_ok=True)
+        else:
+            lock.write_bytes(kept)
+    return f"pulled champion v{champion.version}'s prepared data ({paths.PREPARE}/) from the DVC remote"
+
+
 def rebuild_version(params: Params, version: str, tolerance: float = 0.01, keep: bool = False,
                     root: Path = Path("."), echo=sys.stdout) -> RebuildReport:
     """Recreate `version` from its recorded commit, params, lock and data; compare its metrics."""

@@ -66,15 +66,6 @@ def workspace_restored(project, model: str) -> Iterator[None]:
 LIGHT_RUN = ("export.compile=false", "export.onnx_exporter=legacy", "distill.enabled=false")
 
 
-def lighten_params(project) -> None:
-    """Write LIGHT_RUN into the project's params.yaml, for runs that do not take --set (a deployment's flow run);
-    workspace_restored puts params.yaml back."""
-    from tasks.ops.overrides import resolve, write_params
-
-    raw, _ = resolve(list(LIGHT_RUN), base_file=str(project.root / "params.yaml"))
-    write_params(raw, str(project.root / "params.yaml"))
-
-
 def light_run_flags() -> list[str]:
     """LIGHT_RUN as `torchship run` flags."""
     return [flag for setting in LIGHT_RUN for flag in ("--set", setting)]

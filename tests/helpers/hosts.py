@@ -66,10 +66,11 @@ class Host:
         return subprocess.run(self.argv(*command), cwd=cwd or self.home, env=self.env(env), capture_output=True,
                               text=True, timeout=timeout)
 
-    def start(self, *command: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-        """A long-running process of this host (a worker), in a session of its own, its output in `log`."""
+    def start(self, *command: str, log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+              ) -> subprocess.Popen:
+        """A long-running process of this host (a worker, a service), in a session of its own, its output in `log`."""
         with log.open("ab") as out:
-            return subprocess.Popen(self.argv(*command), cwd=self.home, env=self.env(env), stdout=out,
+            return subprocess.Popen(self.argv(*command), cwd=cwd or self.home, env=self.env(env), stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from onnx import helper, numpy_helper
 from tasks import canary
 from tasks.bless import fetch_champion, holdout_predictions
 from tasks.blessing.quality import assess_quality
-from tasks.canarying.link import KEY_HEADER, ServiceLink
+from tasks.canarying.link import ServiceLink
 from tasks.config import CanaryParams, TrackingParams, load_params
 from tasks.contract import load_schema
 from tasks.core.alias_history import read_history
@@ -40,6 +38,7 @@ from tasks.core.verdicts import Blessing, BlessOutcome, CanaryOutcome, Registrat
 from tasks.ops.approvals import decide
 from tasks.register import apply_aliases
 from tests.helpers import registry_restored
+from tests.helpers.traffic import LiveTraffic
 
 pytestmark = pytest.mark.integration
 
@@ -78,39 +77,6 @@ def holdout(project) -> tuple[pd.DataFrame, pd.Series]:
     schema = load_schema(project.root / "data/prepare/schema.json")
     frame = pd.read_parquet(project.root / "data/prepare/holdout.parquet")
     return frame[schema.feature_names], frame[schema.target].astype(str)
-
-
-class LiveTraffic:
-    """Users sending holdout rows (a key each, so the split is sticky) and the true labels as feedback, in a thread,
-    until stopped: the live traffic the canary observes."""
-
-    def __init__(self, url: str, features: pd.DataFrame, truth: pd.Series):
-        self.url, self.stop_event = url, threading.Event()
-        self.rows = features.astype(object).where(features.notna(), None).to_dict(orient="records")
-        self.truth = truth.tolist()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self) -> None:
-        rng = random.Random(0)
-        with httpx.Client(base_url=self.url, timeout=30) as http:
-            while not self.stop_event.is_set():
-                labels = []
-                for _ in range(10):
-                    i = rng.randrange(len(self.rows))
-                    answer = http.post("/predict", json={"rows": [self.rows[i]]},
-                                       headers={KEY_HEADER: f"user-{rng.randrange(10_000)}"})
-                    if answer.status_code == 200:
-                        labels.append({"id": answer.json()["predictions"][0]["id"], "label": self.truth[i]})
-                if labels:
-                    http.post("/feedback", json={"labels": labels})
-
-    def __enter__(self) -> LiveTraffic:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop_event.set()
-        self.thread.join(timeout=30)
 
 
 def champion_model(client) -> onnx.ModelProto:

@@ -10,6 +10,13 @@ git remote. Each host is a Unix user of its own with a private HOME (tests/helpe
    server, recorded from the pushed commit, and its artifacts and data land in the bucket.
 -  (the batch index) Host C accepts a batch as a retrain does: it joins the shared index on the MLflow server, under
    the model's registry lock on the Prefect server, and the next run on B pulls it before it starts.
+2. Host D, which has a clone of the git remote and nothing else, runs `torchship serve`: it follows `champion`
+   (v1) through the MLflow server and ships its request log and feedback to the bucket.
+3. Drifted traffic with its true labels goes to D. The `monitor` deployment, run by a worker on host C, reads D's
+   log from the bucket and emits the drift event; the event starts the `retrain` deployment on C's worker: the
+   window joins the training data (the shared batch index), and v2, trained on it and longer than v1 (the team's
+   second commit: train.epochs up, and promotion.approval required), passes the gates and waits for a person. On D,
+   `torchship approve 2 --url` runs the live canary on D's own traffic, which promotes v2, and D serves it.
 5. (the kill) A second run on B is SIGKILLed with every process of host B while it trains (the machine dies): the
    flow run leaves Running, marked Crashed by `torchship-crash-watch`, within crash_watch.crashed_within_s() (plus
    a slack for a loaded box), and every Prefect concurrency limit is free again.
@@ -34,8 +41,15 @@ from pathlib import Path
 
 import pytest
 
+from tasks.config import load_params
+from tasks.core.env import TOKEN_ENV
 from tasks.core.prefect_limits import dead_holder_bound_s
+from tasks.core.procs import free_port
+from tasks.core.sources import SYNTHETIC_TARGET, generate_customers
+from tasks.monitoring.segments import bucket_source
+from tasks.monitoring.window import read_feedback, read_lines
 from tasks.ops import crash_watch
+from tasks.ops.demo import DemoTraffic
 from tasks.ops.stack import stack_down
 from tasks.ops.stack_parts import BUCKET
 from tasks.ops.stack_state import StackPaths, read_env_file
@@ -53,12 +67,18 @@ from tests.helpers.stack import (
     server_records,
     stack_cli,
 )
+from tests.helpers.traffic import LiveTraffic
 from tests.reliability.test_secrets import leaks
 
-pytestmark = [pytest.mark.integration, pytest.mark.stack]
-RUN_TIMEOUT_S = 900      # one tiny pipeline run on a worker: ~2-3 min alone on 2 cores, more beside other tests
+# Three pipeline runs, the monitor and a live canary: ~15 min alone on 2 cores, more beside other tests
+pytestmark = [pytest.mark.integration, pytest.mark.stack, pytest.mark.timeout(3600)]
+RUN_TIMEOUT_S = 1500     # one tiny pipeline run on a worker: ~2-3 min alone on 2 cores, 8 at load 10
 POOL = "torchship-process"
 CRASH_SLACK_S = 30       # a server on a loaded 2-core box evaluates its automations late
+SHIP_TO = f"s3://{BUCKET}/serve-logs"   # where host D's service ships its request log and feedback
+DRIFT, DRIFT_ROWS = 0.6, 600            # covariate drift (the labelling function stays): the monitor fires on it
+ADMIN_TOKEN = "journey-admin-token"     # D's service's /admin token: the live canary sets the split with it
+RETRAIN_EPOCHS = 8                      # the team's second commit: v2 trains longer than v1's 2 epochs
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +92,7 @@ def journey():
     paths.root.mkdir(mode=0o711)
     try:
         stack_cli(paths, "up", "--workers", "0")
-        with hosts(root / "hosts", "a", "b", "c") as made:
+        with hosts(root / "hosts", "a", "b", "c", "d") as made:
             yield root, paths, made
     finally:
         with contextlib.suppress(Exception):
@@ -106,8 +126,13 @@ def publish_project(host: Host, remote: Path, env: dict[str, str]) -> tuple[Path
     """Host A's project: tracking on the MLflow server, the DVC remote in the bucket, the docs' pull steps; committed
     and pushed. Returns the project and the pushed commit."""
     project = host.home / "project"
-    tracking = {"tracking": {"uri": env["MLFLOW_TRACKING_URI"], "artifacts": None}}
-    make_project(project, {**tracking, **light_params()})
+    team = {"tracking": {"uri": env["MLFLOW_TRACKING_URI"], "artifacts": None},
+            "serve": {"ship_to": SHIP_TO, "ship_seconds": 2}, "data": {"shift": "covariate"},
+            # v2 is trained to answer otherwise on the drifted traffic, so its mix of answers may move: the canary
+            # judges it on errors, latency and accuracy on the labelled traffic here (a challenger whose mix moved
+            # is rolled back by the PSI check in tests/integration/test_canary_live.py)
+            "canary": {"max_psi": 1.0}}
+    make_project(project, {**team, **light_params()})
     with (project / "prefect.yaml").open("a") as handle:
         handle.write(docs_pull_steps(f"file://{remote}"))
     subprocess.run(["chown", "-R", f"{host.user}:{host.user}", str(project)], check=True, timeout=60)
@@ -157,31 +182,44 @@ def worker_log(log: Path) -> str:
 
 def test_a_deployment_runs_on_another_hosts_worker_and_a_fresh_host_rebuilds_it_leaking_no_secret(journey, env):
     root, paths, made = journey
-    host_a, host_b, host_c = made["a"], made["b"], made["c"]
-    remote = git_remote(root, host_a, [host_b, host_c])
-    log = root / "host-b-worker.log"
+    host_a, host_b, host_c, host_d = made["a"], made["b"], made["c"], made["d"]
+    remote = git_remote(root, host_a, [host_b, host_c, host_d])
+    logs = {name: root / f"host-{name}.log" for name in ("b", "c", "d")}   # B's and C's workers, D's service
+    started: list[subprocess.Popen] = []
     with CommandLines() as command_lines:
         project, commit = publish_project(host_a, remote, env)
         deployed = checked(host_a.run("torchship", "deploy", cwd=project, env=env))
-        worker = host_b.start("prefect", "worker", "start", "--pool", POOL, "--name", "host-b", log=log, env=env)
+        assert f"prefect worker start --pool {POOL}" in deployed, deployed[-3000:]
+        assert_review_form(env)
+        started.append(host_b.start("prefect", "worker", "start", "--pool", POOL, "--name", "host-b", log=logs["b"],
+                                    env=env))
         try:
             began = time.monotonic()
             run = wait_for_flow_run(env, run_deployment(host_a, project, env))
             print(f"\nthe pipeline deployment on host B's worker: {time.monotonic() - began:.0f} s")
-            assert run["state_type"] == "COMPLETED", worker_log(log)[-5000:]
+            assert run["state_type"] == "COMPLETED", worker_log(logs["b"])[-5000:]
             checked(host_c.run("git", "clone", "-q", f"file://{remote}", "retrain", env=env))
             accepted = host_c.run("python", "-c", ACCEPT_A_BATCH, cwd=host_c.home / "retrain", env=env)
             assert checked(accepted) and accepted.stdout.split()[-1] == "1"   # files the shared index names
-            offset = len(worker_log(log))
-            with concurrent.futures.ThreadPoolExecutor(1) as meanwhile:   # C rebuilds while B's machine dies
+            offset = len(worker_log(logs["b"]))
+            with concurrent.futures.ThreadPoolExecutor(2) as meanwhile:   # C rebuilds and D starts as B's machine dies
                 rebuild = meanwhile.submit(rebuild_on_a_fresh_host, host_c, remote, env)
-                crashed, crashed_after_s = kill_the_machine_mid_training(host_a, host_b, project, env, log)
+                serving = meanwhile.submit(serve_on_a_fresh_host, host_d, remote, env, logs["d"])
+                crashed, crashed_after_s = kill_the_machine_mid_training(host_a, host_b, project, env, logs["b"])
                 rebuilt = rebuild.result()
-            assert "pulled 1 accepted batch file(s) named by the shared index" in worker_log(log)[offset:]
+                service, url = serving.result()
+                started.append(service)
+            assert "pulled 1 accepted batch file(s) named by the shared index" in worker_log(logs["b"])[offset:]
+            publish_the_teams_second_commit(host_a, project, remote, env)
+            started.append(host_c.start("prefect", "worker", "start", "--pool", POOL, "--name", "host-c",
+                                        log=logs["c"], env=env))
+            closed_loop = drift_retrain_and_live_canary(host_a, host_d, project, env, url, logs["c"])
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(worker.pid, signal.SIGTERM)
-            worker.wait(timeout=60)
+            for process in reversed(started):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=60)
     assert "v1 rebuilt: every metric within" in rebuilt, rebuilt[-3000:]
     assert_registered_from_the_remote(env, commit)
     assert crashed["state_type"] == "CRASHED", crashed["state"]
@@ -189,11 +227,132 @@ def test_a_deployment_runs_on_another_hosts_worker_and_a_fresh_host_rebuilds_it_
     assert_no_slot_taken(env)
     records = server_records(env)
     secrets = [value for value in read_env_file(paths.secrets).values() if len(value) >= 8]
-    texts = {"deploy": deployed, "host B's worker": worker_log(log), "rebuild": rebuilt,
+    texts = {"deploy": deployed, "rebuild": rebuilt, "closed loop": closed_loop,
+             **{f"host {name.upper()}'s log": worker_log(log) for name, log in logs.items()},
              "command lines": "\n".join(command_lines.seen), "MLflow and Prefect records": str(records),
              **bucket_texts(env, BUCKET)}
     assert len(command_lines.seen) > 50                                # the watch saw the run's processes
     assert leaks(project, texts, secrets) == {}
+
+
+def assert_review_form(env: dict[str, str]) -> None:
+    """The approval form the Prefect UI renders from the deployed `review` flow's parameters."""
+    with prefect_http(env) as prefect:
+        form = prefect.get("/deployments/name/torchship-review/review").json()["parameter_openapi_schema"]
+    assert form["properties"]["decision"]["enum"] == ["approve", "reject"] and "reviewer" in form["required"]
+
+
+def serve_on_a_fresh_host(host: Host, remote: Path, env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
+    """`torchship serve` in a clone of the git remote on host D: the service and its URL once it is ready (it
+    serves the champion, which it found through the MLflow server)."""
+    import httpx
+
+    clone = host.home / "project"
+    checked(host.run("git", "clone", "-q", f"file://{remote}", str(clone), env=env))
+    port = free_port()
+    service = host.start("torchship", "serve", "--port", str(port), log=log, env={**env, TOKEN_ENV: ADMIN_TOKEN},
+                         cwd=clone)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    while True:
+        assert service.poll() is None and time.monotonic() < deadline, worker_log(log)[-3000:]
+        with contextlib.suppress(httpx.HTTPError):
+            if (ready := httpx.get(f"{url}/ready", timeout=10)).status_code == 200:
+                assert ready.json()["champion"] == "1", ready.json()
+                return service, url
+        time.sleep(1)
+
+
+def publish_the_teams_second_commit(host: Host, project: Path, remote: Path, env: dict[str, str]) -> None:
+    """Host A's next commit: a person approves what reaches traffic (promotion.approval: required), and the model
+    trains longer (RETRAIN_EPOCHS), so the next version, the retrain's, is better than v1 by construction."""
+    from tasks.ops.overrides import resolve, write_params
+
+    raw, _ = resolve(["promotion.approval=required", f"train.epochs={RETRAIN_EPOCHS}"],
+                     base_file=str(project / "params.yaml"))
+    write_params(raw, str(project / "params.yaml"))
+    shutil.chown(project / "params.yaml", host.user, host.user)
+    for command in (["git", "commit", "-qam", "a person approves; train longer"],
+                    ["git", "push", "-q", str(remote), "HEAD:main"]):
+        checked(host.run(*command, cwd=project, env=env))
+
+
+def drift_retrain_and_live_canary(host_a: Host, host_d: Host, project: Path, env: dict[str, str], url: str,
+                                  log: Path) -> str:
+    """Journey steps 3: drifted traffic with labels to D, the monitor deployment, the retrain its event starts, and
+    the live canary on D that promotes v2. Returns what the hosts printed."""
+    import httpx
+
+    traffic = DemoTraffic(url, load_params(project / "params.yaml"))
+    served = traffic.send(DRIFT_ROWS, DRIFT, seed=7) + "; " + traffic.send_feedback()
+    wait_shipped(env, DRIFT_ROWS)
+    began = time.monotonic()
+    monitored = wait_for_flow_run(env, run_deployment(host_a, project, env, "torchship-monitor/monitor"))
+    assert monitored["state_type"] == "COMPLETED", worker_log(log)[-5000:]
+    assert "trigger fired" in worker_log(log), worker_log(log)[-5000:]
+    retrained = wait_for_flow_run(env, first_run_of(env, "torchship-retrain/retrain"))
+    print(f"monitor and retrain on host C's worker: {time.monotonic() - began:.0f} s")
+    assert retrained["state_type"] == "COMPLETED", worker_log(log)[-5000:]
+    assert_retrained_version(env)
+    # the monitor's and the retrain's decisions, made in two fresh clones, are in the bucket beside D's log
+    status = checked(host_a.run("torchship", "status", cwd=project, env=env))
+    assert "fired" in status and "retrained" in status, status[-3000:]
+    features = generate_customers(400, seed=8, drift=DRIFT, shift="covariate")
+    truth = features.pop(SYNTHETIC_TARGET).astype(str)
+    began = time.monotonic()
+    with LiveTraffic(url, features, truth):
+        approved = checked(host_d.run("torchship", "approve", "2", "--reason", "the retrain on the drifted window",
+                                      "--url", url, cwd=host_d.home / "project",
+                                      env={**env, TOKEN_ENV: ADMIN_TOKEN}, timeout=RUN_TIMEOUT_S))
+    print(f"live canary of v2 on host D: {time.monotonic() - began:.0f} s")
+    assert champion_of(env) == "2", approved[-3000:]
+    deadline = time.monotonic() + 60   # D follows the alias (serve.poll_seconds; the canary's reload asked already)
+    while (health := httpx.get(f"{url}/health", timeout=30).json()).get("champion") != "2":
+        assert time.monotonic() < deadline, health
+        time.sleep(1)
+    return f"{served}\n{status}\n{approved}"
+
+
+def wait_shipped(env: dict[str, str], rows: int, timeout: float = 120) -> None:
+    """Until the bucket holds `rows` served rows and their labels (D ships every serve.ship_seconds)."""
+    source = bucket_source(SHIP_TO, s3_client(env))
+    deadline = time.monotonic() + timeout
+    while len(read_lines(source.served(), 10 * rows, 0.0)) < rows or len(read_feedback(source.feedback())) < rows:
+        assert time.monotonic() < deadline, "host D's log did not reach the bucket"
+        time.sleep(1)
+
+
+def first_run_of(env: dict[str, str], deployment: str, timeout: float = 180) -> str:
+    """The id of the deployment's first flow run, once there is one (an automation starts it)."""
+    deadline = time.monotonic() + timeout
+    with prefect_http(env) as prefect:
+        found = prefect.get(f"/deployments/name/{deployment}").json()["id"]
+        while not (runs := prefect.post("/flow_runs/filter",
+                                        json={"flow_runs": {"deployment_id": {"any_": [found]}}}).json()):
+            assert time.monotonic() < deadline, f"no run of {deployment} within {timeout:.0f} s"
+            time.sleep(2)
+    return runs[0]["id"]
+
+
+def champion_of(env: dict[str, str]) -> str:
+    with mlflow_http(env) as mlflow:
+        found = mlflow.get("/registered-models/alias", params={"name": "synthetic-churn", "alias": "champion"})
+    assert found.status_code == 200, found.text[:500]
+    return found.json()["model_version"]["version"]
+
+
+def version_tags(env: dict[str, str], version: str) -> dict[str, str]:
+    with mlflow_http(env) as mlflow:
+        found = mlflow.get("/model-versions/get", params={"name": "synthetic-churn", "version": version})
+    assert found.status_code == 200, found.text[:500]
+    return {tag["key"]: tag["value"] for tag in found.json()["model_version"].get("tags", [])}
+
+
+def assert_retrained_version(env: dict[str, str]) -> None:
+    """v2 is the retrain's: its lineage names the trigger and the window's batch among the data it trained on."""
+    tags = version_tags(env, "2")
+    assert tags.get("trigger") == "retrain" and tags.get("retrain_batch"), tags
+    assert tags["retrain_batch"] in tags.get("data_batches", "") and tags.get("dvc_batches_md5"), tags
 
 
 # What a retrain on host C does with an accepted batch (tasks/retrain.py keep_batch): on the tracking server it goes
@@ -215,9 +374,10 @@ print(shared_snapshot(registry_client(params.tracking), params.data.registered_m
 """
 
 
-def run_deployment(host: Host, project: Path, env: dict[str, str]) -> str:
-    """`prefect deployment run` of the pipeline from host A; the flow run's id."""
-    started = checked(host.run("prefect", "deployment", "run", "torchship-pipeline/pipeline", cwd=project, env=env))
+def run_deployment(host: Host, project: Path, env: dict[str, str], name: str = "torchship-pipeline/pipeline"
+                   ) -> str:
+    """`prefect deployment run` of a deployment (the pipeline) from host A; the flow run's id."""
+    started = checked(host.run("prefect", "deployment", "run", name, cwd=project, env=env))
     return started.split("UUID:")[1].split()[0]
 
 
@@ -261,14 +421,10 @@ def rebuild_on_a_fresh_host(host: Host, remote: Path, env: dict[str, str]) -> st
 
 
 def assert_registered_from_the_remote(env: dict[str, str], commit: str) -> None:
-    """v1 is champion on the MLflow server, recorded from the pushed commit; its ONNX model and the run's data are
-    in the bucket (MLflow's artifacts, register's `dvc push`)."""
-    with mlflow_http(env) as mlflow:
-        found = mlflow.get("/registered-models/alias", params={"name": "synthetic-churn", "alias": "champion"})
-    assert found.status_code == 200, found.text[:500]
-    version = found.json()["model_version"]
-    tags = {tag["key"]: tag["value"] for tag in version.get("tags", [])}
-    assert version["version"] == "1" and tags["git_commit"] == commit, tags
+    """v1 (champion until the canary promoted v2: D served it first) is on the MLflow server, recorded from the
+    pushed commit; its ONNX model and the run's data are in the bucket (MLflow's artifacts, register's `dvc push`)."""
+    tags = version_tags(env, "1")
+    assert tags["git_commit"] == commit and "previous" in tags, tags
     keys = [item["Key"] for item in s3_client(env).list_objects_v2(Bucket=BUCKET).get("Contents", [])]
     assert any(key.endswith("model.onnx") for key in keys), keys
     assert any(key.startswith("dvc/") for key in keys), keys

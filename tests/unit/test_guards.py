@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -102,6 +103,47 @@ def test_decisions_round_trip_and_a_cut_line_is_skipped(tmp_path):
     [decision] = guards.read_decisions(path)
     assert decision.outcome == "fired" and decision.labels_until == window(3).end and decision.window["labelled"] == 3
     assert decision.gate == DRIFT
+
+
+class FakeBucket:
+    """The three S3 calls the decision log makes, on a dict."""
+
+    def __init__(self):
+        self.objects: dict[str, bytes] = {}
+
+    def put_object(self, Bucket, Key, Body):
+        self.objects[f"{Bucket}/{Key}"] = Body
+
+    def get_object(self, Bucket, Key):
+        import io
+
+        return {"Body": io.BytesIO(self.objects[f"{Bucket}/{Key}"])}
+
+    def get_paginator(self, _):
+        objects = self.objects
+
+        class Pages:
+            def paginate(self, Bucket, Prefix):
+                keys = sorted(k.split("/", 1)[1] for k in objects if k.startswith(f"{Bucket}/{Prefix}"))
+                return [{"Contents": [{"Key": key} for key in keys]}]
+        return Pages()
+
+
+def test_with_a_shipped_log_the_decisions_are_one_object_each_in_the_bucket_in_time_order(monkeypatch):
+    """The team topology: a monitor and a retrain in two fresh clones both see every decision."""
+    from tasks.config import ServeParams
+    from tasks.core import bucket
+
+    store = FakeBucket()
+    monkeypatch.setattr(bucket, "s3_client", lambda: store)
+    where = guards.decision_log(ServeParams(ship_to="s3://team/serve-logs/"), Path("unused.jsonl"))
+    assert where == "s3://team/serve-logs/decisions"
+    assert guards.decision_log(ServeParams(ship_to=""), Path("here.jsonl")) == Path("here.jsonl")
+    for ts, outcome in ((NOW + 5, "retrained"), (NOW, "fired")):   # recorded by two workers, the later first
+        guards.record(where, guards.make_decision(outcome, [outcome], DRIFT, window(3), ts=ts))
+    assert all(key.startswith("team/serve-logs/decisions/") for key in store.objects)
+    assert [d.outcome for d in guards.read_decisions(where)] == ["fired", "retrained"]
+    assert guards.high_water(guards.read_decisions(where)) == window(3).end
 
 
 def test_window_reads_newest_rows_across_rotated_files_and_joins_feedback(tmp_path):

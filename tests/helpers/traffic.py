@@ -1,0 +1,44 @@
+"""Live traffic for a running service, in a thread: what a canary on it observes (test_canary_live.py, the journey's
+serving host)."""
+from __future__ import annotations
+
+import random
+import threading
+
+import httpx
+import pandas as pd
+
+from tasks.canarying.link import KEY_HEADER
+
+
+class LiveTraffic:
+    """Users sending rows (holdout rows, or drifted ones), each under a key of its own (so the split is sticky), and
+    the true labels as feedback, in a thread, until stopped: the live traffic a canary observes."""
+
+    def __init__(self, url: str, features: pd.DataFrame, truth: pd.Series):
+        self.url, self.stop_event = url, threading.Event()
+        self.rows = features.astype(object).where(features.notna(), None).to_dict(orient="records")
+        self.truth = truth.tolist()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        rng = random.Random(0)
+        with httpx.Client(base_url=self.url, timeout=30) as http:
+            while not self.stop_event.is_set():
+                labels = []
+                for _ in range(10):
+                    i = rng.randrange(len(self.rows))
+                    answer = http.post("/predict", json={"rows": [self.rows[i]]},
+                                       headers={KEY_HEADER: f"user-{rng.randrange(10_000)}"})
+                    if answer.status_code == 200:
+                        labels.append({"id": answer.json()["predictions"][0]["id"], "label": self.truth[i]})
+                if labels:
+                    http.post("/feedback", json={"labels": labels})
+
+    def __enter__(self) -> LiveTraffic:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=30)
