@@ -50,6 +50,12 @@ TINY = {  # every key here is one the default models really read (params are air
 
 SUITES = ("unit", "data", "model", "integration", "reliability")
 IN_MEMORY = ("unit", "data", "model")
+# The modules that take minutes (the CPU report `make test` prints), longest first: each starts before the rest of
+# its start class (below), so that none is left running alone on one worker at the end while the others idle. Only
+# the order changes with this list: a module missing from it runs all the same, in collection order.
+LONGEST_FIRST = ("integration/test_journey", "reliability/test_kill_ladder", "integration/test_pipeline",
+                 "reliability/test_contract_doors", "integration/test_training_engine", "integration/test_cli",
+                 "integration/test_small_table", "integration/test_two_nodes", "integration/test_stack")
 SHARED_BUILD_TIMEOUT_S = 1200
 
 
@@ -73,7 +79,8 @@ def pytest_collection_modifyitems(config, items) -> None:
     Under `pytest -n N --dist loadgroup`, the tests of one module run on one worker (they share its module
     fixtures: a service, a project), unless a test names its own `xdist_group`. Workers take modules in this
     order: first those that build projects of their own (while the first worker to need it builds the shared
-    tiny pipeline), then those on the tiny pipeline, then the in-memory suites, which fill the gaps at the end."""
+    tiny pipeline), then those on the tiny pipeline, then the in-memory suites, which fill the gaps at the end;
+    within each of the first two, the LONGEST_FIRST modules first."""
     for item in items:
         suite = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0]
         if suite in SUITES:
@@ -90,10 +97,12 @@ def pytest_collection_modifyitems(config, items) -> None:
         if getattr(config.option, "loadgroup", False) and hasattr(item, "_id"):   # an xdist worker, pytest >= 9.2
             xdist_group_in_nodeid(item)
 
-    def start_order(item) -> int:
+    def start_order(item) -> tuple[int, int]:
         if any(item.get_closest_marker(suite) for suite in IN_MEMORY):
-            return 2
-        return 1 if "tiny_pipeline" in item.fixturenames else 0
+            return 2, 0
+        module = Path(item.nodeid.split("::")[0]).with_suffix("").as_posix().removeprefix("tests/")
+        rank = LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
+        return (1 if "tiny_pipeline" in item.fixturenames else 0), rank
 
     items.sort(key=start_order)   # stable: the modules keep their tests' order
 
