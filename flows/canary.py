@@ -6,14 +6,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.environment import server_configured
 from flows.slot import workspace_slot
 from tasks import canary
 from tasks.canarying.link import TOKEN_ENV, ServiceLink
-from tasks.config import load_params
+from tasks.config import Params, load_params
 from tasks.core.errors import ConfigError
 from tasks.core.verdicts import CanaryOutcome, CanaryReport, StepVerdict, VariantFigures
 from tasks.ops.rebuild import pull_champion_splits
@@ -92,6 +92,14 @@ def live_link(url: str, request_log: str | None, default_log: str) -> ServiceLin
     return ServiceLink(url.rstrip("/"), token, Path(log))
 
 
+@task(name="pull-prepared-data", retries=2, retry_delay_seconds=10)   # I/O on the registry and the DVC remote
+def pull_prepared(params: Params) -> None:
+    """On a fresh clone (a worker's, a serving host's): the champion's splits and schema, which the monitor, the
+    batch door and the canary's replay read. Nothing to do where they are already present."""
+    if (outcome := pull_champion_splits(params)) is not None:
+        get_run_logger().info(outcome)
+
+
 @flow(name="torchship-canary", log_prints=True)
 def canary_flow(params_file: str = "params.yaml", url: str | None = None, request_log: str | None = None
                 ) -> CanaryReport:
@@ -100,7 +108,7 @@ def canary_flow(params_file: str = "params.yaml", url: str | None = None, reques
     on that service when there is no challenger (embedded only)."""
     params = load_params(params_file)
     link = live_link(url, request_log, params.serve.request_log) if url else None
-    pull_champion_splits(params)   # a serving host's clone has no data/prepare/ (the schema, the replayed holdout)
+    pull_prepared(params)   # a serving host's clone has no data/prepare/ (the schema, the replayed holdout)
     with workspace_slot("the canary", params.retrain.workspace_wait_s):
         report = task(name="canary")(canary.run)(params, None, link, record_step)
     record_decision(report, params.data.registered_model_name())

@@ -11,7 +11,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
-from flows.canary import canary_flow
+from flows.canary import canary_flow, pull_prepared
 from flows.environment import server_configured
 from flows.pipeline import pipeline
 from flows.slot import WorkspaceBusy, workspace_slot
@@ -28,7 +28,6 @@ from tasks.monitoring.notices import announce_decision
 from tasks.monitoring.segments import log_source
 from tasks.monitoring.window import read_window
 from tasks.ops.approvals import approved_challenger_without_canary, review_quietly
-from tasks.ops.rebuild import pull_champion_splits
 
 DRIFT_EVENT = "torchship.drift.detected"
 TRIGGER_KEY, RETRAINED = "trigger", "retrain"   # the tag a retrain's version carries
@@ -52,13 +51,6 @@ def drift_markdown(report: monitor_step.MonitorReport) -> str:
                f"(the estimate said {estimate.reference_estimate:.3f} there).\n\n" if estimate else "")
             + f"Evidently report: `{Path(report.report).resolve()}` (also in MLflow run `{report.mlflow_run}`, "
               f"folder `monitor/`).\n")
-
-
-@task(name="pull-prepared-data", retries=2, retry_delay_seconds=10)   # I/O on the registry and the DVC remote
-def pull_prepared(params: Params) -> None:
-    """On a worker's fresh clone: the champion's splits and schema, which the monitor and the batch door read."""
-    if (outcome := pull_champion_splits(params)) is not None:
-        get_run_logger().info(outcome)
 
 
 @task(name="drift-report")
