@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from importlib.metadata import version as installed_version
 from pathlib import Path
@@ -13,6 +14,7 @@ from tasks.core import paths
 from tasks.core.alias_history import run_actor
 from tasks.core.approval import REQUESTED_TAG
 from tasks.core.artifacts import read_json
+from tasks.core.env import HTTP_RETRIES_ENV
 from tasks.core.errors import TorchshipError
 from tasks.core.holdout import load_holdout
 from tasks.core.registry import (
@@ -236,13 +238,17 @@ def _run_with_retries(params: Params, blessing: Blessing, parent_run: str | None
     started = time.monotonic()
     for attempt, delay in enumerate((*RETRY_DELAYS_S, None), start=1):
         try:
-            with stage_run(params.tracking, "register", parent_run):
-                registration = register_candidate(params, blessing, parent_run, trigger)
-            break
+            with http_retries_kept():
+                try:
+                    with stage_run(params.tracking, "register", parent_run), one_try_once_unreachable():
+                        registration = register_candidate(params, blessing, parent_run, trigger)
+                    break
+                except Exception as exc:
+                    if mlflow.active_run() is not None and (store_busy(exc) or server_unreachable(exc)):
+                        with contextlib.suppress(Exception):   # not ended when the store refused its start's writes
+                            mlflow.end_run("FAILED")
+                    raise
         except Exception as exc:   # the store's first contact may raise SQLAlchemy's own OperationalError
-            if mlflow.active_run() is not None and (store_busy(exc) or server_unreachable(exc)):
-                with contextlib.suppress(Exception):   # not ended when the store refused its start's own writes
-                    mlflow.end_run("FAILED")
             if server_unreachable(exc) and not store_busy(exc):
                 raise server_down(params, time.monotonic() - started, exc) from None
             if not store_busy(exc):
@@ -261,10 +267,34 @@ def _run_with_retries(params: Params, blessing: Blessing, parent_run: str | None
     return registration
 
 
+@contextlib.contextmanager
+def http_retries_kept():
+    """MLflow's client retries (HTTP_RETRIES_ENV) as they were on entry again on exit, whatever the block set."""
+    saved = os.environ.get(HTTP_RETRIES_ENV)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(HTTP_RETRIES_ENV, None)
+        else:
+            os.environ[HTTP_RETRIES_ENV] = saved
+
+
+@contextlib.contextmanager
+def one_try_once_unreachable():
+    """Once a request found the tracking server away through all its retries, the closing writes of the blocks
+    around this one (end_run) try once each: retrying them too would double the wait before the step says the
+    server is down. Inside http_retries_kept, which puts the retries back."""
+    try:
+        yield
+    except Exception as exc:
+        if server_unreachable(exc):
+            os.environ[HTTP_RETRIES_ENV] = "0"
+        raise
+
+
 def server_down(params: Params, waited_s: float, exc: BaseException) -> TrackingServerDown:
     """What to say when the tracking server stayed away longer than MLflow's client retries each request."""
-    import os
-
     from tasks.core.env import MLFLOW_HTTP_RETRY, http_retry_window_s
 
     window = http_retry_window_s({key: os.environ.get(key, value) for key, value in MLFLOW_HTTP_RETRY.items()})

@@ -23,7 +23,8 @@ COMPILE_THREADS = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 # JITTER s each. MLflow's defaults (7 retries, factor 2) wait up to about 4 min, the first retries already 4 and 8 s
 # apart; factor 1 rides out a restart of a few seconds within a few seconds of the server's return, and reports a
 # server that stays away after http_retry_window_s() (about 2 min). A request that is answered waits nothing more.
-MLFLOW_HTTP_RETRY = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "7", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+HTTP_RETRIES_ENV = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
+MLFLOW_HTTP_RETRY = {HTTP_RETRIES_ENV: "7", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                      "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "1.0"}
 HEARTBEAT_ENV = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"   # seconds between a flow run's heartbeat events
 # What a deployed flow run needs beyond the worker's own environment: prefect.yaml's job env is exactly this.
@@ -105,7 +106,7 @@ def http_retry_window_s(retry: dict[str, str] = MLFLOW_HTTP_RETRY) -> float:
     """The longest MLflow's client waits, all retries of one request together, before it reports the tracking server
     unreachable (connection refusals fail at once, so this is the bound on a server that is down; each try of a
     server that hangs may take MLFLOW_HTTP_REQUEST_TIMEOUT more)."""
-    retries, factor = int(retry["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]), float(retry["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"])
+    retries, factor = int(retry[HTTP_RETRIES_ENV]), float(retry["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"])
     jitter = float(retry["MLFLOW_HTTP_REQUEST_BACKOFF_JITTER"])
     # urllib3's Retry.get_backoff_time: nothing before the 2nd try, each later wait capped at 120 s (its backoff_max)
     return sum(min(factor * 2 ** (n - 1) + jitter, 120.0) for n in range(2, retries + 1))

@@ -3,6 +3,7 @@ errors mean "no answer" (never "not registered yet"), which duplicate a retried 
 the step says when the server stays away. The restart itself: tests/integration/test_journey.py, step 4."""
 from __future__ import annotations
 
+import os
 import random
 import socket
 from types import SimpleNamespace
@@ -10,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from tasks.config import TrackingParams
-from tasks.core.env import JOB_ENV, MLFLOW_HTTP_RETRY, http_retry_window_s
+from tasks.core.env import HTTP_RETRIES_ENV, JOB_ENV, MLFLOW_HTTP_RETRY, http_retry_window_s
 from tasks.core.errors import TorchshipError
 from tasks.core.registry import SHA_TAG, UNFINISHED_TAG, find_version_by_sha, server_unreachable, store_busy
 from tasks.register import TrackingServerDown, server_down, settle_duplicates
@@ -74,3 +75,26 @@ def test_a_server_that_stays_away_fails_register_naming_it_the_bound_and_the_way
     assert "http://127.0.0.1:5000 did not answer for 132 s" in said and "torchship stack status" in said
     assert UNFINISHED_TAG in said and "finishes that version rather than adding another" in said
 
+
+
+def test_a_server_away_through_the_retries_stops_register_and_its_run_closes_with_one_try(tmp_path, monkeypatch):
+    import mlflow
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import fluent
+
+    from tasks import register
+
+    def away(*_args, **_kwargs):
+        raise MlflowException("API request to http://127.0.0.1:5000/x failed with exception Max retries exceeded")
+
+    tried_with, end_run = [], fluent.end_run
+    monkeypatch.setattr(register, "register_candidate", away)
+    monkeypatch.setattr(fluent, "end_run", lambda status: tried_with.append(os.environ.get(HTTP_RETRIES_ENV))
+                        or end_run(status))
+    monkeypatch.setenv(HTTP_RETRIES_ENV, "7")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")   # a store without a database: no migrations to wait for
+    params = SimpleNamespace(tracking=TrackingParams(uri=(tmp_path / "runs").as_uri(), artifacts=str(tmp_path)))
+    with pytest.raises(TrackingServerDown, match="did not answer for 132 s"):
+        register._run_with_retries(params, SimpleNamespace(), None, None)
+    assert tried_with == ["0"] and os.environ[HTTP_RETRIES_ENV] == "7"   # closed with one try; the retries back
+    assert mlflow.active_run() is None
