@@ -14,7 +14,7 @@ from tasks.core import paths
 from tasks.core.alias_history import run_actor
 from tasks.core.approval import REQUESTED_TAG
 from tasks.core.artifacts import read_json
-from tasks.core.env import HTTP_RETRIES_ENV
+from tasks.core.env import HTTP_RETRIES_ENV, MLFLOW_HTTP_RETRY, http_retry_window_s
 from tasks.core.errors import TorchshipError
 from tasks.core.holdout import load_holdout
 from tasks.core.registry import (
@@ -295,8 +295,6 @@ def one_try_once_unreachable():
 
 def server_down(params: Params, waited_s: float, exc: BaseException) -> TrackingServerDown:
     """What to say when the tracking server stayed away longer than MLflow's client retries each request."""
-    from tasks.core.env import MLFLOW_HTTP_RETRY, http_retry_window_s
-
     window = http_retry_window_s({key: os.environ.get(key, value) for key, value in MLFLOW_HTTP_RETRY.items()})
     return TrackingServerDown(
         f"register: the MLflow tracking server {params.tracking.resolved_uri()} did not answer for "
