@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from importlib.metadata import version as installed_version
 from pathlib import Path
@@ -13,6 +14,7 @@ from tasks.core import paths
 from tasks.core.alias_history import run_actor
 from tasks.core.approval import REQUESTED_TAG
 from tasks.core.artifacts import read_json
+from tasks.core.env import HTTP_RETRIES_ENV, MLFLOW_HTTP_RETRY, http_retry_window_s
 from tasks.core.errors import TorchshipError
 from tasks.core.holdout import load_holdout
 from tasks.core.registry import (
@@ -24,6 +26,7 @@ from tasks.core.registry import (
     aliases,
     find_version_by_sha,
     registry_client,
+    server_unreachable,
     store_busy,
 )
 from tasks.core.verdicts import OUTCOME_TAG, Blessing, Registration, RegistrationOutcome
@@ -41,6 +44,10 @@ RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0)
 
 class StoreBusy(TorchshipError):
     """The MLflow store stayed locked through every retry of the register step."""
+
+
+class TrackingServerDown(TorchshipError):
+    """The tracking server did not answer through MLflow's client retries (MLFLOW_HTTP_RETRY) during register."""
 
 
 
@@ -95,6 +102,7 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
                                      save_as_external_data=False)   # one file, byte-identical to the candidate
         pending = {**tags, UNFINISHED_TAG: "artifacts logged; tags, passport and aliases not yet written"}
         version = str(mlflow.register_model(info.model_uri, name, tags=pending).version)
+        version = drop_duplicates(client, name, blessing.candidate_sha256, version)
         held = pending
     # The commit alone does not pin a model (`--set`, a retrain): the exact params and lock, and the data pushed.
     tags["lineage_files"] = ", ".join(log_lineage(Path(".")))
@@ -122,6 +130,30 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     client.delete_model_version_tag(name, version, UNFINISHED_TAG)   # last: the version is complete
     return Registration(model_name=name, version=version, created=True, outcome=outcome, action=action,
                         aliases=aliases(client, name), seconds=time.perf_counter() - started)
+
+
+def settle_duplicates(versions: list[tuple[str, dict[str, str], list[str]]], sha256: str
+                      ) -> tuple[str | None, list[str]]:
+    """Of the versions (number, tags, aliases) registered from these bytes: the one to keep (the oldest) and the
+    unfinished ones beside it that hold no alias, to delete. MLflow's client retries a create whose answer was lost
+    (a server restarted or cut off after it wrote the version): that retry makes a second version of the same bytes,
+    which nobody has seen finished or served."""
+    same = sorted((int(number), tags, held) for number, tags, held in versions if tags.get(SHA_TAG) == sha256)
+    if not same:
+        return None, []
+    return str(same[0][0]), [str(number) for number, tags, held in same[1:] if UNFINISHED_TAG in tags and not held]
+
+
+def drop_duplicates(client, name: str, sha256: str, created: str) -> str:
+    """The version to finish after a create: `created`, or the older one a lost answer's retry duplicated (the
+    surplus deleted, so exactly one version holds these bytes)."""
+    found = client.search_model_versions(f"name='{name}'")
+    keep, surplus = settle_duplicates([(str(v.version), v.tags, list(v.aliases or [])) for v in found], sha256)
+    for number in surplus:
+        log.warning("register: v%s duplicates v%s (MLflow's client retried a create whose answer was lost): "
+                    "deleted", number, keep)
+        client.delete_model_version(name, number)
+    return keep or created
 
 
 def apply_aliases(client, name: str, version: str, blessing: Blessing, actor: str | None = None,
@@ -206,15 +238,21 @@ def _run_with_retries(params: Params, blessing: Blessing, parent_run: str | None
     started = time.monotonic()
     for attempt, delay in enumerate((*RETRY_DELAYS_S, None), start=1):
         try:
-            with stage_run(params.tracking, "register", parent_run):
-                registration = register_candidate(params, blessing, parent_run, trigger)
-            break
+            with http_retries_kept():
+                try:
+                    with stage_run(params.tracking, "register", parent_run), one_try_once_unreachable():
+                        registration = register_candidate(params, blessing, parent_run, trigger)
+                    break
+                except Exception as exc:
+                    if mlflow.active_run() is not None and (store_busy(exc) or server_unreachable(exc)):
+                        with contextlib.suppress(Exception):   # not ended when the store refused its start's writes
+                            mlflow.end_run("FAILED")
+                    raise
         except Exception as exc:   # the store's first contact may raise SQLAlchemy's own OperationalError
+            if server_unreachable(exc) and not store_busy(exc):
+                raise server_down(params, time.monotonic() - started, exc) from None
             if not store_busy(exc):
                 raise
-            if mlflow.active_run() is not None:   # not ended when the store refused its start's own writes
-                with contextlib.suppress(Exception):
-                    mlflow.end_run("FAILED")
             if delay is None:
                 raise StoreBusy(
                     f"register: the MLflow store {params.tracking.resolved_uri()} stayed busy through {attempt} "
@@ -227,3 +265,41 @@ def _run_with_retries(params: Params, blessing: Blessing, parent_run: str | None
             time.sleep(delay)
     log.info("register: %s", registration.action)
     return registration
+
+
+@contextlib.contextmanager
+def http_retries_kept():
+    """MLflow's client retries (HTTP_RETRIES_ENV) as they were on entry again on exit, whatever the block set."""
+    saved = os.environ.get(HTTP_RETRIES_ENV)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(HTTP_RETRIES_ENV, None)
+        else:
+            os.environ[HTTP_RETRIES_ENV] = saved
+
+
+@contextlib.contextmanager
+def one_try_once_unreachable():
+    """Once a request found the tracking server away through all its retries, the closing writes of the blocks
+    around this one (end_run) try once each: retrying them too would double the wait before the step says the
+    server is down. Inside http_retries_kept, which puts the retries back."""
+    try:
+        yield
+    except Exception as exc:
+        if server_unreachable(exc):
+            os.environ[HTTP_RETRIES_ENV] = "0"
+        raise
+
+
+def server_down(params: Params, waited_s: float, exc: BaseException) -> TrackingServerDown:
+    """What to say when the tracking server stayed away longer than MLflow's client retries each request."""
+    window = http_retry_window_s({key: os.environ.get(key, value) for key, value in MLFLOW_HTTP_RETRY.items()})
+    return TrackingServerDown(
+        f"register: the MLflow tracking server {params.tracking.resolved_uri()} did not answer for "
+        f"{window:.0f} s, MLflow's client retrying the request all along (the step had run "
+        f"{waited_s:.0f} s; {str(exc).splitlines()[0][:300]}). Is it down or restarting? Check it (`torchship stack "
+        f"status` on a loopback stack, else its host and log). Once it answers, run the pipeline again (`torchship "
+        f"run`, or the deployment): a version this step registered keeps its `{UNFINISHED_TAG}` tag until then (no "
+        "alias; `torchship status` shows it), and the next run finishes that version rather than adding another.")

@@ -1,4 +1,4 @@
-"""`torchship stack up|down|status|env`: the team stack on loopback (PostgreSQL, moto's S3, MLflow and Prefect
+"""`torchship stack up|down|status|env|restart`: the team stack on loopback (PostgreSQL, moto's S3, MLflow and Prefect
 servers, process workers) for trying and testing the team topology; docs/stack.md."""
 from __future__ import annotations
 
@@ -51,6 +51,16 @@ def down() -> None:
 
     stopped = stack_down(paths(), os.environ)
     console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running.")
+
+
+@stack_app.command("restart")
+def restart(server: str = typer.Argument(..., help="mlflow or prefect.")) -> None:
+    """Stop one server and start it again (same port, same store) and wait until it answers: what a team's server
+    does when it is upgraded. Its clients retry meanwhile (docs/deploy.md)."""
+    from tasks.ops.stack import stack_restart
+
+    seconds = stack_restart(paths(), server, os.environ)
+    console.print(f"{server} restarted: answering again after {seconds:.1f} s", highlight=False)
 
 
 @stack_app.command("status")

@@ -18,12 +18,21 @@ TELEMETRY_OFF = {
 }
 # Inductor's parallel compile workers fight inference (and each other) for 2 cores.
 COMPILE_THREADS = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+# MLflow's client retries a request the tracking server refuses, drops or answers with 429/5xx (a server restarting,
+# for an upgrade say) with urllib3's backoff: the 2nd try at once, then FACTOR * 2^(n-1) s before try n+1, plus up to
+# JITTER s each. MLflow's defaults (7 retries, factor 2) wait up to about 4 min, the first retries already 4 and 8 s
+# apart; factor 1 rides out a restart of a few seconds within a few seconds of the server's return, and reports a
+# server that stays away after http_retry_window_s() (about 2 min). A request that is answered waits nothing more.
+HTTP_RETRIES_ENV = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
+MLFLOW_HTTP_RETRY = {HTTP_RETRIES_ENV: "7", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                     "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "1.0"}
 HEARTBEAT_ENV = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"   # seconds between a flow run's heartbeat events
 # What a deployed flow run needs beyond the worker's own environment: prefect.yaml's job env is exactly this.
 JOB_ENV = {
     **TELEMETRY_OFF,
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",   # a bar per tiny download is noise in the run summary
     **COMPILE_THREADS,
+    **MLFLOW_HTTP_RETRY,
     # Heartbeats let the server mark a run Crashed when its machine dies (tasks/ops/crash_watch.py keeps the value).
     # Every command sends them, not only deployed runs: `torchship run` against a server that has the watch would
     # otherwise beat at Prefect's default, slower than the watch's silence, and be marked Crashed while it works.
@@ -91,6 +100,16 @@ MLFLOW_PROXIED_TRANSFERS = {"MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD": "false",
 # Not an environment variable but the same kind of name, shared by the router (serving/front.py) and the canary's
 # replay client: a request's sticky-split key (a user or session id).
 KEY_HEADER = "x-torchship-key"
+
+
+def http_retry_window_s(retry: dict[str, str] = MLFLOW_HTTP_RETRY) -> float:
+    """The longest MLflow's client waits, all retries of one request together, before it reports the tracking server
+    unreachable (connection refusals fail at once, so this is the bound on a server that is down; each try of a
+    server that hangs may take MLFLOW_HTTP_REQUEST_TIMEOUT more)."""
+    retries, factor = int(retry[HTTP_RETRIES_ENV]), float(retry["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"])
+    jitter = float(retry["MLFLOW_HTTP_REQUEST_BACKOFF_JITTER"])
+    # urllib3's Retry.get_backoff_time: nothing before the 2nd try, each later wait capped at 120 s (its backoff_max)
+    return sum(min(factor * 2 ** (n - 1) + jitter, 120.0) for n in range(2, retries + 1))
 
 
 def set_defaults(values: dict[str, str], environ: MutableMapping[str, str] | None = None) -> None:

@@ -27,6 +27,23 @@ def store_busy(exc: BaseException) -> bool:
     return getattr(exc, "error_code", None) == "TEMPORARILY_UNAVAILABLE" or "database is locked" in str(exc)
 
 
+# What MLflow's client raises once its own retries of a request (MLFLOW_HTTP_RETRY, tasks/core/env.py) are spent on
+# a tracking server that refuses connections, drops them, keeps answering 5xx, or does not answer in time.
+UNREACHABLE_MARKS = ("Max retries exceeded", "failed with timeout exception", "Connection refused",
+                     "Connection aborted", "RemoteDisconnected")
+
+
+def server_unreachable(exc: BaseException) -> bool:
+    """The tracking server did not answer through every retry of MLflow's client (restarting for longer than the
+    retry window, down, or cut off)."""
+    return any(mark in str(exc) for mark in UNREACHABLE_MARKS)
+
+
+def cannot_answer(exc: BaseException) -> bool:
+    """The store is busy or the server unreachable: an error to retry or report, never an empty answer."""
+    return store_busy(exc) or server_unreachable(exc)
+
+
 def registry_client(tracking: TrackingParams) -> object:
     """An MlflowClient on the configured store (no global MLflow state is touched)."""
     from mlflow import MlflowClient
@@ -41,7 +58,7 @@ def alias_version(client, name: str, alias: str):
     try:
         return client.get_model_version_by_alias(name, alias)
     except MlflowException as exc:
-        if store_busy(exc):   # a locked store is not "no champion": that would promote past the canary
+        if cannot_answer(exc):   # a locked or gone store is not "no champion": that would promote past the canary
             raise
         return None
 
@@ -52,7 +69,7 @@ def aliases(client, name: str) -> dict[str, str]:
     try:
         return {k: str(v) for k, v in client.get_registered_model(name).aliases.items()}
     except MlflowException as exc:
-        if store_busy(exc):
+        if cannot_answer(exc):
             raise
         return {}
 
@@ -74,7 +91,7 @@ def find_version_by_sha(client, name: str, sha256: str):
     try:
         versions = client.search_model_versions(f"name='{name}'")
     except MlflowException as exc:
-        if store_busy(exc):   # "not registered yet" would register the same bytes twice
+        if cannot_answer(exc):   # "not registered yet" would register the same bytes twice
             raise
         return None
     return next((v for v in versions if v.tags.get(SHA_TAG) == sha256), None)

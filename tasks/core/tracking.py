@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tasks.core.env import PARENT_RUN_ENV, TELEMETRY_OFF, set_defaults
+from tasks.core.env import MLFLOW_HTTP_RETRY, PARENT_RUN_ENV, TELEMETRY_OFF, set_defaults
 from tasks.core.params_spec import TrackingParams
 
 
@@ -21,7 +21,7 @@ def configure_mlflow(tracking: TrackingParams) -> str:
     """Point MLflow at the store and make sure the experiment exists; returns its id."""
     import mlflow
 
-    set_defaults(TELEMETRY_OFF)
+    set_defaults({**TELEMETRY_OFF, **MLFLOW_HTTP_RETRY})
     uri = tracking.resolved_uri()
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ import yaml
 
 from tasks.config import TrackingParams
 from tasks.core import paths
-from tasks.core.registry import store_busy
+from tasks.core.registry import cannot_answer
 from tasks.core.registry_lock import SERVER, alias_lock, lock_kind
 from tasks.ops.reproduce import run_dvc
 
@@ -57,7 +57,7 @@ def shared_snapshot(client, model: str) -> dict | None:
     try:
         tags = client.get_registered_model(model).tags
     except MlflowException as exc:
-        if store_busy(exc):   # a store that cannot answer now is not "no index": the run would train without them
+        if cannot_answer(exc):   # a store that cannot answer now is not "no index": the run would train without them
             raise
         return None
     return json.loads(tags[INDEX_TAG]) if INDEX_TAG in tags else None

@@ -1,4 +1,4 @@
-"""`torchship stack up|down|status|env`: a team stack on loopback for trying and testing the team topology —
+"""`torchship stack up|down|status|env|restart`: a team stack on loopback for trying and testing the team topology —
 PostgreSQL, an S3-compatible store (moto), `mlflow server`, `prefect server` and N process workers, each a
 process of its own in a session of its own, started from this project's environment. State lives in one folder
 (the project's git-ignored .stack/, or TORCHSHIP_STACK_DIR): secrets.env (0600, kept across down/up),
@@ -195,6 +195,28 @@ def stack_down(paths: StackPaths, environ: Mapping[str, str]) -> list[str]:
         postgres.stop_postgres(paths, environ)
         stopped.append("postgres")
     return stopped
+
+
+RESTARTABLE = ("mlflow", "prefect")
+
+
+def stack_restart(paths: StackPaths, name: str, environ: Mapping[str, str]) -> float:
+    """Stop one server (its process group) and start it again on the same port with the same store, as a team's
+    server is restarted for an upgrade; returns the seconds until it answered again. Its clients see it refuse
+    connections meanwhile (docs/deploy.md: what a register step does then)."""
+    if name not in RESTARTABLE:
+        raise TorchshipError(f"`torchship stack restart` restarts {' or '.join(RESTARTABLE)}, not {name!r}: "
+                             "`torchship stack down` and `up` for the others.")
+    state = StackState.load(paths)
+    if not state.ports:
+        raise TorchshipError(f"no stack in {paths.root}: run `torchship stack up` first.")
+    began = time.monotonic()
+    stop_group(state.processes.pop(name, {}), STOP_TIMEOUT_S)
+    state.save(paths)
+    launch_server(paths, state, name, load_secrets(paths), environ)
+    parts.wait_for(f"{name} server", health_probe(name, state.ports), START_TIMEOUT_S[name],
+                   paths.logs / f"{name}.log")
+    return time.monotonic() - began
 
 
 def stack_status(paths: StackPaths) -> list[PartStatus]:

@@ -9,11 +9,11 @@ from pydantic import BaseModel
 from tasks.config import Params
 from tasks.core.alias_history import HistoryEntry, champion_concern, command_actor, notice_outside_moves, read_history
 from tasks.core.notify import champion_notice, notify_once
-from tasks.core.registry import aliases, registry_client
+from tasks.core.registry import UNFINISHED_TAG, aliases, registry_client
 from tasks.core.verdicts import OUTCOME_TAG
 from tasks.ops.approvals import ApprovalAction, Waiting, review_quietly
 
-NOTE_TAGS = ("approval", "rejected", "previous", "promoted", "stale", "rebaselined")
+NOTE_TAGS = ("approval", "rejected", "previous", "promoted", "stale", "rebaselined", UNFINISHED_TAG)
 HISTORY_SHOWN = 5   # the last entries `torchship status` shows (`torchship history` shows all)
 
 

@@ -17,6 +17,10 @@ git remote. Each host is a Unix user of its own with a private HOME (tests/helpe
    window joins the training data (the shared batch index), and v2, trained on it and longer than v1 (the team's
    second commit: train.epochs up, and promotion.approval required), passes the gates and waits for a person. On D,
    `torchship approve 2 --url` runs the live canary on D's own traffic, which promotes v2, and D serves it.
+4. Once the retrain's register step has begun on C (its MLflow run exists), the MLflow server is restarted
+   (`torchship stack restart mlflow`): MLflow's client waits for it (tasks/core/env.py MLFLOW_HTTP_RETRY), the
+   retrain completes, and exactly one new version (v2) holds its bytes, finished (no `register_unfinished` tag),
+   with its lineage; the rest of step 3 runs on the restarted server.
 5. (the kill) A second run on B is SIGKILLed with every process of host B while it trains (the machine dies): the
    flow run leaves Running, marked Crashed by `torchship-crash-watch`, within crash_watch.crashed_within_s() (plus
    a slack for a loaded box), and every Prefect concurrency limit is free again.
@@ -45,6 +49,7 @@ from tasks.config import load_params
 from tasks.core.env import TOKEN_ENV
 from tasks.core.prefect_limits import dead_holder_bound_s
 from tasks.core.procs import free_port
+from tasks.core.registry import UNFINISHED_TAG
 from tasks.core.sources import SYNTHETIC_TARGET, generate_customers
 from tasks.monitoring.segments import bucket_source
 from tasks.monitoring.window import read_feedback, read_lines
@@ -213,7 +218,7 @@ def test_a_deployment_runs_on_another_hosts_worker_and_a_fresh_host_rebuilds_it_
             publish_the_teams_second_commit(host_a, project, remote, env)
             started.append(host_c.start("prefect", "worker", "start", "--pool", POOL, "--name", "host-c",
                                         log=logs["c"], env=env))
-            closed_loop = drift_retrain_and_live_canary(host_a, host_d, project, env, url, logs["c"])
+            closed_loop = drift_retrain_and_live_canary(host_a, host_d, project, env, url, logs["c"], paths)
         finally:
             for process in reversed(started):
                 with contextlib.suppress(ProcessLookupError):
@@ -278,9 +283,10 @@ def publish_the_teams_second_commit(host: Host, project: Path, remote: Path, env
 
 
 def drift_retrain_and_live_canary(host_a: Host, host_d: Host, project: Path, env: dict[str, str], url: str,
-                                  log: Path) -> str:
-    """Journey steps 3: drifted traffic with labels to D, the monitor deployment, the retrain its event starts, and
-    the live canary on D that promotes v2. Returns what the hosts printed."""
+                                  log: Path, paths: StackPaths) -> str:
+    """Journey steps 3 and 4: drifted traffic with labels to D, the monitor deployment, the retrain its event starts
+    (the MLflow server restarted during its register), and the live canary on D that promotes v2. Returns what the
+    hosts printed."""
     import httpx
 
     traffic = DemoTraffic(url, load_params(project / "params.yaml"))
@@ -290,7 +296,8 @@ def drift_retrain_and_live_canary(host_a: Host, host_d: Host, project: Path, env
     monitored = wait_for_flow_run(env, run_deployment(host_a, project, env, "torchship-monitor/monitor"))
     assert monitored["state_type"] == "COMPLETED", worker_log(log)[-5000:]
     assert "trigger fired" in worker_log(log), worker_log(log)[-5000:]
-    retrained = wait_for_flow_run(env, first_run_of(env, "torchship-retrain/retrain"))
+    retrained = restart_the_tracking_server_mid_register(paths, env, first_run_of(env, "torchship-retrain/retrain"),
+                                                         log)
     print(f"monitor and retrain on host C's worker: {time.monotonic() - began:.0f} s")
     assert retrained["state_type"] == "COMPLETED", worker_log(log)[-5000:]
     assert_retrained_version(env)
@@ -311,6 +318,39 @@ def drift_retrain_and_live_canary(host_a: Host, host_d: Host, project: Path, env
         assert time.monotonic() < deadline, health
         time.sleep(1)
     return f"{served}\n{status}\n{approved}"
+
+
+def restart_the_tracking_server_mid_register(paths: StackPaths, env: dict[str, str], flow_run_id: str, log: Path
+                                              ) -> dict:
+    """Journey step 4: once the retrain's register step has begun (its MLflow run is RUNNING), `torchship stack
+    restart mlflow`; then the flow run as it ended, and, when it completed, exactly one new version, finished."""
+    def register_runs(status: str = "") -> list[dict]:
+        with mlflow_http(env) as mlflow:
+            ids = [e["experiment_id"] for e in mlflow.post("/experiments/search", json={"max_results": 100}).json()
+                   .get("experiments", [])]
+            where = "tags.`torchship.stage` = 'register'" + (f" and attributes.status = '{status}'" if status else "")
+            found = mlflow.post("/runs/search", json={"experiment_ids": ids, "filter": where, "max_results": 100})
+        assert found.status_code == 200, found.text[:500]
+        return sorted((run["info"] for run in found.json().get("runs", [])), key=lambda info: info["start_time"])
+
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not register_runs("RUNNING"):
+        assert time.monotonic() < deadline, "the retrain's register step did not begin"
+        time.sleep(0.5)
+    began, offset = time.monotonic(), len(worker_log(log))
+    print(stack_cli(paths, "restart", "mlflow").strip(), f"({time.monotonic() - began:.0f} s with the command)")
+    run = wait_for_flow_run(env, flow_run_id)
+    if run["state_type"] == "COMPLETED":
+        print("tries MLflow's client repeated on C meanwhile:",   # urllib3's warning, in the flow run's output
+              worker_log(log)[offset:].count("urllib3.connectionpool - Retrying"))
+        with mlflow_http(env) as mlflow:
+            versions = mlflow.get("/model-versions/search", params={"filter": "name='synthetic-churn'"}).json()
+        versions = versions["model_versions"]
+        assert sorted(int(v["version"]) for v in versions) == [1, 2], versions   # no duplicate of v2's bytes
+        assert UNFINISHED_TAG not in version_tags(env, "2"), version_tags(env, "2")
+        seconds = [(info["end_time"] - info["start_time"]) / 1000 for info in register_runs()]
+        print("register steps (s; the last one the restart's):", ", ".join(f"{s:.0f}" for s in seconds))
+    return run
 
 
 def wait_shipped(env: dict[str, str], rows: int, timeout: float = 120) -> None:

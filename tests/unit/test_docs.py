@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from bench import render_table
+from tasks.core.env import http_retry_window_s
 
 pytestmark = pytest.mark.unit
 
@@ -27,6 +28,7 @@ QUOTED_DEFAULTS = {
        for figure, check in (("60 s", lambda: _lock()["lease"] == 60), ("45 s", lambda: _lock()["renewed"] == 45),
                              ("120 s", lambda: _lock()["wait"] == 120), ("76 s", lambda: _lock()["bound"] == 76))},
     ("docs/stack.md", "66 s"): lambda: _lock()["stack_bound"] == 66,
+    ("docs/deploy.md", "132 s"): lambda: http_retry_window_s() == 132,
     **{("docs/deploy.md", figure): check for figure, check in (("30 s", lambda: _crash_watch()["heartbeat"] == 30),
                                                                ("90 s", lambda: _crash_watch()["silence"] == 90),
                                                                ("125 s", lambda: _crash_watch()["bound"] == 125))},

@@ -7,11 +7,14 @@ import re
 import stat
 import subprocess
 
+import pytest
+
 from tasks.config import TrackingParams
 from tasks.core.env import AWS_KEY_ID_ENV, AWS_SECRET_ENV, MLFLOW_PASSWORD_ENV, PREFECT_AUTH_ENV
+from tasks.core.errors import TorchshipError
 from tasks.core.tracking import is_uri
 from tasks.ops.overrides import parse_assignment
-from tasks.ops.stack import shell_env
+from tasks.ops.stack import shell_env, stack_restart
 from tasks.ops.stack_parts import base_env
 from tasks.ops.stack_state import GENERATED, StackPaths, StackState, load_secrets, read_env_file
 
@@ -60,3 +63,10 @@ def test_the_printed_params_leave_the_artifact_location_to_the_server(tmp_path):
     assert TrackingParams(uri="http://127.0.0.1:3", artifacts=None).artifacts is None
     assert is_uri("mlflow-artifacts:/1") and is_uri("s3://bucket/x")
     assert not is_uri("mlflow/artifacts") and not is_uri("C:/mlflow/artifacts")
+
+
+def test_stack_restart_restarts_only_the_tracking_or_prefect_server(tmp_path):
+    with pytest.raises(TorchshipError, match="restarts mlflow or prefect, not 'postgres'"):
+        stack_restart(StackPaths(tmp_path), "postgres", {})
+    with pytest.raises(TorchshipError, match="no stack in"):
+        stack_restart(StackPaths(tmp_path), "mlflow", {})
