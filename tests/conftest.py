@@ -100,11 +100,20 @@ def pytest_collection_modifyitems(config, items) -> None:
     def start_order(item) -> tuple[int, int]:
         if any(item.get_closest_marker(suite) for suite in IN_MEMORY):
             return 2, 0
-        module = Path(item.nodeid.split("::")[0]).with_suffix("").as_posix().removeprefix("tests/")
-        rank = LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
+        rank = LONGEST_FIRST.index(module_of(item)) if module_of(item) in LONGEST_FIRST else len(LONGEST_FIRST)
         return (1 if "tiny_pipeline" in item.fixturenames else 0), rank
 
-    items.sort(key=start_order)   # stable: the modules keep their tests' order
+    # A module goes where its first test goes, whole: its tests keep their order (a module's fixtures may depend on
+    # it: test_stack.py takes its stack down last).
+    orders: dict[str, tuple[int, int]] = {}
+    for item in items:
+        orders.setdefault(module_of(item), start_order(item))
+    items.sort(key=lambda item: orders[module_of(item)])   # stable
+
+
+def module_of(item) -> str:
+    """integration/test_cli: the module's path under tests/, as LONGEST_FIRST names it."""
+    return Path(item.nodeid.split("::")[0]).with_suffix("").as_posix().removeprefix("tests/")
 
 
 def pytest_configure(config) -> None:
