@@ -146,8 +146,10 @@ def settle_duplicates(versions: list[tuple[str, dict[str, str], list[str]]], sha
 
 def drop_duplicates(client, name: str, sha256: str, created: str) -> str:
     """The version to finish after a create: `created`, or the older one a lost answer's retry duplicated (the
-    surplus deleted, so exactly one version holds these bytes)."""
-    found = client.search_model_versions(f"name='{name}'")
+    surplus deleted, so exactly one version holds these bytes). Only this run's versions: another pipeline that
+    registers the same bytes at the same moment is finishing its own, and must not find it deleted."""
+    run_id = client.get_model_version(name, created).run_id
+    found = [v for v in client.search_model_versions(f"name='{name}'") if v.run_id == run_id]
     keep, surplus = settle_duplicates([(str(v.version), v.tags, list(v.aliases or [])) for v in found], sha256)
     for number in surplus:
         log.warning("register: v%s duplicates v%s (MLflow's client retried a create whose answer was lost): "
