@@ -86,13 +86,20 @@ class Mirror:
             self.fs.rm(self.root, recursive=True)
 
 
-def mirror_for(stage: str, folder: Path, fingerprint: str) -> Mirror | None:
-    """The job's mirror on the DVC default remote when `dvc repro` asked for one (CHECKPOINT_MIRROR_ENV), else None."""
+def mirror_for(stage: str, folder: Path, fingerprint: str, echo=None) -> Mirror | None:
+    """The job's mirror on the DVC default remote when `dvc repro` asked for one (CHECKPOINT_MIRROR_ENV), else None
+    (also when the remote cannot be opened: said, never fatal)."""
     if not os.environ.get(CHECKPOINT_MIRROR_ENV):
         return None
     from tasks.ops.shared_runs import remote_store
 
-    fs, root = remote_store()
+    try:
+        fs, root = remote_store()
+    except Exception as exc:
+        (echo or sys.stderr).write(f"{stage}: no checkpoint mirror, the DVC remote cannot be opened "
+                                   f"({type(exc).__name__}: {str(exc)[:200]}); training goes on with this disk's "
+                                   "checkpoints\n")
+        return None
     key = f"{re.sub(r'[^A-Za-z0-9_-]+', '-', stage)}/{fingerprint}"
     return Mirror(fs, fs.join(root, "torchship", "checkpoints", key), folder, stage)
 

@@ -66,3 +66,15 @@ def test_the_copy_is_dropped_when_the_job_succeeds_and_kept_when_it_fails(tmp_pa
     with mirrored(mirror) as end:
         end.succeeded = True
     assert not fs.exists(root)
+
+
+def test_no_mirror_unless_dvc_repro_asked_and_none_when_the_remote_cannot_be_opened(tmp_path, monkeypatch, capsys):
+    from tasks.core.env import CHECKPOINT_MIRROR_ENV
+    from tasks.training.mirror import mirror_for
+
+    monkeypatch.chdir(tmp_path)   # no DVC repository here
+    monkeypatch.delenv(CHECKPOINT_MIRROR_ENV, raising=False)
+    assert mirror_for("train", tmp_path / "checkpoints", "fp") is None
+    monkeypatch.setenv(CHECKPOINT_MIRROR_ENV, "1")
+    assert mirror_for("train", tmp_path / "checkpoints", "fp") is None
+    assert "no checkpoint mirror, the DVC remote cannot be opened" in capsys.readouterr().err
