@@ -65,6 +65,10 @@ PARAMS_ENV, DEFAULT_PARAMS = "TORCHSHIP_PARAMS", "params.yaml"   # the params fi
 SERVE_SETTINGS_ENV = "TORCHSHIP_SERVE_SETTINGS"   # serve.workers > 1: the settings each worker builds its app from
 PARENT_RUN_ENV = "TORCHSHIP_PARENT_RUN_ID"    # a stage's MLflow run nests under the pipeline's
 WORKSPACE_LEASE_ENV = "TORCHSHIP_WORKSPACE_LEASE"   # in the environment of the slot holder and all it starts
+# The team topology (a DVC remote off this disk): the train and compress stages mirror their checkpoints to it
+# (tasks/training/mirror.py); `dvc repro` sets it for them, never for a rebuild.
+CHECKPOINT_MIRROR_ENV = "TORCHSHIP_CHECKPOINT_MIRROR"
+STAGE_RAN_ENV = "TORCHSHIP_STAGE_RAN"          # a file the stage touches when it runs (not restored by DVC)
 FAULT_ENV = "TORCHSHIP_FAULT"                 # kind:rank:step, a real fault injected for the reliability tests
 LOCAL_RANK_ENV = "LOCAL_RANK"                 # set by torchrun: this process is a training worker
 OMP_THREADS_ENV = "OMP_NUM_THREADS"           # set per torchrun worker: the cores divided among them

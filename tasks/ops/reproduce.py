@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -18,8 +19,10 @@ from pydantic import BaseModel
 
 from tasks.core import paths
 from tasks.core.artifacts import read_json
+from tasks.core.env import CHECKPOINT_MIRROR_ENV, STAGE_RAN_ENV
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import Child, tee_lines
+from tasks.ops import shared_runs
 
 # Always changed for DVC (it fingerprints the source for plain `dvc repro`); torchship's run and plan write
 # that fingerprint themselves first, so for them it is never a reason to run anything.
@@ -195,7 +198,8 @@ def headline(stage: str, cwd: Path = Path(".")) -> str:
 def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout, cwd: Path = Path("."),
               force: bool = False) -> StageOutcome:
     """Run `dvc repro -s <stage>` if DVC says it changed (always, with `force`: a rebuild must not come from
-    DVC's run cache); the stage's own error becomes StageFailed."""
+    DVC's run cache); the stage's own error becomes StageFailed. With a DVC remote off this disk (the team
+    topology, tasks/ops/shared_runs.py) a finished run elsewhere is restored instead of run, and what runs is shared."""
     started = time.perf_counter()
     changes = ["forced (rebuild)"] if force else stage_changes(stage, cwd).get(stage)
     if not changes:
@@ -203,7 +207,24 @@ def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout, cw
                             seconds=time.perf_counter() - started, headline=headline(stage, cwd))
     echo.write(f"── {stage} ── {'; '.join(changes)[:200]}\n")
     echo.flush()
-    command = [sys.executable, "-m", "dvc", "repro", "--quiet", "--single-item", *(["--force"] if force else []), stage]
+    shared = not force and shared_runs.shared_remote(cwd)
+    with tempfile.TemporaryDirectory(prefix="torchship-stage-") as marks:
+        ran = Path(marks) / "ran"   # the stage touches it when it runs: DVC restored it from the run cache if not
+        extra = {**(env or {}), **({STAGE_RAN_ENV: str(ran), CHECKPOINT_MIRROR_ENV: "1"} if shared else {})}
+        _run_repro(stage, [*(["--pull"] if shared else []), *(["--force"] if force else [])], extra, echo, cwd)
+        restored = shared and not ran.exists()
+    if restored:
+        echo.write(f"{stage}: restored from the DVC remote's run cache (a finished run had the same code, data "
+                   "and params): not run\n")
+    elif shared:
+        echo.write(f"{stage}: {shared_runs.share_stage(stage, cwd)}\n")
+    return StageOutcome(stage=stage, status="restored" if restored else "ran", reason="; ".join(changes)[:300],
+                        seconds=time.perf_counter() - started, headline=headline(stage, cwd))
+
+
+def _run_repro(stage: str, flags: list[str], env: dict[str, str], echo, cwd: Path) -> None:
+    """`dvc repro --single-item` of the stage in a session of its own, its stderr teed to `echo`."""
+    command = [sys.executable, "-m", "dvc", "repro", "--quiet", "--single-item", *flags, stage]
     process = subprocess.Popen(command, cwd=cwd, env=stage_environment(env), stdout=None, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)
     child = Child(f"dvc repro {stage}", process, Path(os.devnull))
@@ -217,8 +238,6 @@ def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout, cw
     reader.join()
     if code != 0:
         raise StageFailed(_stage_error(stage, list(tail), code))
-    return StageOutcome(stage=stage, status="ran", reason="; ".join(changes)[:300],
-                        seconds=time.perf_counter() - started, headline=headline(stage, cwd))
 
 
 def _stage_error(stage: str, lines: list[str], code: int) -> str:

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from tasks.config import Params, load_params
-from tasks.core.env import TELEMETRY_OFF, set_defaults
+from tasks.core.env import STAGE_RAN_ENV, TELEMETRY_OFF, set_defaults
 from tasks.core.errors import TorchshipError
 
 log = logging.getLogger("torchship")
@@ -26,6 +28,8 @@ def stage_main(stage: str, body: Callable[[Params], None]) -> None:
     """Run one stage from the command line; a TorchshipError becomes one paragraph and exit 2."""
     configure_logging()
     set_defaults(TELEMETRY_OFF)
+    if os.environ.get(STAGE_RAN_ENV):   # tells tasks/ops/reproduce.py it ran (DVC did not restore it)
+        Path(os.environ[STAGE_RAN_ENV]).touch()
     try:
         body(load_params())
     except TorchshipError as exc:

@@ -48,7 +48,7 @@ def load_latest(folder: Path, fingerprint: str) -> dict[str, Any] | None:
         except Exception as exc:  # truncated or not a checkpoint: never fatal, just not usable
             log.warning("checkpoint %s cannot be read (%s); trying the previous one", path, exc)
             continue
-        log.info("resuming from %s", path)
+        log.info("resuming from step %d (%s)", entry["step"], path)
         return state
     return None
 

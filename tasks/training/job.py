@@ -44,6 +44,7 @@ from tasks.training.decision import fit_threshold
 from tasks.training.distributed import Runtime, broadcast_state, init_runtime, torchrun_command, wrap_model
 from tasks.training.failure import describe_failure
 from tasks.training.loop import STOP_ON_F1, Split, Trainer, predict_logits
+from tasks.training.mirror import mirror_for, mirrored
 from tasks.training.report import TrainingProgress, report_training
 from tasks.training.weights import fit_layout, load_trained, save_trained
 
@@ -87,6 +88,12 @@ def run_fingerprint(params: TrainParams, identity: tuple[str, ...] = ()) -> str:
     return digest.hexdigest()[:16]
 
 
+def job_fingerprint(job: TrainingJob) -> str:
+    """The job's run identity for its checkpoints (another loss is another run; the balanced default keeps the
+    fingerprints it always had)."""
+    return run_fingerprint(job.train, job.identity if job.balanced else (*job.identity, "unweighted classes"))
+
+
 def load_split(path, schema: Schema, device: torch.device) -> Split:
     frame = pd.read_parquet(path)
     return Split(torch.from_numpy(encode_features(frame, schema)).to(device),
@@ -100,16 +107,19 @@ def threads_per_process(params: TrainParams) -> int:
 def launch(job: TrainingJob) -> None:
     """Run the job's module under torchrun; a failure names the rank that failed and its last log lines."""
     env = {**os.environ, OMP_THREADS_ENV: str(threads_per_process(job.train)), **UNBUFFERED}
-    # torchrun in a session of its own, held under `running`: a SIGTERM to this stage alone (`kill`, a supervisor,
-    # `dvc repro` stopped) stops torchrun and its workers too, instead of leaving them training as orphans
-    process = subprocess.Popen(torchrun_command(job.train, module=job.module, log_dir=str(job.logs)), env=env,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
-    tail: collections.deque[str] = collections.deque(maxlen=400)
-    reader = threading.Thread(target=tee_lines, args=(process.stderr, tail, sys.stderr), daemon=True)
-    reader.start()
-    with running([Child("torchrun", process, Path(os.devnull))]):
-        code = process.wait()
-    reader.join()
+    # the team topology: checkpoints fetched from and mirrored to the DVC remote (a killed machine's successor resumes)
+    with mirrored(mirror_for(job.stage, job.checkpoints, job_fingerprint(job))) as end:
+        # torchrun in a session of its own, held under `running`: a SIGTERM to this stage alone (`kill`, a
+        # supervisor, `dvc repro` stopped) stops torchrun and its workers too, instead of leaving them as orphans
+        process = subprocess.Popen(torchrun_command(job.train, module=job.module, log_dir=str(job.logs)), env=env,
+                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
+        tail: collections.deque[str] = collections.deque(maxlen=400)
+        reader = threading.Thread(target=tee_lines, args=(process.stderr, tail, sys.stderr), daemon=True)
+        reader.start()
+        with running([Child("torchrun", process, Path(os.devnull))]):
+            code = process.wait()
+        reader.join()
+        end.succeeded = code == 0
     if code != 0:
         raise TorchshipError(describe_failure(list(tail), code, job.logs, job.train.collective_timeout_s))
 
@@ -127,9 +137,7 @@ class JobTrainer(Trainer):
     def __init__(self, job: TrainingJob, runtime: Runtime, n_classes: int):
         super().__init__(job.train, n_classes, runtime.rank, runtime.world, runtime.precision, job.soft_targets,
                          job.balanced, job.stop_on)
-        # Another loss is another run; the balanced default keeps the fingerprints it always had.
-        identity = job.identity if job.balanced else (*job.identity, "unweighted classes")
-        self.folder, self.fingerprint = job.checkpoints, run_fingerprint(job.train, identity)
+        self.folder, self.fingerprint = job.checkpoints, job_fingerprint(job)
         self.fault = injected_fault(runtime.rank)
         self.progress = TrainingProgress(job.train.epochs, job.stage) if runtime.rank == 0 else None
 
