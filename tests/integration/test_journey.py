@@ -7,7 +7,7 @@ git remote. Each host is a Unix user of its own with a private HOME (tests/helpe
    docs/deploy.md pointing at a bare git repository on disk, the team's remote), pushes it and runs
    `torchship deploy`. Workers on hosts B and C, which have never seen the project, take the code by the pull steps
    (git clone, then `dvc pull`) and run the `pipeline` deployment twice at once, with no champion yet: B's run from
-   that commit, C's from a teammate's next one (one epoch; identical bytes would be one version). The test
+   that commit, C's from a teammate's next one (one epoch more; identical bytes would be one version). The test
    holds the model's registry lock until both have blessed: exactly one version moves an alias (champion), the other
    is registered `stale` with the message that names the champion. Each is recorded from the commit its run cloned,
    and their artifacts and data land in the bucket.
@@ -18,9 +18,9 @@ git remote. Each host is a Unix user of its own with a private HOME (tests/helpe
 3. Drifted traffic with its true labels goes to D. The `monitor` deployment, run by a worker on host C, reads D's
    log from the bucket and emits the drift event; the event starts the `retrain` deployment on C's worker: the
    window joins the training data (the shared batch index), and the retrain's version, trained on it and longer than
-   the pair (the team's second commit: train.epochs up, and promotion.approval required), passes the gates and waits
-   for a person. On D, `torchship approve VERSION --url` runs the live canary on D's own traffic, which promotes
-   it, and D serves it.
+   the pair (the team's second commit, pushed before step 5's runs: train.epochs up, and promotion.approval
+   required), passes the gates and waits for a person. On D, `torchship approve VERSION --url` runs the live canary
+   on D's own traffic, which promotes it, and D serves it.
 4. Once the retrain's register step has begun on C (its MLflow run exists), the MLflow server is restarted
    (`torchship stack restart mlflow`): MLflow's client waits for it (tasks/core/env.py MLFLOW_HTTP_RETRY), the
    retrain completes, and exactly one new version holds its bytes, finished (no `register_unfinished` tag), with its
@@ -28,9 +28,10 @@ git remote. Each host is a Unix user of its own with a private HOME (tests/helpe
 5. (the kill and the resume) A run on a worker of B is SIGKILLed with every process of host B once it has mirrored
    a training checkpoint to the DVC remote (the machine dies mid-training): the flow run leaves Running, marked
    Crashed by `torchship-crash-watch`, within crash_watch.crashed_within_s() (plus a slack for a loaded box), and
-   every Prefect concurrency limit is free again. The next run, on a fresh worker of B, completes and resumes what
-   was done: DVC restores the stages the killed run finished from the run cache on the remote, and training resumes
-   from the mirrored checkpoint (step > 0).
+   every Prefect concurrency limit is free again. The next run, on a fresh worker of B, completes (its version
+   waits for approval: the pair's champion stays, and nothing holds `challenger`) and resumes what was done: DVC
+   restores the stages the killed run finished from the run cache on the remote, and training resumes from the
+   mirrored checkpoint (step > 0).
 6. Meanwhile `torchship rebuild CHAMPION` on host C, with only a clone of the git remote and the servers (no DVC
    cache, nothing of A's or B's), reproduces the version's metrics.
 Four full pipeline runs in all (a killed run and its successor count as one): the pair, the killed and resumed run,
@@ -56,6 +57,7 @@ from pathlib import Path
 import pytest
 
 from tasks.config import load_params
+from tasks.core.approval import REQUESTED_TAG
 from tasks.core.env import FAULT_ENV, TOKEN_ENV
 from tasks.core.prefect_limits import dead_holder_bound_s
 from tasks.core.procs import free_port
@@ -93,11 +95,13 @@ CRASH_SLACK_S = 30       # a server on a loaded 2-core box evaluates its automat
 SHIP_TO = f"s3://{BUCKET}/serve-logs"   # where host D's service ships its request log and feedback
 DRIFT, DRIFT_ROWS = 0.6, 600            # covariate drift (the labelling function stays): the monitor fires on it
 ADMIN_TOKEN = "journey-admin-token"     # D's service's /admin token: the live canary sets the split with it
-RETRAIN_EPOCHS = 8                      # the team's second commit: the retrain trains longer than the pair's
+RETRAIN_EPOCHS = 10                     # the team's second commit: the retrain trains longer than the pair's
 CHECKPOINT_EVERY, HANG_AT_STEP = 4, 6   # the killed run stops at training step 6, after a checkpoint
-# The pair's second run: a teammate's quick experiment, one epoch. Not another seed: the retrain must beat the
-# champion on D's live traffic, and another seed's 2-epoch model may be the better one there by chance.
-TEAMMATE_EPOCHS = 1
+# The pair's second run: a teammate's next commit, one epoch more (identical bytes would be one version). Not fewer:
+# a one-epoch model answers "no" to every drifted row, and on D's traffic the live canary (accuracy, and the PSI of
+# the answers) then holds such a champion over any retrain that answers "yes" at all. Not another seed: the retrain
+# must beat the champion there, and another seed's model may be the better one by chance.
+TEAMMATE_EPOCHS = 3
 
 
 @pytest.fixture(scope="module")
@@ -216,6 +220,7 @@ def test_a_deployment_runs_on_another_hosts_worker_and_a_fresh_host_rebuilds_it_
             checked(host_c.run("git", "clone", "-q", f"file://{remote}", "retrain", env=env))
             accepted = host_c.run("python", "-c", ACCEPT_A_BATCH, cwd=host_c.home / "retrain", env=env)
             assert checked(accepted) and accepted.stdout.split()[-1] == "1"   # files the shared index names
+            publish_the_teams_second_commit(host_a, project, remote, env)
             offset = len(worker_log(logs["b"]))
             with concurrent.futures.ThreadPoolExecutor(2) as meanwhile:   # C rebuilds and D starts as B's machine dies
                 rebuild = meanwhile.submit(rebuild_on_a_fresh_host, host_c, remote, env, champion)
@@ -227,7 +232,6 @@ def test_a_deployment_runs_on_another_hosts_worker_and_a_fresh_host_rebuilds_it_
                 started.append(service)
             assert "pulled 1 accepted batch file(s) named by the shared index" in worker_log(logs["b"])[offset:]
             resumed_from = the_next_run_resumes(host_a, host_b, project, env, logs["b"], started)
-            publish_the_teams_second_commit(host_a, project, remote, env)
             started.append(host_c.start("prefect", "worker", "start", "--pool", POOL, "--name", "host-c-2",
                                         log=logs["c"], env=env))
             closed_loop = drift_retrain_and_live_canary(host_a, host_d, project, env, url, logs["c"], paths)
@@ -280,8 +284,11 @@ def serve_on_a_fresh_host(host: Host, remote: Path, env: dict[str, str], log: Pa
 
 
 def publish_the_teams_second_commit(host: Host, project: Path, remote: Path, env: dict[str, str]) -> None:
-    """Host A's next commit: a person approves what reaches traffic (promotion.approval: required), and the model
-    trains longer (RETRAIN_EPOCHS), so the retrain's version is better than the pair's by construction."""
+    """Host A's next commit, before the killed run: a person approves what reaches traffic (promotion.approval:
+    required), so the killed run's successor waits for approval and leaves the pair's champion and no `challenger`
+    (its own canary could otherwise promote it, or leave it holding `challenger`, which makes the retrain stale);
+    and the model trains longer (RETRAIN_EPOCHS), so the retrain's version is better than the pair's by
+    construction."""
     push_params(host, project, remote, env, ["promotion.approval=required", f"train.epochs={RETRAIN_EPOCHS}"],
                 "a person approves; train longer")
 
@@ -322,6 +329,8 @@ def drift_retrain_and_live_canary(host_a: Host, host_d: Host, project: Path, env
     # the monitor's and the retrain's decisions, made in two fresh clones, are in the bucket beside D's log
     status = checked(host_a.run("torchship", "status", cwd=project, env=env))
     assert "fired" in status and "retrained" in status, status[-3000:]
+    waiting = version_tags(env, version)
+    assert REQUESTED_TAG in waiting, {v: version_tags(env, str(v)) for v in sorted(version_numbers(env))}
     features = generate_customers(400, seed=8, drift=DRIFT, shift="covariate")
     truth = features.pop(SYNTHETIC_TARGET).astype(str)
     began = time.monotonic()
@@ -511,7 +520,7 @@ def two_runs_at_once(host_a: Host, workers: dict[str, Host], project: Path, remo
         while "All deployment steps completed successfully" not in worker_log(logs["b"]):   # B's clone is done
             assert time.monotonic() < deadline, worker_log(logs["b"])[-3000:]
             time.sleep(1)
-        second = push_params(host_a, project, remote, env, [f"train.epochs={TEAMMATE_EPOCHS}"], "a quick try")
+        second = push_params(host_a, project, remote, env, [f"train.epochs={TEAMMATE_EPOCHS}"], "one epoch more")
         start_worker(workers["c"], "host-c", logs["c"], env, started)
         runs.append(run_deployment(host_a, project, env))
         apart_s = wait_blessed(env, runs)
