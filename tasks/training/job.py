@@ -108,7 +108,7 @@ def launch(job: TrainingJob) -> None:
     """Run the job's module under torchrun; a failure names the rank that failed and its last log lines."""
     env = {**os.environ, OMP_THREADS_ENV: str(threads_per_process(job.train)), **UNBUFFERED}
     # the team topology: checkpoints fetched from and mirrored to the DVC remote (a killed machine's successor resumes)
-    with mirrored(mirror_for(job.stage, job.checkpoints, job_fingerprint(job))) as end:
+    with mirrored(mirror_for(job.stage, job.checkpoints, lambda: job_fingerprint(job))) as end:
         # torchrun in a session of its own, held under `running`: a SIGTERM to this stage alone (`kill`, a
         # supervisor, `dvc repro` stopped) stops torchrun and its workers too, instead of leaving them as orphans
         process = subprocess.Popen(torchrun_command(job.train, module=job.module, log_dir=str(job.logs)), env=env,

@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
 from tasks.core.env import CHECKPOINT_MIRROR_ENV
@@ -86,9 +86,10 @@ class Mirror:
             self.fs.rm(self.root, recursive=True)
 
 
-def mirror_for(stage: str, folder: Path, fingerprint: str, echo=None) -> Mirror | None:
+def mirror_for(stage: str, folder: Path, fingerprint: Callable[[], str], echo=None) -> Mirror | None:
     """The job's mirror on the DVC default remote when `dvc repro` asked for one (CHECKPOINT_MIRROR_ENV), else None
-    (also when the remote cannot be opened: said, never fatal)."""
+    (also when the remote cannot be opened: said, never fatal). `fingerprint` is asked only then: it hashes the
+    job's data, which a launcher that mirrors nothing need not have."""
     if not os.environ.get(CHECKPOINT_MIRROR_ENV):
         return None
     from tasks.ops.shared_runs import remote_store
@@ -100,7 +101,7 @@ def mirror_for(stage: str, folder: Path, fingerprint: str, echo=None) -> Mirror 
                                    f"({type(exc).__name__}: {str(exc)[:200]}); training goes on with this disk's "
                                    "checkpoints\n")
         return None
-    key = f"{re.sub(r'[^A-Za-z0-9_-]+', '-', stage)}/{fingerprint}"
+    key = f"{re.sub(r'[^A-Za-z0-9_-]+', '-', stage)}/{fingerprint()}"
     return Mirror(fs, fs.join(root, "torchship", "checkpoints", key), folder, stage)
 
 

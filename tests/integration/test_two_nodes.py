@@ -242,7 +242,8 @@ def test_a_killed_worker_restarts_resumes_and_ends_with_the_weights_of_one_node(
     # torchrun keeps each attempt's worker output apart: node 1's worker ran twice.
     assert sorted(path.name for path in (node1 / "data/train/logs").glob("*/attempt_*")) == ["attempt_0", "attempt_1"]
     unwrapped = "".join(logs[0].replace("[default0]:", "").split())   # rich wraps long log lines
-    assert f"resumingfromdata/train/checkpoints/step-{CHECKPOINT_STEP:08d}.pt" in unwrapped, logs[0][-3000:]
+    assert f"resumingfromstep{CHECKPOINT_STEP}(data/train/checkpoints/step-{CHECKPOINT_STEP:08d}.pt)" in unwrapped, \
+        logs[0][-3000:]
     assert json.loads((node0 / "data/train/metrics.json").read_text())["world_size"] == 2
     assert not (node1 / "data/train/model.pt").exists(), "only rank 0's node writes the model"
     two_nodes = weights(node0)

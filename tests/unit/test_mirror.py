@@ -74,7 +74,7 @@ def test_no_mirror_unless_dvc_repro_asked_and_none_when_the_remote_cannot_be_ope
 
     monkeypatch.chdir(tmp_path)   # no DVC repository here
     monkeypatch.delenv(CHECKPOINT_MIRROR_ENV, raising=False)
-    assert mirror_for("train", tmp_path / "checkpoints", "fp") is None
+    assert mirror_for("train", tmp_path / "checkpoints", lambda: "fp") is None
     monkeypatch.setenv(CHECKPOINT_MIRROR_ENV, "1")
-    assert mirror_for("train", tmp_path / "checkpoints", "fp") is None
+    assert mirror_for("train", tmp_path / "checkpoints", lambda: "fp") is None
     assert "no checkpoint mirror, the DVC remote cannot be opened" in capsys.readouterr().err
