@@ -80,7 +80,9 @@ def run_pipeline(folder: Path, rows: int, stack_env: dict[str, str] | None) -> d
         tracking = re.search(r"--set tracking\.uri=(\S+)", stack_env["__lines__"]).group(1)
         sets = ["--set", f"tracking.uri={tracking}", "--set", "tracking.artifacts=null"]
         env.update({k: v for k, v in stack_env.items() if k != "__lines__"})
-        for command in (["dvc", "remote", "add", "-d", "-f", "stack", f"s3://{BUCKET}/dvc"],
+        # a DVC remote of its own per run: the team topology restores a stage from the remote's run cache when an
+        # earlier run finished it (tasks/ops/shared_runs.py), which would spare the second stack run work
+        for command in (["dvc", "remote", "add", "-d", "-f", "stack", f"s3://{BUCKET}/dvc-{folder.name}"],
                         ["git", "commit", "-qam", "DVC remote: the team's bucket"]):
             subprocess.run(command, cwd=project.root, env=env, check=True, capture_output=True, timeout=60)
     began = time.perf_counter()
