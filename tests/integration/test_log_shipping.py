@@ -132,8 +132,9 @@ def send(url: str, rows: list[dict], requests: int, labels: dict[str, str]) -> l
     return ids
 
 
-def local_ids(folder: Path) -> set[str]:
-    return {json.loads(line)["id"] for path in served_files(folder / "requests.jsonl")
+def local_ids(folder: Path, log: str = "requests.jsonl") -> set[str]:
+    """Row ids in the service's local log `log` (the request log, or feedback.jsonl) and its rotated segments."""
+    return {json.loads(line)["id"] for path in served_files(folder / log)
             for line in path.read_text().splitlines() if line.strip()}
 
 
@@ -183,7 +184,9 @@ def test_the_log_ships_to_the_bucket_within_the_bound_and_the_monitor_reads_its_
     print(f"a served row reached the bucket in {took:.2f} s (bound {SHIP_S + FLUSH_S:g} s + an upload)")
     sent += fresh
     crashed = send(url, rows, 3, labels)
-    wait_until("the newest rows on disk", lambda: set(crashed) <= local_ids(tmp_path), FLUSH_S + SLACK_S)
+    # the rows and their labels flushed (a crash may lose what is not, within FLUSH_S): the kill comes after
+    wait_until("the newest rows on disk", lambda: set(crashed) <= local_ids(tmp_path)
+               and set(crashed) <= local_ids(tmp_path, "feedback.jsonl"), FLUSH_S + SLACK_S)
     os.killpg(service.process.pid, signal.SIGKILL)
     service.process.wait(timeout=30)
     sent += crashed
