@@ -299,6 +299,34 @@ def prefect_server(tmp_path_factory) -> PrefectServer:
     return PrefectServer(saved["url"], saved["pid"], Path(saved["log"]))
 
 
+TEAM_STACK_GROUP = "team-stack"   # the xdist group of the modules on the shared `torchship stack` (below)
+
+
+@pytest.fixture(scope="session")
+def team_stack():
+    """One `torchship stack`'s folder for the modules of the TEAM_STACK_GROUP (the journey, then test_stack.py's
+    checks, which end with its `down`), on one worker: a stack's start-up (PostgreSQL, moto, MLflow's and Prefect's
+    servers and their migrations) is ~25 CPU-s on two busy cores. Each module runs `up` first, which starts only
+    what is not running. Stopped and removed on every way out. Not under pytest's tmp_path: its base is 0700, and
+    PostgreSQL runs as another user that must traverse it."""
+    import shutil
+    import tempfile
+
+    from tasks.ops.stack import stack_down
+    from tasks.ops.stack_state import StackPaths
+    from tests.helpers.stack import require_parts
+
+    require_parts()
+    paths = StackPaths(Path(tempfile.mkdtemp(prefix="torchship-stack-", dir="/tmp")))
+    paths.root.chmod(0o711)
+    try:
+        yield paths
+    finally:
+        with contextlib.suppress(Exception):
+            stack_down(paths, os.environ)
+        shutil.rmtree(paths.root, ignore_errors=True)
+
+
 def pytest_sessionfinish(session) -> None:
     """The controller (or a run without workers) stops the shared server once every worker is done."""
     if os.environ.get("PYTEST_XDIST_WORKER"):

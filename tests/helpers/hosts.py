@@ -54,6 +54,9 @@ class Host:
                 "GIT_COMMITTER_NAME": self.name, "GIT_COMMITTER_EMAIL": f"{self.name}@torchship.test",
                 # the code under test, where the runner says it is (the venv's `torchship` imports its editable install)
                 **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
+                # the "machines" share two cores with the rest of the suite: one OpenMP thread a process, as
+                # tests/conftest.py sets for every test (a pool of two spin-waits for a core it does not get)
+                **({"OMP_NUM_THREADS": os.environ["OMP_NUM_THREADS"]} if os.environ.get("OMP_NUM_THREADS") else {}),
                 **(extra or {})}
 
     def argv(self, *command: str) -> list[str]:

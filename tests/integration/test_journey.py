@@ -1,7 +1,7 @@
 """Issue 21's journey on the team stack, on loopback: hosts that share nothing but the servers, the bucket and the
 git remote. Each host is a Unix user of its own with a private HOME (tests/helpers/hosts.py); the stack is
 `torchship stack up --workers 0` (PostgreSQL, moto's S3 with its checks on, `mlflow server` with basic auth,
-`prefect server` with its auth string).
+`prefect server` with its auth string), the one test_stack.py checks next (tests/conftest.py team_stack).
 
 1. Host A commits the project (tracking on the MLflow server, the DVC remote in the bucket, and the `pull:` steps of
    docs/deploy.md pointing at a bare git repository on disk, the team's remote), pushes it and runs
@@ -28,10 +28,10 @@ git remote. Each host is a Unix user of its own with a private HOME (tests/helpe
 5. (the kill and the resume) A run on a worker of B is SIGKILLed with every process of host B once it has mirrored
    a training checkpoint to the DVC remote (the machine dies mid-training): the flow run leaves Running, marked
    Crashed by `torchship-crash-watch`, within crash_watch.crashed_within_s() (plus a slack for a loaded box), and
-   every Prefect concurrency limit is free again. The next run, on a fresh worker of B, completes (its version
-   waits for approval: the pair's champion stays, and nothing holds `challenger`) and resumes what was done: DVC
-   restores the stages the killed run finished from the run cache on the remote, and training resumes from the
-   mirrored checkpoint (step > 0).
+   every Prefect concurrency limit is free again. The next run, on a fresh worker of B started right after the kill
+   (while the crash watch waits out the dead run's silence), completes (its version waits for approval: the pair's
+   champion stays, and nothing holds `challenger`) and resumes what was done: DVC restores the stages the killed
+   run finished from the run cache on the remote, and training resumes from the mirrored checkpoint (step > 0).
 6. Meanwhile `torchship rebuild CHAMPION` on host C, with only a clone of the git remote and the servers (no DVC
    cache, nothing of A's or B's), reproduces the version's metrics.
 Four full pipeline runs in all (a killed run and its successor count as one): the pair, the killed and resumed run,
@@ -67,10 +67,9 @@ from tasks.monitoring.segments import bucket_source
 from tasks.monitoring.window import read_feedback, read_lines
 from tasks.ops import crash_watch
 from tasks.ops.demo import DemoTraffic
-from tasks.ops.stack import stack_down
 from tasks.ops.stack_parts import BUCKET
 from tasks.ops.stack_state import StackPaths, read_env_file
-from tests.conftest import REPO, make_project
+from tests.conftest import REPO, TEAM_STACK_GROUP, make_project
 from tests.helpers import LIGHT_RUN
 from tests.helpers.hosts import Host, hosts, kill_processes_of, require_root
 from tests.helpers.stack import (
@@ -79,7 +78,6 @@ from tests.helpers.stack import (
     evaluated,
     mlflow_http,
     prefect_http,
-    require_parts,
     s3_client,
     server_records,
     stack_cli,
@@ -88,7 +86,8 @@ from tests.helpers.traffic import LiveTraffic
 from tests.reliability.test_secrets import leaks
 
 # Four pipeline runs (two at once), the monitor and a live canary: ~15 min alone on 2 cores, more beside other tests
-pytestmark = [pytest.mark.integration, pytest.mark.stack, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.integration, pytest.mark.stack, pytest.mark.timeout(3600),
+              pytest.mark.xdist_group(TEAM_STACK_GROUP)]
 RUN_TIMEOUT_S = 1500     # one tiny pipeline run on a worker: ~2-3 min alone on 2 cores, 8 at load 10
 POOL = "torchship-process"
 CRASH_SLACK_S = 30       # a server on a loaded 2-core box evaluates its automations late
@@ -105,21 +104,18 @@ TEAMMATE_EPOCHS = 3
 
 
 @pytest.fixture(scope="module")
-def journey():
-    """A stack without workers, three hosts, and the git remote; all removed on every way out."""
-    require_parts()
+def journey(team_stack):
+    """The shared stack (tests/conftest.py team_stack: up here without workers), four hosts, and their folder with
+    the git remote; the hosts and the folder removed on every way out (the stack by test_stack.py's last test, or at
+    the session's end)."""
     require_root()
-    root = Path(tempfile.mkdtemp(prefix="torchship-journey-", dir="/tmp"))   # others traverse it: PostgreSQL, hosts
+    root = Path(tempfile.mkdtemp(prefix="torchship-journey-", dir="/tmp"))   # the hosts traverse it
     root.chmod(0o711)
-    paths = StackPaths(root / "stack")
-    paths.root.mkdir(mode=0o711)
     try:
-        stack_cli(paths, "up", "--workers", "0")
+        stack_cli(team_stack, "up", "--workers", "0")
         with hosts(root / "hosts", "a", "b", "c", "d") as made:
-            yield root, paths, made
+            yield root, team_stack, made
     finally:
-        with contextlib.suppress(Exception):
-            stack_down(paths, os.environ)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -154,7 +150,10 @@ def publish_project(host: Host, remote: Path, env: dict[str, str]) -> tuple[Path
             # v2 is trained to answer otherwise on the drifted traffic, so its mix of answers may move: the canary
             # judges it on errors, latency and accuracy on the labelled traffic here (a challenger whose mix moved
             # is rolled back by the PSI check in tests/integration/test_canary_live.py)
-            "canary": {"max_psi": 1.0}, "train": {"checkpoint_every": CHECKPOINT_EVERY}}
+            "canary": {"max_psi": 1.0}, "train": {"checkpoint_every": CHECKPOINT_EVERY},
+            # the gate's baseline without cross-validation (4 fits, not 24, in each of the journey's five baseline
+            # stages): TINY's max_baseline_gap leaves that gate open here, and the pick is tests/model's to check
+            "baseline": {"cv_max_rows": 0}}
     make_project(project, {**team, **light_params()})
     with (project / "prefect.yaml").open("a") as handle:
         handle.write(docs_pull_steps(f"file://{remote}"))
@@ -222,16 +221,18 @@ def test_a_deployment_runs_on_another_hosts_worker_and_a_fresh_host_rebuilds_it_
             assert checked(accepted) and accepted.stdout.split()[-1] == "1"   # files the shared index names
             publish_the_teams_second_commit(host_a, project, remote, env)
             offset = len(worker_log(logs["b"]))
-            with concurrent.futures.ThreadPoolExecutor(2) as meanwhile:   # C rebuilds and D starts as B's machine dies
+            with concurrent.futures.ThreadPoolExecutor(3) as meanwhile:   # C rebuilds and D starts as B's machine dies
                 rebuild = meanwhile.submit(rebuild_on_a_fresh_host, host_c, remote, env, champion)
                 serving = meanwhile.submit(serve_on_a_fresh_host, host_d, remote, env, logs["d"], champion)
-                crashed, crashed_after_s = kill_the_machine_mid_training(host_a, host_b, project, env, logs["b"],
-                                                                          started)
+                killed_run, killed_at = kill_the_machine_mid_training(host_a, host_b, project, env, logs["b"], started)
+                assert "pulled 1 accepted batch file(s) named by the shared index" in worker_log(logs["b"])[offset:]
+                # the next run starts at once: the crash watch's verdict on the dead one takes minutes, by design
+                crash = meanwhile.submit(wait_crashed, env, killed_run, killed_at)
+                resumed_from = the_next_run_resumes(host_a, host_b, project, env, logs["b"], started)
+                crashed, crashed_after_s = crash.result()
                 rebuilt = rebuild.result()
                 service, url = serving.result()
                 started.append(service)
-            assert "pulled 1 accepted batch file(s) named by the shared index" in worker_log(logs["b"])[offset:]
-            resumed_from = the_next_run_resumes(host_a, host_b, project, env, logs["b"], started)
             started.append(host_c.start("prefect", "worker", "start", "--pool", POOL, "--name", "host-c-2",
                                         log=logs["c"], env=env))
             closed_loop = drift_retrain_and_live_canary(host_a, host_d, project, env, url, logs["c"], paths)
@@ -462,11 +463,11 @@ def run_deployment(host: Host, project: Path, env: dict[str, str], name: str = "
 
 
 def kill_the_machine_mid_training(host_a: Host, host_b: Host, project: Path, env: dict[str, str], log: Path,
-                                  started: list[subprocess.Popen]) -> tuple[dict, float]:
+                                  started: list[subprocess.Popen]) -> tuple[str, float]:
     """A run on a new worker of B, and once it has mirrored a training checkpoint to the DVC remote, every process of
-    B SIGKILLed (the worker's machine dies): the flow run as it ended, and the seconds from the kill until it left
-    Running. The worker's runs stop at training step HANG_AT_STEP (TORCHSHIP_FAULT=hang, the reliability tests'
-    fault), so the kill lands mid-training however fast the tiny model trains: not a race."""
+    B SIGKILLed (the worker's machine dies): the flow run's id and the moment of the kill. The worker's runs stop at
+    training step HANG_AT_STEP (TORCHSHIP_FAULT=hang, the reliability tests' fault), so the kill lands mid-training
+    however fast the tiny model trains: not a race."""
     offset = len(worker_log(log))
     start_worker(host_b, "host-b-2", log, env, started, {FAULT_ENV: f"hang:0:{HANG_AT_STEP}"})
     flow_run_id = run_deployment(host_a, project, env)
@@ -476,18 +477,23 @@ def kill_the_machine_mid_training(host_a: Host, host_b: Host, project: Path, env
         assert time.monotonic() < deadline, worker_log(log)[offset:][-3000:]
         time.sleep(1)
     kill_processes_of(host_b.user)
-    killed = time.monotonic()
+    return flow_run_id, time.monotonic()
+
+
+def wait_crashed(env: dict[str, str], flow_run_id: str, killed_at: float) -> tuple[dict, float]:
+    """The killed flow run once it left Running, and the seconds from the kill until then."""
     run = wait_for_flow_run(env, flow_run_id, timeout=crash_watch.crashed_within_s() + 2 * CRASH_SLACK_S)
-    print(f"SIGKILLed mid-training: {run['state_type']} after {time.monotonic() - killed:.0f} s "
+    print(f"SIGKILLed mid-training: {run['state_type']} after {time.monotonic() - killed_at:.0f} s "
           f"(bound {crash_watch.crashed_within_s():.0f} s)")
-    return run, time.monotonic() - killed
+    return run, time.monotonic() - killed_at
 
 
 def the_next_run_resumes(host_a: Host, host_b: Host, project: Path, env: dict[str, str], log: Path,
                          started: list[subprocess.Popen]) -> int:
-    """The next run, on a fresh worker of host B (a fresh clone, nothing of the killed run's on its disk), completes
-    and resumes what the killed run did: DVC restores the stages it finished from the run cache on the remote, and
-    training resumes from the checkpoint it mirrored. Returns the step training resumed from."""
+    """The next run, on a fresh worker of host B (a fresh clone, nothing of the killed run's on its disk), started
+    while the crash watch has yet to judge the killed one, completes and resumes what the killed run did: DVC
+    restores the stages it finished from the run cache on the remote, and training resumes from the checkpoint it
+    mirrored. Returns the step training resumed from."""
     offset = len(worker_log(log))
     start_worker(host_b, "host-b-3", log, env, started)
     began = time.monotonic()

@@ -1,7 +1,7 @@
-"""The registry lock on the team topology (tasks/core/registry_lock.py): a real `prefect server` and a real `mlflow
-server` (on SQLite) on 127.0.0.1, and real processes. Two processes moving `champion` at once never overlap inside
-the lock and lose no update; a holder SIGKILLed inside the lock frees it within the stated bound; a live holder
-keeps it past its lease (renewed); without a Prefect server, alias moves are refused and nothing moves.
+"""The registry lock on the team topology (tasks/core/registry_lock.py): a real `prefect server` (the session's) and a
+real `mlflow server` (on SQLite) on 127.0.0.1, and real processes. Two processes moving `champion` at once never
+overlap inside the lock and lose no update; a holder SIGKILLed inside the lock frees it within the stated bound; a
+live holder keeps it past its lease (renewed); without a Prefect server, alias moves are refused and nothing moves.
 
 A dead holder's slot frees only once its lease runs out (60 s, Prefect's minimum): the killed and the slow holder
 start with the module and are checked by its last test, so that minute passes while the other tests run."""
@@ -19,18 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from tasks.core.env import FILE_LEASES, LEASE_STORAGE_ENV, REPOSSESSOR_LOOP_ENV
 from tasks.core.gate import GateResult
-from tasks.core.prefect_limits import LEASE_S, dead_holder_bound_s, take_slot
+from tasks.core.prefect_limits import LEASE_S, REPOSSESSOR_LOOP_S, dead_holder_bound_s, take_slot
 from tasks.core.procs import Child, free_port, http_ok, start_child, wait_until_ready
 from tasks.core.registry import CHAMPION, aliases
 from tasks.core.registry_lock import RegistryLockError, alias_lock, limit_name
 from tasks.core.verdicts import Blessing, BlessOutcome
 from tasks.register import apply_aliases
-from tests.conftest import BIN, REPO, start_prefect_server, stop_prefect_server
+from tests.conftest import BIN, REPO
 
 pytestmark = pytest.mark.integration
-REPOSSESSOR_LOOP_S = 1   # the server looks for expired leases every second here (Prefect's default: 15 s)
 LATE_S = 10              # what a busy 2-core box may add to the bound (a revoke task, a delayed poll)
 START_S = 120            # a Python process importing MLflow and Prefect, beside others, on 2 busy cores
 MODEL, KILLED, SLOW, REFUSED = "lock-race", "lock-killed", "lock-slow", "lock-refused"
@@ -120,11 +118,10 @@ def said(child: Child, word: str, timeout: float = START_S) -> float:
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory):
+def servers(tmp_path_factory, prefect_server):
+    """The session's Prefect server (tests/conftest.py: the lock's limits are named by model, none of them another
+    module's) and an `mlflow server` of the module's own on SQLite."""
     folder = tmp_path_factory.mktemp("registry-lock")
-    # as the stack runs it (tasks/ops/stack_parts.py), with a faster repossessor
-    prefect = start_prefect_server(folder / "prefect", {LEASE_STORAGE_ENV: FILE_LEASES,
-                                                        REPOSSESSOR_LOOP_ENV: str(REPOSSESSOR_LOOP_S)})
     port = free_port()
     mlflow = start_child("mlflow server", [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
                                            "--workers", "1", "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
@@ -134,16 +131,14 @@ def servers(tmp_path_factory):
     found = Servers(f"http://127.0.0.1:{port}", "", folder, [mlflow])
     try:
         wait_until_ready(mlflow, http_ok(f"{found.mlflow_uri}/health"), START_S)
-        found.prefect_api = prefect.api_url()
+        found.prefect_api = prefect_server.api_url()
         yield found
     finally:   # stopped side by side: each may take seconds to shut down on a busy box
         for child in found.children:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(child.process.pid, signal.SIGTERM)
-        os.killpg(prefect.pid, signal.SIGTERM)
         for child in found.children:
             child.stop()
-        stop_prefect_server(prefect)
 
 
 @dataclass

@@ -1,13 +1,14 @@
 """`torchship stack up|status|env|down` through the real CLI: PostgreSQL (Debian's), moto's S3 with credential checks,
-`mlflow server` with basic auth, `prefect server` with its auth string and one worker, all on 127.0.0.1.
+`mlflow server` with basic auth, `prefect server` with its auth string, and a process worker, all on 127.0.0.1. The
+stack is the journey's (tests/conftest.py team_stack: one start-up for both, these checks after the journey).
 
 torchship's own tracking set-up, given only what `torchship stack env` prints (the variables, and the tracking
 params for `--set`), logs a run whose artifact lands in the bucket (read back with boto3) (a whole pipeline on the
-stack, and the planted-secrets search over it, are the journey test's: tests/integration/test_journey.py); wrong
-S3 keys and a wrong MLflow or Prefect password are refused; no secret is on any
-process's command line or in the logs; the secrets file is 0600 and the same after down/up, and the run is still
-there (PostgreSQL kept it); down leaves nothing running. And register, with the tracking server stopped mid-way
-for longer than the client retries, fails clearly and the next attempt finishes the same version. Run it alone with
+stack, and the planted-secrets search over it, are the journey test's: tests/integration/test_journey.py); wrong S3
+keys and a wrong MLflow or Prefect password are refused; no secret is on any process's command line or in the logs;
+the secrets file is 0600 and the same after down/up, and the run is still there (PostgreSQL kept it), and `up
+--workers 1` adds a worker; down leaves nothing running. And register, with the tracking server stopped mid-way for
+longer than the client retries, fails clearly and the next attempt finishes the same version. Run it alone with
 `pytest -m stack`.
 """
 from __future__ import annotations
@@ -17,12 +18,10 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -32,14 +31,13 @@ import pytest
 from tasks.core.env import HTTP_RETRIES_ENV
 from tasks.core.registry import UNFINISHED_TAG
 from tasks.ops.overrides import parse_assignment
-from tasks.ops.stack import stack_down
 from tasks.ops.stack_parts import BUCKET, HOST
 from tasks.ops.stack_state import StackPaths, StackState, read_env_file, stop_group
-from tests.conftest import BIN, REPO
-from tests.helpers.stack import evaluated, mlflow_http, prefect_http, read, require_parts, s3_client
+from tests.conftest import BIN, REPO, TEAM_STACK_GROUP
+from tests.helpers.stack import evaluated, mlflow_http, prefect_http, read, s3_client
 from tests.helpers.stack import stack_cli as torchship
 
-pytestmark = [pytest.mark.integration, pytest.mark.stack]
+pytestmark = [pytest.mark.integration, pytest.mark.stack, pytest.mark.xdist_group(TEAM_STACK_GROUP)]
 SERVER_DOWN = "server-down"   # the model the server-down test registers
 
 REGISTER = textwrap.dedent("""
@@ -119,21 +117,13 @@ def listening(port: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def stack():
-    """One stack for the module (up with one worker), taken down and removed on every way out."""
-    require_parts()
-    # Not under pytest's tmp_path: its base is 0700, and PostgreSQL runs as another user that must traverse it.
-    paths = StackPaths(Path(tempfile.mkdtemp(prefix="torchship-stack-", dir="/tmp")))
-    paths.root.chmod(0o711)
-    try:
-        began = time.monotonic()
-        torchship(paths, "up", "--workers", "1")
-        print(f"\nstack up: {time.monotonic() - began:.1f} s")
-        yield paths
-    finally:   # in this process: a CLI start costs seconds on a busy box, and this runs on every way out
-        with contextlib.suppress(Exception):
-            stack_down(paths, os.environ)
-        shutil.rmtree(paths.root, ignore_errors=True)
+def stack(team_stack):
+    """The shared stack (tests/conftest.py team_stack, after the journey where both run), up without workers: this
+    module's last tests take it down, bring it up with a worker, and take it down again."""
+    began = time.monotonic()
+    torchship(team_stack, "up", "--workers", "0")
+    print(f"\nstack up: {time.monotonic() - began:.1f} s")
+    return team_stack
 
 
 @pytest.fixture(scope="module")
@@ -148,10 +138,10 @@ def env(env_lines) -> dict[str, str]:
 
 
 def test_up_starts_every_part_and_a_second_up_changes_nothing(stack):
-    assert statuses(stack) == {"postgres": "up", "moto": "up", "mlflow": "up", "prefect": "up", "worker-1": "up"}
+    assert statuses(stack) == {"postgres": "up", "moto": "up", "mlflow": "up", "prefect": "up"}
     before = stack_pids(stack)
     began = time.monotonic()
-    torchship(stack, "up", "--workers", "1")
+    torchship(stack, "up", "--workers", "0")
     print(f"second up (all running): {time.monotonic() - began:.1f} s")
     assert stack_pids(stack) == before
 
@@ -270,7 +260,7 @@ def test_register_fails_clearly_while_the_server_is_away_then_finishes_the_same_
         said = outcome["down"]
         assert f"{env['MLFLOW_TRACKING_URI']} did not answer for 8 s" in said and UNFINISHED_TAG in said, said
         began = time.monotonic()
-        torchship(paths, "up", "--workers", "1")   # starts what is not running: the MLflow server
+        torchship(paths, "up", "--workers", "0")   # starts what is not running: the MLflow server
         print(f"\nthe MLflow server back in {time.monotonic() - began:.1f} s")
         assert list(versions(env)) == ["1"] and UNFINISHED_TAG in versions(env)["1"], versions(env)   # marked
         (tmp_path / "round-2").touch()
@@ -294,12 +284,13 @@ def test_the_secrets_file_is_private_and_survives_down_and_up(stack, env):
     assert stat.S_IMODE(stack.secrets.stat().st_mode) == 0o600
     before = stack.secrets.read_text()
     pids, ports = stack_pids(stack), StackState.load(stack).ports
-    assert len(pids) == 5
-    assert "stopped: worker-1, prefect, mlflow, moto, postgres" in torchship(stack, "down", timeout=120)
+    assert len(pids) == 4
+    assert "stopped: prefect, mlflow, moto, postgres" in torchship(stack, "down", timeout=120)
     assert_nothing_runs(stack, pids, ports)
     began = time.monotonic()
-    torchship(stack, "up", "--workers", "0")   # the workers were shown above; the servers are what keep state
+    torchship(stack, "up", "--workers", "1")   # now with a process worker on the stack's pool
     print(f"up again: {time.monotonic() - began:.1f} s")
+    assert statuses(stack) == {"postgres": "up", "moto": "up", "mlflow": "up", "prefect": "up", "worker-1": "up"}
     assert stack.secrets.read_text() == before and stat.S_IMODE(stack.secrets.stat().st_mode) == 0o600
     assert evaluated(torchship(stack, "env")) == env
     run_id = (stack.root / "test-run-id").read_text()
@@ -311,8 +302,8 @@ def test_the_secrets_file_is_private_and_survives_down_and_up(stack, env):
 
 def test_down_leaves_nothing_running_and_a_second_down_is_a_no_op(stack):
     pids, ports = stack_pids(stack), StackState.load(stack).ports
-    assert len(pids) == 4
-    assert "stopped: prefect, mlflow, moto, postgres" in torchship(stack, "down", timeout=120)
+    assert len(pids) == 5
+    assert "stopped: worker-1, prefect, mlflow, moto, postgres" in torchship(stack, "down", timeout=120)
     assert_nothing_runs(stack, pids, ports)
     assert "nothing was running" in torchship(stack, "down", timeout=60)
 
