@@ -77,16 +77,31 @@ class Host:
                                     stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def kill_processes_of(user: str) -> None:
-    """SIGKILL, by PID, every process the host's user still runs (a flow run its worker left, a namespace's)."""
+def kill_processes_of(user: str, wait_s: float = 10.0) -> None:
+    """SIGKILL, by PID, every process the host's user still runs (a flow run its worker left, a namespace's), and
+    wait (bounded) until none is left but zombies: a SIGKILL lands asynchronously, and `userdel` refuses a user
+    whose process is still dying (one fresh-clone run left a user behind that way)."""
     import pwd
     import signal
+    import time
 
     uid = pwd.getpwnam(user).pw_uid
+    for pid in processes_of(uid):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while processes_of(uid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def processes_of(uid: int) -> list[int]:
+    """The PIDs of `uid`'s processes that are not zombies (a zombie waits only for its parent to read its end)."""
+    found = []
     for proc in Path("/proc").glob("[0-9]*"):
         with contextlib.suppress(OSError):
-            if proc.stat().st_uid == uid:
-                os.kill(int(proc.name), signal.SIGKILL)
+            if proc.stat().st_uid == uid and (proc / "stat").read_bytes().rsplit(b")", 1)[-1].split()[0] != b"Z":
+                found.append(int(proc.name))
+    return found
 
 
 @contextlib.contextmanager
