@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.stack import running
+
 PYTHON_HOME = Path(os.path.realpath(sys.executable)).parents[3]   # e.g. /root/.pyenv (versions/3.11.7/bin/python)
 VENV_BIN = Path(sys.executable).parent
 # In the namespace: hide /root behind a tmpfs and bind only the interpreter's tree back. $1 is an empty folder to
@@ -99,7 +101,7 @@ def processes_of(uid: int) -> list[int]:
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
         with contextlib.suppress(OSError):
-            if proc.stat().st_uid == uid and (proc / "stat").read_bytes().rsplit(b")", 1)[-1].split()[0] != b"Z":
+            if proc.stat().st_uid == uid and running(int(proc.name)):
                 found.append(int(proc.name))
     return found
 

@@ -77,10 +77,16 @@ def read(path: Path) -> bytes:
         return b""
 
 
+def running(pid: int) -> bool:
+    """Runs, and is not a zombie waiting for its parent."""
+    fields = read(Path(f"/proc/{pid}/stat")).rsplit(b")", 1)[-1].split()
+    return bool(fields) and fields[0] != b"Z"
+
+
 class CommandLines:
     """Every process's command line, read from /proc every 0.1 s in a thread while in use: what `ps` shows other
-    users of the machine (a secret passed as an argument would be there). Raw reads, decoded once at the end: the
-    journey runs a few hundred processes for minutes, and pathlib's glob and decode each pass cost it ~6x the CPU."""
+    users of the machine (a secret passed as an argument would be there). Raw bytes, decoded once at the end: the
+    journey runs a few hundred processes for minutes, and a glob and a decode each pass cost it ~6x the CPU."""
 
     def __init__(self):
         self.raw: set[bytes] = set()
@@ -93,7 +99,7 @@ class CommandLines:
 
     def watch(self) -> None:
         while not self.stopped.wait(0.1):
-            self.raw.update(raw_cmdline(pid) for pid in os.listdir("/proc") if pid.isdigit())
+            self.raw.update(read(Path("/proc", pid, "cmdline")) for pid in os.listdir("/proc") if pid.isdigit())
 
     def __enter__(self) -> CommandLines:
         self.thread.start()
@@ -102,23 +108,6 @@ class CommandLines:
     def __exit__(self, *exc) -> None:
         self.stopped.set()
         self.thread.join(timeout=30)
-
-
-def raw_cmdline(pid: str) -> bytes:
-    """/proc/PID/cmdline as it is, or nothing when the process ended meanwhile."""
-    try:
-        handle = os.open(f"/proc/{pid}/cmdline", os.O_RDONLY)
-    except OSError:
-        return b""
-    try:
-        chunks = []
-        while chunk := os.read(handle, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return b""
-    finally:
-        os.close(handle)
 
 
 def server_records(env: dict[str, str]) -> dict:

@@ -34,7 +34,7 @@ from tasks.ops.overrides import parse_assignment
 from tasks.ops.stack_parts import BUCKET, HOST
 from tasks.ops.stack_state import StackPaths, StackState, read_env_file, stop_group
 from tests.conftest import BIN, REPO, TEAM_STACK_GROUP
-from tests.helpers.stack import evaluated, mlflow_http, prefect_http, read, s3_client
+from tests.helpers.stack import evaluated, mlflow_http, prefect_http, read, running, s3_client
 from tests.helpers.stack import stack_cli as torchship
 
 pytestmark = [pytest.mark.integration, pytest.mark.stack, pytest.mark.xdist_group(TEAM_STACK_GROUP)]
@@ -103,12 +103,6 @@ def stack_pids(paths: StackPaths) -> list[int]:
     pids = [int(record["pid"]) for record in state.processes.values()]
     pid_file = paths.postgres / "data" / "postmaster.pid"
     return pids + ([int(pid_file.read_text().split()[0])] if pid_file.exists() else [])
-
-
-def alive(pid: int) -> bool:
-    """Runs, and is not a zombie waiting for its parent."""
-    fields = read(Path(f"/proc/{pid}/stat")).rsplit(b")", 1)[-1].split()
-    return bool(fields) and fields[0] != b"Z"
 
 
 def listening(port: int) -> bool:
@@ -311,9 +305,10 @@ def test_down_leaves_nothing_running_and_a_second_down_is_a_no_op(stack):
 def assert_nothing_runs(stack: StackPaths, pids: list[int], ports: dict[str, int]) -> None:
     """None of the stack's processes runs, none of its ports listens, and no process works in its folder or names
     it (each part starts in its own folder there and its children inherit that; PostgreSQL's name its data)."""
-    assert not [pid for pid in pids if alive(pid)]
+    assert not [pid for pid in pids if running(pid)]
     assert not [name for name, port in ports.items() if listening(port)]
-    assert not [proc.name for proc in Path("/proc").glob("[0-9]*") if alive(int(proc.name)) and in_folder(proc, stack)]
+    assert not [proc.name for proc in Path("/proc").glob("[0-9]*")
+                if running(int(proc.name)) and in_folder(proc, stack)]
 
 
 def in_folder(proc: Path, stack: StackPaths) -> bool:
