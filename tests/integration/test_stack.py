@@ -22,7 +22,6 @@ import socket
 import stat
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -33,57 +32,13 @@ from tasks.core.registry import UNFINISHED_TAG
 from tasks.ops.overrides import parse_assignment
 from tasks.ops.stack_parts import BUCKET, HOST
 from tasks.ops.stack_state import StackPaths, StackState, read_env_file, stop_group
-from tests.conftest import BIN, REPO, TEAM_STACK_GROUP
+from tests.conftest import REPO, TEAM_STACK_GROUP
+from tests.helpers.register_child import result, start_register_child
 from tests.helpers.stack import evaluated, mlflow_http, prefect_http, read, running, s3_client
 from tests.helpers.stack import stack_cli as torchship
 
 pytestmark = [pytest.mark.integration, pytest.mark.stack, pytest.mark.xdist_group(TEAM_STACK_GROUP)]
 SERVER_DOWN = "server-down"   # the model the server-down test registers
-
-REGISTER = textwrap.dedent("""
-    import json, sys, time
-    from pathlib import Path
-    from mlflow import MlflowClient
-    from tasks import register
-    from tasks.config import load_params
-    from tasks.core.gate import GateResult
-    from tasks.core.verdicts import Blessing, BlessOutcome
-    folder, sha, name, uri = sys.argv[1:5]
-    original = MlflowClient.set_model_version_tag
-    def paused(self, *args, **kwargs):   # the version exists, its tags do not: tell the test, wait for the stop
-        Path(folder, "at-tags").touch()
-        while not Path(folder, "stopped").exists():
-            time.sleep(0.02)
-        MlflowClient.set_model_version_tag = original
-        return original(self, *args, **kwargs)
-    MlflowClient.set_model_version_tag = paused
-    params = load_params("params.yaml")
-    params = params.model_copy(update={"tracking": params.tracking.model_copy(update={
-        "uri": uri, "artifacts": None, "experiment": name})})
-    blessing = Blessing(gate=GateResult.decide("bless", []), outcome=BlessOutcome.FIRST_MODEL, model_name=name,
-                        candidate_path="data/profile/model.onnx", candidate_sha256=sha,
-                        candidate_metrics={"f1_macro": 0.5})
-    for round in (1, 2):
-        if round == 2:
-            while not Path(folder, "round-2").exists():
-                time.sleep(0.02)
-        try:
-            outcome = {"registered": register.run(params, blessing).model_dump()}
-        except register.TrackingServerDown as exc:
-            outcome = {"down": str(exc)}
-        print(f"RESULT {round} " + json.dumps(outcome), flush=True)
-""")
-
-
-def result(round: int, log: Path, child: subprocess.Popen) -> dict:
-    """The child's outcome of `round`, once it has printed it."""
-    deadline = time.monotonic() + 300
-    while f"RESULT {round} " not in (output := log.read_text()):
-        assert child.poll() is None and time.monotonic() < deadline, output[-3000:]
-        time.sleep(0.1)
-    line = next(x for x in output.splitlines() if x.startswith(f"RESULT {round} "))
-    return json.loads(line[len(f"RESULT {round} "):])
-
 
 def versions(env: dict[str, str]) -> dict[str, dict[str, str]]:
     """The model's versions on the server, with their tags."""
@@ -235,23 +190,17 @@ def test_register_fails_clearly_while_the_server_is_away_then_finishes_the_same_
     paths = stack
     sha = hashlib.sha256((project.root / "data/profile/model.onnx").read_bytes()).hexdigest()
     log = tmp_path / "register.log"
-    with log.open("w") as handle:
-        child = subprocess.Popen([str(BIN / "python"), "-c", REGISTER, str(tmp_path), sha, SERVER_DOWN,
-                                  env["MLFLOW_TRACKING_URI"]], cwd=project.root, stdout=handle,
-                                 stderr=subprocess.STDOUT, text=True,
-                                 env={**project.env(), **env, HTTP_RETRIES_ENV: "3"})
+    child = start_register_child(project, tmp_path, sha, SERVER_DOWN,
+                                 {"uri": env["MLFLOW_TRACKING_URI"], "artifacts": None, "experiment": SERVER_DOWN},
+                                 "stopped", log, {**project.env(), **env, HTTP_RETRIES_ENV: "3"})
     try:
-        deadline = time.monotonic() + 300
-        while not (tmp_path / "at-tags").exists():
-            assert child.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.05)
         state = StackState.load(paths)
         stop_group(state.processes.pop("mlflow"), 20)   # the server goes, for longer than the client retries
         state.save(paths)
         (tmp_path / "stopped").touch()
         outcome = result(1, log, child)
-        assert "down" in outcome, outcome
-        said = outcome["down"]
+        assert "TrackingServerDown" in outcome, outcome
+        said = outcome["TrackingServerDown"]
         assert f"{env['MLFLOW_TRACKING_URI']} did not answer for 8 s" in said and UNFINISHED_TAG in said, said
         began = time.monotonic()
         torchship(paths, "up", "--workers", "0")   # starts what is not running: the MLflow server

@@ -13,7 +13,6 @@ the code paths are the ones a real lock takes."""
 from __future__ import annotations
 
 import hashlib
-import json
 import subprocess
 import sys
 import textwrap
@@ -24,51 +23,10 @@ import pytest
 
 from tasks.config import TrackingParams
 from tasks.core.registry import SHA_TAG, aliases, registry_client
-from tests.conftest import BIN
+from tests.helpers.register_child import result, start_register_child, wait_for
 
 pytestmark = pytest.mark.reliability
 NAME = "locked-store"
-
-REGISTER = textwrap.dedent("""
-    import json, sys, time, types
-    from pathlib import Path
-    import mlflow.store.db.utils as db_utils
-    from sqlalchemy import sql as _sql
-    # MLflow waits 20 s on a locked SQLite database before it gives up: 0.3 s here (see the module docstring)
-    db_utils.sql = types.SimpleNamespace(
-        text=lambda q: _sql.text(q.replace("busy_timeout = 20000", "busy_timeout = 300")))
-    from mlflow import MlflowClient
-    from tasks import register
-    from tasks.config import load_params
-    from tasks.core.gate import GateResult
-    from tasks.core.verdicts import Blessing, BlessOutcome
-    store, sha = sys.argv[1], sys.argv[2]
-    register.RETRY_DELAYS_S = (0.2, 0.4, 0.8)
-    original = MlflowClient.set_model_version_tag
-    def paused(self, *args, **kwargs):   # the version exists, its tags do not: tell the test, wait for its lock
-        Path(store, "at-tags").touch()
-        while not Path(store, "locked").exists():
-            time.sleep(0.02)
-        MlflowClient.set_model_version_tag = original
-        return original(self, *args, **kwargs)
-    MlflowClient.set_model_version_tag = paused
-    params = load_params("params.yaml")
-    params = params.model_copy(update={"tracking": params.tracking.model_copy(update={
-        "uri": f"sqlite:///{store}/mlflow.db", "artifacts": f"{store}/artifacts"})})
-    blessing = Blessing(gate=GateResult.decide("bless", []), outcome=BlessOutcome.FIRST_MODEL, model_name=sys.argv[3],
-                        candidate_path="data/profile/model.onnx", candidate_sha256=sha,
-                        candidate_metrics={"f1_macro": 0.5})
-    for round in (1, 2):
-        if round == 2:
-            while not Path(store, "round-2").exists():
-                time.sleep(0.02)
-            print("ROUND 2", flush=True)
-        try:
-            outcome = {"registered": register.run(params, blessing).model_dump()}
-        except register.StoreBusy as exc:
-            outcome = {"busy": str(exc)}
-        print(f"RESULT {round} " + json.dumps(outcome), flush=True)
-""")
 
 LOCKER = textwrap.dedent("""
     import sqlite3, sys, time
@@ -92,22 +50,6 @@ def lock(db: Path, folder: Path, release: Path) -> subprocess.Popen:
     return locker
 
 
-def wait_for(text: str, log: Path, process: subprocess.Popen, after: str = "") -> str:
-    """The log once `text` appears in it (after the line `after`); the child's output if it exits first."""
-    deadline = time.monotonic() + 300
-    while True:
-        output = log.read_text()
-        if text in (output.partition(after)[2] if after else output):
-            return output
-        assert process.poll() is None and time.monotonic() < deadline, output[-3000:]
-        time.sleep(0.05)
-
-
-def result(round: int, output: str) -> dict:
-    line = next(x for x in output.splitlines() if x.startswith(f"RESULT {round} "))
-    return json.loads(line[len(f"RESULT {round} "):])
-
-
 @pytest.mark.timeout(600)
 def test_register_under_a_locked_store_fails_clearly_then_retries_and_finishes_the_same_version(tiny_pipeline,
                                                                                                  tmp_path):
@@ -119,24 +61,20 @@ def test_register_under_a_locked_store_fails_clearly_then_retries_and_finishes_t
     sha = hashlib.sha256((project.root / "data/profile/model.onnx").read_bytes()).hexdigest()
 
     log = tmp_path / "register.log"
-    with log.open("w") as handle:
-        child = subprocess.Popen([str(BIN / "python"), "-c", REGISTER, str(store), sha, NAME], cwd=project.root,
-                                 env=project.env(), stdout=handle, stderr=subprocess.STDOUT, text=True)
+    # 1. locked mid-step, for longer than every retry
+    child = start_register_child(project, store, sha, NAME, {"uri": f"sqlite:///{store}/mlflow.db",
+                                                            "artifacts": f"{store}/artifacts"}, "locked", log,
+                                 project.env(), sqlite_busy_ms=300, retry_delays_s=(0.2, 0.4, 0.8))
     try:
-        # 1. locked mid-step, for longer than every retry
-        deadline = time.monotonic() + 300
-        while not (store / "at-tags").exists():
-            assert child.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.05)
         release = tmp_path / "release-1"
         locker = lock(store / "mlflow.db", store, release)
         try:
-            outcome = result(1, wait_for("RESULT 1 ", log, child))
+            outcome = result(1, log, child)
         finally:
             release.touch()
             locker.wait(timeout=60)
-        assert "busy" in outcome, outcome
-        message = outcome["busy"]
+        assert "StoreBusy" in outcome, outcome
+        message = outcome["StoreBusy"]
         assert str(store / "mlflow.db") in message and "stayed busy through 4 attempts" in message, message
         assert "re-run `torchship run`" in message and "not registered twice" in message, message
         [left] = client.search_model_versions(f"name='{NAME}'")
@@ -155,7 +93,7 @@ def test_register_under_a_locked_store_fails_clearly_then_retries_and_finishes_t
         finally:
             release.touch()
             locker.wait(timeout=60)
-        outcome = result(2, wait_for("RESULT 2 ", log, child))
+        outcome = result(2, log, child)
         child.wait(timeout=120)
     finally:
         if child.poll() is None:
