@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
@@ -81,33 +80,6 @@ def running(pid: int) -> bool:
     """Runs, and is not a zombie waiting for its parent."""
     fields = read(Path(f"/proc/{pid}/stat")).rsplit(b")", 1)[-1].split()
     return bool(fields) and fields[0] != b"Z"
-
-
-class CommandLines:
-    """Every process's command line, read from /proc every 0.1 s in a thread while in use: what `ps` shows other
-    users of the machine (a secret passed as an argument would be there). Raw bytes, decoded once at the end: the
-    journey runs a few hundred processes for minutes, and a glob and a decode each pass cost it ~6x the CPU."""
-
-    def __init__(self):
-        self.raw: set[bytes] = set()
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self.watch, daemon=True)
-
-    @property
-    def seen(self) -> set[str]:
-        return {line.replace(b"\0", b" ").decode(errors="replace") for line in self.raw}
-
-    def watch(self) -> None:
-        while not self.stopped.wait(0.1):
-            self.raw.update(read(Path("/proc", pid, "cmdline")) for pid in os.listdir("/proc") if pid.isdigit())
-
-    def __enter__(self) -> CommandLines:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopped.set()
-        self.thread.join(timeout=30)
 
 
 def server_records(env: dict[str, str]) -> dict:

@@ -71,17 +71,9 @@ from tasks.ops.stack_parts import BUCKET
 from tasks.ops.stack_state import StackPaths, read_env_file
 from tests.conftest import REPO, TEAM_STACK_GROUP, make_project
 from tests.helpers import LIGHT_RUN
+from tests.helpers.command_lines import CommandLines
 from tests.helpers.hosts import Host, hosts, kill_processes_of, require_root
-from tests.helpers.stack import (
-    CommandLines,
-    bucket_texts,
-    evaluated,
-    mlflow_http,
-    prefect_http,
-    s3_client,
-    server_records,
-    stack_cli,
-)
+from tests.helpers.stack import bucket_texts, evaluated, mlflow_http, prefect_http, s3_client, server_records, stack_cli
 from tests.helpers.traffic import LiveTraffic
 from tests.reliability.test_secrets import leaks
 
