@@ -20,6 +20,7 @@ import pytest
 # CPU beside a busy suite (157 vs 183 CPU-s), its baseline stage 4.8x less (7 vs 34).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from tasks.core.env import FILE_LEASES, LEASE_STORAGE_ENV  # noqa: E402
 from tasks.core.procs import free_port, http_ok, start_child  # noqa: E402
 from tests.helpers import cpu_time  # noqa: E402
 
@@ -188,7 +189,9 @@ def start_prefect_server(home: Path, settings: dict[str, str] | None = None) -> 
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}, "PREFECT_HOME": str(home),
            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / 'prefect.db'}",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "true", **(settings or {})}
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "true",
+           # leases on disk, as every server torchship starts keeps them (tasks/core/env.py prefect_state, the stack)
+           LEASE_STORAGE_ENV: FILE_LEASES, **(settings or {})}
     child = start_child("prefect server", [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
                                            "--port", str(port)], home / "server.log", env=env)
     return PrefectServer(f"http://127.0.0.1:{port}/api", child.process.pid, child.log)
