@@ -10,6 +10,7 @@ from typing import Any
 
 from torch import nn
 
+from models.cnn import ImageLayout, ImagePreprocessor, ImageResNet, ResNetConfig
 from models.ensemble import FoldEnsemble
 from models.ft_transformer import FTTransformer, FTTransformerConfig
 from models.linear import LinearConfig, SoftmaxLinear
@@ -21,6 +22,7 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "mlp": TabularMLP,
     "mlp_plr": PeriodicMLP,
     "ft_transformer": FTTransformer,
+    "resnet": ImageResNet,
 }
 # AdamW's usual peak learning rate, for a `package.module:Class` model that declares no `default_lr` of its own.
 FALLBACK_LR = 1e-3
@@ -46,11 +48,17 @@ def build_model(name: str, layout: FeatureLayout, **kwargs: Any) -> nn.Module:
     return model_class(name)(layout, **kwargs)
 
 
+def model_modality(name: str) -> str:
+    """What a model takes: "image" pixels, or "table" rows (a model class without `modality` takes tables)."""
+    return str(getattr(model_class(name), "modality", "table"))
+
+
 def default_lr(name: str) -> float:
     """The model's own peak learning rate (`default_lr` on its class), else FALLBACK_LR."""
     return float(getattr(model_class(name), "default_lr", FALLBACK_LR))
 
 
-__all__ = ["FALLBACK_LR", "FTTransformer", "FTTransformerConfig", "FeatureLayout", "FoldEnsemble", "LinearConfig",
+__all__ = ["FALLBACK_LR", "FTTransformer", "FTTransformerConfig", "FeatureLayout", "FoldEnsemble", "ImageLayout",
+           "ImagePreprocessor", "ImageResNet", "LinearConfig", "ResNetConfig",
            "MLPConfig", "MODELS", "PeriodicMLP", "PeriodicMLPConfig", "SoftmaxLinear", "TabularMLP",
-           "TabularPreprocessor", "build_model", "default_lr", "model_class"]
+           "TabularPreprocessor", "build_model", "default_lr", "model_class", "model_modality"]

@@ -50,7 +50,9 @@ def parse_params(raw: dict[str, Any], origin: str = PARAMS_FILE) -> Params:
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"]).replace("validate_", "validate") or "(top level)"
+            # a contract's union tag (table or image) is no key of the file
+            loc = [p for i, p in enumerate(err["loc"]) if not (i == 1 and err["loc"][0] == "contract")]
+            key = ".".join(str(p) for p in loc).replace("validate_", "validate") or "(top level)"
             if err["type"] == "extra_forbidden":
                 section = _section_fields(err["loc"][:-1])
                 lines.append(f"unknown key '{key}'" + (f" (known keys here: {', '.join(section)})" if section else ""))

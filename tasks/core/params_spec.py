@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from tasks.core.contract_spec import Contract
+from tasks.images.contract import ImageContract
 
 # The default share of text cells above which a column is categorical: the strict parser (tasks/contract.py)
 # uses it when it is called without the params.
@@ -29,8 +30,16 @@ class Section(BaseModel):
 class DataParams(Section):
     """Where the rows come from and what to call the model."""
 
-    source: str = Field("synthetic", description="Where rows come from: `synthetic`, `sklearn:<name>` (breast_cancer, "
-                                                 "digits, iris, wine) or a path to a CSV or Parquet file.")
+    source: str = Field("synthetic", description="Where the data comes from. Tables: `synthetic`, `sklearn:<name>` "
+                                                 "(breast_cancer, digits, iris, wine) or a path to a CSV or Parquet "
+                                                 "file. Images (docs/images.md): `images:digits` or `images:shapes` "
+                                                 "(packaged), a folder with one subfolder per class, or a manifest "
+                                                 "(CSV or Parquet with an `images.path_column` and a `data.target` "
+                                                 "column).")
+    modality: Literal["auto", "table", "image"] = Field("auto", description="What the source holds: `auto` reads "
+                                                                             "`images:` sets, folders of images and "
+                                                                             "manifests as images, everything else "
+                                                                             "as a table.")
     target: str | None = Field(None, description="Target column. Default: `churned` for synthetic, `target` for "
                                                  "sklearn; required for a file.")
     rows: int = Field(100_000, ge=200, le=20_000_000, description="Rows the synthetic generator makes.")
@@ -58,6 +67,71 @@ class DataParams(Section):
         else:
             stem = Path(self.source.split(":", 1)[-1]).stem
         return re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-") or "model"
+
+
+class ImageAugment(Section):
+    """Label-safe augmentation of training images (each off where it would change what an image shows)."""
+
+    flip: bool = Field(False, description="Mirror left-right at random: off by default, since a mirrored digit or "
+                                          "letter is another symbol; turn it on for photos of objects.")
+    shift: int = Field(1, ge=0, le=16, description="Shift by up to this many pixels each way at random (the edge "
+                                                   "repeated): a translation keeps the class of nearly every set.")
+    brightness: float = Field(0.1, ge=0.0, le=0.5, description="Scale pixel values by up to 1 +- this at random.")
+
+
+class ImagesParams(Section):
+    """The image modality (docs/images.md): how image files are read, checked, sized and augmented."""
+
+    path_column: str = Field("path", description="A manifest's column of image paths (relative to the manifest's "
+                                                 "folder, or absolute).")
+    size: list[int] | None = Field(None, min_length=2, max_length=2, description="[height, width] the model takes: "
+                                                                                 "every image is scaled to cover it "
+                                                                                 "(aspect kept), then centre-cropped, "
+                                                                                 "in prepare and in the service alike. "
+                                                                                 "null = the set's most common size.")
+    rendered: int = Field(4000, ge=100, le=1_000_000, description="Images `images:shapes` renders.")
+    max_file_mb: float = Field(20.0, gt=0.0, description="A larger image file is refused unread (here and in the "
+                                                         "service).")
+    max_pixels: int = Field(40_000_000, ge=1, description="An image with more pixels (width x height, from its header) "
+                                                          "is refused before it is decoded: a decompression bomb "
+                                                          "never reaches memory.")
+    min_side: int = Field(4, ge=1, description="A narrower or lower image is refused (a 1x1 image says nothing).")
+    max_aspect: float = Field(4.0, ge=1.0, description="Longest side over shortest side at most, without a contract.")
+    size_outlier: float = Field(8.0, gt=1.0, description="Without a contract: a side more than this factor away from "
+                                                         "the set's median side is an outlier and refused.")
+    min_contrast: float = Field(1.0, ge=0.0, description="Without a contract: a pixel standard deviation (0..255) "
+                                                         "below this is a blank or constant image, refused.")
+    max_bad_share: float = Field(0.05, ge=0.0, le=1.0, description="Without a contract: the share of images that may "
+                                                                   "be refused (each named, all quarantined) while the "
+                                                                   "run goes on; above it, prepare fails.")
+    augment: ImageAugment = ImageAugment()
+
+    @field_validator("size")
+    @classmethod
+    def _positive(cls, size: list[int] | None) -> list[int] | None:
+        if size is not None and min(size) < 1:
+            raise ValueError(f"images.size {size}: height and width must be at least 1")
+        return size
+
+
+class PretrainedParams(Section):
+    """Weights to start training from: a local safetensors file, pinned by its sha256 (nothing comes from a hub)."""
+
+    path: str | None = Field(None, description="A .safetensors file of the model's state dict (tensors only: nothing "
+                                               "in it can run). null = train from scratch.")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="The file's sha256: a file with another "
+                                                                            "is refused before training starts.")
+    freeze: Literal["none", "backbone"] = Field("none", description="`backbone`: only the classifier head trains "
+                                                                    "(the baseline stage adds a linear probe on the "
+                                                                    "frozen features, which the fine-tune must "
+                                                                    "beat).")
+
+    @model_validator(mode="after")
+    def _pinned(self) -> PretrainedParams:
+        if self.path and not self.sha256:
+            raise ValueError("train.pretrained.path needs train.pretrained.sha256 (run `sha256sum FILE`): weights are "
+                             "pinned, so a swapped file is refused")
+        return self
 
 
 class PrepareParams(Section):
@@ -150,6 +224,7 @@ class TrainParams(Section):
     collective_timeout_s: int = Field(300, ge=10, description="A rank stuck this long in a collective fails the job "
                                                               "instead of hanging it.")
     threads: int = Field(0, ge=0, description="Torch intra-op threads per process; 0 = cores / nproc.")
+    pretrained: PretrainedParams = PretrainedParams()
 
     @field_validator("model_args", mode="before")
     @classmethod
@@ -542,6 +617,12 @@ class TrackingParams(Section):
         return self.uri
 
 
+def _contract_modality(value: Any) -> str:
+    """Which contract a `contract:` section is: an image contract says `modality: image`."""
+    modality = value.get("modality") if isinstance(value, dict) else getattr(value, "modality", None)
+    return "image" if modality == "image" else "table"
+
+
 class Params(Section):
     data: DataParams = DataParams()
     prepare: PrepareParams = PrepareParams()
@@ -562,7 +643,9 @@ class Params(Section):
     retrain: RetrainParams = RetrainParams()
     notify: NotifyParams = NotifyParams()
     tracking: TrackingParams = TrackingParams()
-    contract: Contract | None = None
+    images: ImagesParams = ImagesParams()
+    contract: Annotated[Annotated[Contract, Tag("table")] | Annotated[ImageContract, Tag("image")],
+                        Discriminator(_contract_modality)] | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -570,6 +653,6 @@ class Params(Section):
     def _splits_leave_training_rows(self) -> Params:
         if self.prepare.val_fraction + self.prepare.holdout_fraction >= 0.8:
             raise ValueError("prepare.val_fraction + prepare.holdout_fraction must leave at least 20% for training")
-        if self.contract and self.data.target and self.data.target != self.contract.target:
+        if isinstance(self.contract, Contract) and self.data.target and self.data.target != self.contract.target:
             raise ValueError(f"data.target '{self.data.target}' differs from contract.target '{self.contract.target}'")
         return self

@@ -26,20 +26,44 @@ class Feature(BaseModel):
 
 
 
+class ImageShape(BaseModel):
+    """What an image model takes: (height, width, channels) uint8 pixels of one mode, at this size after the one
+    resize rule (tasks/images/decode.py fit_size)."""
+
+    height: int
+    width: int
+    channels: int
+    mode: Literal["L", "RGB"]
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.height, self.width, self.channels
+
+
 class Schema(BaseModel):
-    """What a model expects: ordered features, the target and its class labels."""
+    """What a model expects: ordered features (tables) or one image shape (images), the target and its class
+    labels. A schema without `modality` is a table's (every model exported before images were)."""
 
     source: str
     target: str
     classes: list[str]
-    features: list[Feature]
+    features: list[Feature] = []
+    modality: Literal["table", "image"] = "table"
+    image: ImageShape | None = None
 
     @property
     def feature_names(self) -> list[str]:
         return [f.name for f in self.features]
 
+    @property
+    def is_image(self) -> bool:
+        return self.modality == "image"
+
     def signature(self) -> list[tuple[str, str]]:
-        """Input signature: names and kinds; two models are comparable only if these match."""
+        """Input signature: names and kinds (an image's shape and mode); two models are comparable only if these
+        match."""
+        if self.is_image:
+            return [("image", f"uint8 {self.image.height}x{self.image.width}x{self.image.channels} {self.image.mode}")]
         return [(f.name, f.kind) for f in self.features]
 
     def to_json(self) -> str:

@@ -17,9 +17,10 @@ PROJECT_PACKAGES = {"tasks", "models", "serving", "flows"}
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("models", ("models",)),                                   # nn.Modules and their configs: torch only
     ("specs", ("tasks.core.errors", "tasks.core.contract_spec", "tasks.core.params_spec",
-               "tasks.core.schema_spec")),                     # typed specs and errors
+               "tasks.core.schema_spec", "tasks.images.contract")),   # typed specs and errors
     ("core", ("tasks.core",)),                                 # building blocks on the specs
     ("loaders", ("tasks.config", "tasks.contract")),           # params.yaml and the data contract, loaded
+    ("modalities", ("tasks.images",)),                         # one package per modality: read, check, serve...
     ("shared", ("tasks.training", "tasks.variants", "tasks.blessing", "tasks.monitoring", "tasks.canarying",
                 "tasks.ops")),                                 # what several steps share, by concern
     ("steps", ("tasks",)),                                     # tasks/<step>.py, one per stage or step
@@ -99,10 +100,10 @@ def test_models_import_torch_only():
     assert outside == []
 
 
-def test_serving_imports_only_models_specs_core_and_the_loaders():
+def test_serving_imports_only_models_specs_core_the_loaders_and_the_modalities():
     def allowed(importer: str, imported: str) -> bool:
         return imported.split(".")[0] == "serving" or LAYERS[layer_of(imported)][0] in {"models", "specs", "core",
-                                                                                         "loaders"}
+                                                                                         "loaders", "modalities"}
 
     assert violations("serving", allowed) == []
 

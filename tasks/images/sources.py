@@ -1,0 +1,228 @@
+"""Where images come from: a folder with one subfolder per class (torchvision's ImageFolder layout), a manifest
+(CSV or Parquet: a path column and a label column), or a set that ships inside torchship's dependencies.
+
+Packaged sets, nothing downloaded:
+- `images:digits`: scikit-learn's 1,797 handwritten digits, 8x8 grayscale, 10 classes (inside the scikit-learn
+  wheel; the UCI "Optical Recognition of Handwritten Digits" data, CC BY 4.0);
+- `images:shapes`: noisy shapes torchship renders itself (32x32 colour: circle, square, triangle, cross), seeded.
+Both become PNG files in memory, so every image takes the same path as a user's file. `data.drift` darkens or
+brightens them and adds noise and a small rotation (a shifted image stream for the monitor).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tasks.core.errors import ConfigError, DataError
+from tasks.images.decode import encode_png
+
+PREFIX = "images:"
+PACKAGED = ("digits", "shapes")
+SUFFIXES = (".png", ".jpg", ".jpeg")
+MANIFEST_SUFFIXES = (".csv", ".parquet", ".pq")
+SHAPES = ("circle", "square", "triangle", "cross")
+SHAPE_SIDE = 32
+
+
+@dataclass(frozen=True)
+class ImageFile:
+    """One image of a source, read when asked (a folder of thousands is listed, not loaded)."""
+
+    name: str                       # the path relative to the source (posix), or `<set>/<index>` for a packaged set
+    label: str | None               # None: the file is in no class folder
+    read: Callable[[], bytes]
+    path: Path | None = None        # the file on disk (what a quarantine copies), None for a packaged image
+
+
+def is_packaged(source: str) -> bool:
+    return source.startswith(PREFIX)
+
+
+def is_image_source(source: str, path_column: str = "path") -> bool:
+    """Images rather than a table: a packaged set, a folder holding image files, or a manifest naming them."""
+    if is_packaged(source):
+        return True
+    path = Path(source)
+    if path.is_dir():
+        return any(p.suffix.lower() in SUFFIXES for p in path.rglob("*") if p.is_file())
+    if path.suffix.lower() in MANIFEST_SUFFIXES and path.is_file():
+        columns = _manifest_columns(path)
+        return path_column in columns
+    return False
+
+
+def _manifest_columns(path: Path) -> list[str]:
+    if path.suffix.lower() == ".csv":
+        import pandas as pd
+
+        return [str(c) for c in pd.read_csv(path, nrows=0).columns]
+    import pyarrow.parquet as pq
+
+    return list(pq.read_schema(path).names)
+
+
+def list_images(source: str, target: str | None, path_column: str, rendered: int, seed: int,
+                drift: float = 0.0) -> tuple[list[ImageFile], str]:
+    """Every image of `source` with its label, and a name for messages."""
+    if is_packaged(source):
+        name = source.removeprefix(PREFIX)
+        if name not in PACKAGED:
+            raise ConfigError(f"data.source '{source}' is not a packaged image set; choose one of "
+                              f"{', '.join(PREFIX + s for s in PACKAGED)}, or give a folder or a manifest.")
+        pixels, labels = (packaged_digits() if name == "digits" else render_shapes(rendered, seed))
+        if drift:
+            pixels = shift_images(pixels, drift, seed)
+        return [_in_memory(f"{name}/{i:05d}", label, image) for i, (image, label) in
+                enumerate(zip(pixels, labels))], source
+    path = Path(source)
+    if path.is_dir():
+        return folder_images(path), str(path)
+    if not path.exists():
+        raise DataError(f"{path} not found: give a folder of class subfolders, a manifest (CSV or Parquet with a "
+                        f"'{path_column}' column), or a packaged set ({', '.join(PREFIX + s for s in PACKAGED)}).")
+    return manifest_images(path, target, path_column), str(path)
+
+
+def _in_memory(name: str, label: str, pixels: np.ndarray) -> ImageFile:
+    data = encode_png(pixels)
+    return ImageFile(name=name, label=label, read=lambda: data)
+
+
+def _on_disk(name: str, label: str | None, path: Path) -> ImageFile:
+    return ImageFile(name=name, label=label, read=path.read_bytes, path=path)
+
+
+def folder_images(root: Path) -> list[ImageFile]:
+    """ImageFolder: `root/<class>/**/<file>.png|jpg|jpeg`; hidden files and other suffixes are not images. A file
+    directly in `root` belongs to no class (label None: the checks name it)."""
+    found = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        relative = path.relative_to(root)
+        if path.suffix.lower() not in SUFFIXES or any(part.startswith(".") for part in relative.parts):
+            continue
+        label = relative.parts[0] if len(relative.parts) > 1 else None
+        found.append(_on_disk(relative.as_posix(), label, path))
+    if not found:
+        raise DataError(f"{root} holds no PNG or JPEG files: the layout is {root}/<class>/<image>.png, one "
+                        "subfolder per class.")
+    return found
+
+
+def manifest_images(manifest: Path, target: str | None, path_column: str) -> list[ImageFile]:
+    """A table of image paths (relative to the manifest's folder, or absolute) and labels."""
+    import pandas as pd
+
+    frame = pd.read_csv(manifest, dtype=str, keep_default_na=False) if manifest.suffix.lower() == ".csv" else \
+        pd.read_parquet(manifest)
+    missing = [c for c in (path_column, target) if c is None or c not in frame.columns]
+    if missing:
+        raise DataError(f"{manifest}: the manifest lacks column(s) {missing} (it has {list(frame.columns)}); it needs "
+                        f"a path column (images.path_column, now '{path_column}') and the label column (data.target).")
+    base = manifest.parent
+    found = []
+    for path, label in zip(frame[path_column].astype(str), frame[target]):
+        file = Path(path) if Path(path).is_absolute() else base / path
+        text = None if label is None or (isinstance(label, float) and math.isnan(label)) or str(label) == "" \
+            else str(label)
+        found.append(ImageFile(name=path, label=text, read=_reader(file), path=file if file.exists() else None))
+    return found
+
+
+def _reader(path: Path) -> Callable[[], bytes]:
+    def read() -> bytes:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} does not exist")
+        return path.read_bytes()
+
+    return read
+
+
+def packaged_digits() -> tuple[np.ndarray, list[str]]:
+    """scikit-learn's digits as (N, 8, 8, 1) uint8 (its 0..16 scaled to 0..255) and their labels."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    pixels = np.round(digits.images * (255 / 16)).clip(0, 255).astype(np.uint8)[:, :, :, None]
+    return pixels, [str(int(t)) for t in digits.target]
+
+
+def render_shapes(count: int, seed: int, side: int = SHAPE_SIDE) -> tuple[np.ndarray, list[str]]:
+    """(count, side, side, 3) uint8 noisy shapes, balanced over SHAPES, and their labels: a random position, size,
+    colour and rotation on a dark noisy background."""
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    images = np.empty((count, side, side, 3), dtype=np.uint8)
+    labels = [SHAPES[i % len(SHAPES)] for i in range(count)]
+    for i, shape in enumerate(labels):
+        background = rng.integers(0, 90, 3)
+        canvas = Image.new("RGB", (side, side), tuple(int(v) for v in background))
+        draw = ImageDraw.Draw(canvas)
+        colour = tuple(int(v) for v in rng.integers(120, 256, 3))
+        radius = rng.uniform(0.22, 0.38) * side
+        cx, cy = rng.uniform(radius, side - radius, 2)
+        angle = rng.uniform(0, 2 * math.pi)
+        _draw(draw, shape, cx, cy, radius, angle, colour)
+        noisy = np.asarray(canvas, dtype=np.int16) + rng.normal(0, 12, (side, side, 3)).round().astype(np.int16)
+        images[i] = noisy.clip(0, 255).astype(np.uint8)
+    return images, labels
+
+
+def _draw(draw, shape: str, cx: float, cy: float, radius: float, angle: float, colour: tuple) -> None:
+    def polygon(corners: int, offset: float) -> list[tuple[float, float]]:
+        return [(cx + radius * math.cos(offset + 2 * math.pi * k / corners),
+                 cy + radius * math.sin(offset + 2 * math.pi * k / corners)) for k in range(corners)]
+
+    if shape == "circle":
+        draw.ellipse((cx - radius, cy - radius, cx + radius, cy + radius), fill=colour)
+    elif shape == "square":
+        draw.polygon(polygon(4, angle), fill=colour)
+    elif shape == "triangle":
+        draw.polygon(polygon(3, angle), fill=colour)
+    else:   # a cross: two bars through the centre
+        width = max(2.0, radius / 2.5)
+        for bar in (angle, angle + math.pi / 2):
+            dx, dy = math.cos(bar), math.sin(bar)
+            px, py = -dy * width / 2, dx * width / 2
+            ends = [(cx - dx * radius, cy - dy * radius), (cx + dx * radius, cy + dy * radius)]
+            draw.polygon([(x + px, y + py) for x, y in ends] + [(x - px, y - py) for x, y in reversed(ends)],
+                         fill=colour)
+
+
+def shift_images(pixels: np.ndarray, drift: float, seed: int) -> np.ndarray:
+    """A shifted stream of the same images, `drift` in [0, 1]: brighter (+80 levels at 1), noisier (sigma 30) and
+    rotated (up to 20 degrees), so the image statistics and the model's embeddings move."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed + 1)
+    shifted = np.empty_like(pixels)
+    for i, image in enumerate(pixels):
+        plane = image[:, :, 0] if image.shape[2] == 1 else image
+        rotated = np.asarray(Image.fromarray(plane).rotate(float(rng.uniform(-20, 20) * drift)), dtype=np.float32)
+        rotated = rotated[:, :, None] if rotated.ndim == 2 else rotated
+        noisy = rotated + 80 * drift + rng.normal(0, 30 * drift, rotated.shape)
+        shifted[i] = noisy.round().clip(0, 255).astype(np.uint8)
+    return shifted
+
+
+def fingerprint_images(source: str, path_column: str, target: str | None) -> dict:
+    """What identifies a source's images: a packaged set's name (its params are DVC params of prepare), else the
+    md5 of every file's name and bytes (a manifest's own bytes too), so an edited image re-runs prepare."""
+    if is_packaged(source):
+        return {"source": source}
+    path = Path(source)
+    digest = hashlib.md5()
+    if path.is_file():
+        digest.update(path.read_bytes())
+        files = [(f.name, f.path) for f in manifest_images(path, target, path_column)]
+    else:
+        files = [(f.name, f.path) for f in folder_images(path)] if path.is_dir() else []
+    for name, file in files:
+        digest.update(name.encode() + b"\0")
+        digest.update(hashlib.md5(file.read_bytes()).digest() if file is not None and file.is_file() else b"-")
+    return {"source": source, "md5": digest.hexdigest(), "files": len(files)}
