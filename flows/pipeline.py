@@ -49,8 +49,9 @@ def pull_batches(params: Params) -> str:
 def check_source(params: Params) -> None:
     """Refuse a missing file or target column now, not after the stages start; then refresh data/source.json
     (DVC hashes it) so a changed file or a new accepted batch re-runs prepare, and record the source stage."""
-    sources.check_source(params.data, sources.resolve_target(params.data, params.contract))
-    sources.write_source_fingerprint(params.data)
+    target = sources.resolve_target(params.data, params.contract, params.images)
+    sources.check_source(params.data, target, params.images)
+    sources.write_source_fingerprint(params.data, images=params.images)
     reproduce.record_stage("source")   # as `dvc repro` would have left it: plain `dvc status` stays clean
 
 

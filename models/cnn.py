@@ -117,5 +117,10 @@ class ImageResNet(nn.Module):
         features = self.stages(self.stem(self.preprocess(x)))   # (B, D, h, w)
         return features.mean(dim=(2, 3))
 
+    def logits_and_embedding(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Both in one pass: the served graph outputs the embedding beside the logits (tasks/images/graph.py)."""
+        embedding = self.embed(x)
+        return self.fc(self.dropout(embedding)), embedding
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.dropout(self.embed(x)))
+        return self.logits_and_embedding(x)[0]

@@ -34,8 +34,17 @@ class FoldEnsemble(nn.Module):
         else:
             self.class_bias = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        log_probs = torch.stack([torch.log_softmax(m(x).float(), dim=1) for m in self.members])   # (K, B, C)
+    def combine(self, member_logits: list[torch.Tensor]) -> torch.Tensor:
+        log_probs = torch.stack([torch.log_softmax(z.float(), dim=1) for z in member_logits])   # (K, B, C)
         log_mean = torch.logsumexp(log_probs, dim=0) - self.log_count                           # (B, C)
         scaled = log_mean / self.temperature
         return scaled if self.class_bias is None else scaled + self.class_bias
+
+    def logits_and_embedding(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ensemble's logits and the mean of its members' embeddings (members with `logits_and_embedding`
+        only: an image model's, which the served graph outputs beside the logits)."""
+        pairs = [m.logits_and_embedding(x) for m in self.members]
+        return self.combine([z for z, _ in pairs]), torch.stack([e.float() for _, e in pairs]).mean(dim=0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.combine([m(x) for m in self.members])

@@ -19,7 +19,9 @@ from tasks.config import BaselineParams, Params
 from tasks.contract import Schema, encode_features, encode_target, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
+from tasks.core.errors import ConfigError
 from tasks.core.metrics import balances_classes, classification_metrics
+from tasks.images.shards import read_metadata, read_pixels
 from tasks.ops.stage import stage_main
 
 log = logging.getLogger("torchship.baseline")
@@ -132,14 +134,67 @@ def baseline_outputs(train: pd.DataFrame, holdout: pd.DataFrame, schema: Schema,
                     "predicted": predicted[gate].tolist()}
 
 
+def image_baseline_outputs(params: Params, schema: Schema) -> tuple[dict, dict]:
+    """The image baselines (tasks/images/baseline.py) on the same splits, in the report's shape: the majority
+    class, a logistic regression on downsampled pixels, and with train.pretrained a linear probe on the frozen
+    backbone's features, which is then the gate's baseline."""
+    from tasks.images import baseline as images
+
+    metric, shape = params.bless.metric, schema.image.shape
+    train, holdout = read_pixels(paths.TRAIN_SPLIT, shape), read_pixels(paths.HOLDOUT_SPLIT, shape)
+    labels = [encode_target(read_metadata(path, schema.target)["label"], schema)
+              for path in (paths.TRAIN_SPLIT, paths.HOLDOUT_SPLIT)]
+    features = probe_features(params, schema, train) if params.train.pretrained.path else None
+    models, predicted = images.fit_and_predict(train, labels[0], holdout, labels[1], len(schema.classes),
+                                               params.baseline, balances_classes(metric), features)
+    gate = images.gate_baseline(models, metric)
+    best, score = best_baseline({"models": models}, metric)
+    report = {"metric": metric, "modality": "image", "models": models, "picked": None, "cv_scores": None,
+              "class_weights": ["none", "balanced"] if balances_classes(metric) else ["none"], "gate": gate,
+              "headline": f"best {best.replace('_', ' ')} {metric} {score:.4f}; " + ", ".join(
+                  f"{name.replace('_', ' ')} {figures[metric]:.4f}" for name, figures in models.items()
+                  if name != best) + (f"; the gate's: {gate.replace('_', ' ')}" if gate != best else "")}
+    return report, {"baseline": gate, "metric": metric, "rows": len(holdout), "predicted": predicted[gate].tolist()}
+
+
+def probe_features(params: Params, schema: Schema, train_pixels):
+    """pixels -> the frozen pretrained backbone's embeddings (what the linear probe fits on)."""
+    import torch
+
+    from models import build_model
+    from tasks.training.model_args import chosen_model_kwargs
+    from tasks.training.pretrained import load_pretrained
+    from tasks.training.weights import fit_image_layout
+
+    settings = params.train.model_copy(update={"model": "resnet"}) if params.train.model == "auto" else params.train
+    model = build_model(settings.model, fit_image_layout(train_pixels, schema), **chosen_model_kwargs(settings))
+    load_pretrained(model, params.train.pretrained)
+    model.eval()
+    embed = getattr(model, "embed", None)
+    if embed is None:
+        raise ConfigError(f"train.model {settings.model} has no embed(x) method: the linear probe of "
+                          "train.pretrained needs the backbone's features (docs/own-model.md).")
+
+    def features(pixels):
+        with torch.inference_mode():
+            return torch.cat([embed(torch.from_numpy(pixels[i:i + 512])).float()
+                              for i in range(0, len(pixels), 512)]).numpy()
+
+    return features
+
+
 def run(params: Params) -> None:
     import mlflow
 
     from tasks.core.tracking import stage_run
 
-    report, gate_predictions = baseline_outputs(pd.read_parquet(paths.TRAIN_SPLIT),
-                                                pd.read_parquet(paths.HOLDOUT_SPLIT), load_schema(paths.SCHEMA),
-                                                params.baseline, params.bless.metric)
+    schema = load_schema(paths.SCHEMA)
+    if schema.is_image:
+        report, gate_predictions = image_baseline_outputs(params, schema)
+    else:
+        report, gate_predictions = baseline_outputs(pd.read_parquet(paths.TRAIN_SPLIT),
+                                                    pd.read_parquet(paths.HOLDOUT_SPLIT), schema,
+                                                    params.baseline, params.bless.metric)
     models = report["models"]
     write_json_atomic(paths.BASELINE_PREDICTIONS, gate_predictions)
     write_json_atomic(paths.BASELINE_REPORT, report)

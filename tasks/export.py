@@ -7,20 +7,35 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pandas as pd
 import torch
 
 from tasks.config import Params
-from tasks.contract import load_schema
+from tasks.contract import encode_target, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
+from tasks.images.graph import probe_images
+from tasks.images.shards import read_metadata, read_pixels
 from tasks.ops.stage import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.exporters import export_onnx, export_program
-from tasks.variants.parity import probe_rows, publish_variant
+from tasks.variants.parity import probe_labels, probe_rows, publish_variant
 from tasks.variants.runners import compiled_runner, onnx_runner, pt2_runner
 
 log = logging.getLogger("torchship.export")
+
+
+def export_probe(schema, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """(probe inputs, the labels of its holdout part): holdout rows plus edge rows, or holdout images plus edge
+    images; the parity gates judge every variant on them."""
+    if schema.is_image:
+        holdout = read_pixels(paths.HOLDOUT_SPLIT, schema.image.shape)
+        images, chosen = probe_images(holdout, count)
+        labels = encode_target(read_metadata(paths.HOLDOUT_SPLIT, schema.target)["label"], schema)
+        return images, labels[chosen]
+    holdout = pd.read_parquet(paths.HOLDOUT_SPLIT)
+    return probe_rows(holdout, schema, count), probe_labels(holdout, schema, count)
 
 
 def run(params: Params) -> None:
@@ -32,14 +47,14 @@ def run(params: Params) -> None:
     model, trained = load_trained(paths.MODEL_WEIGHTS)
     schema = load_schema(paths.SCHEMA)
     rules = params.export
-    probe = probe_rows(pd.read_parquet(paths.HOLDOUT_SPLIT), schema, rules.probe_rows)
+    probe, labels = export_probe(schema, rules.probe_rows)
     with torch.no_grad():
-        eager = model(torch.from_numpy(probe)).numpy()
+        eager = model(torch.from_numpy(probe)).float().numpy()
     threads = params.runtime.threads
     variants = {  # name -> (build the file, open a runner, the file)
         "onnx": (lambda: export_onnx(model, schema, rules.onnx_exporter, paths.ONNX_MODEL, trained.get("threshold")),
                  lambda: onnx_runner(paths.ONNX_MODEL, threads), paths.ONNX_MODEL),
-        "pt2": (lambda: export_program(model, len(schema.features), paths.PT2_MODEL),
+        "pt2": (lambda: export_program(model, schema, paths.PT2_MODEL),
                 lambda: pt2_runner(paths.PT2_MODEL), paths.PT2_MODEL),
     }
     if rules.compile:
@@ -47,7 +62,7 @@ def run(params: Params) -> None:
     report, gates = {}, {}
     for name, (make, runner, path) in variants.items():
         report[name], gates[name] = publish_variant(name, eager, probe, rules, make, runner, path,
-                                                    required=name == "onnx")
+                                                    required=name == "onnx", labels=labels)
     report["exporter"] = rules.onnx_exporter
     report["probe_rows"] = len(probe)
     report["headline"] = "parity " + ", ".join(f"{name} {gate.status}" for name, gate in gates.items())

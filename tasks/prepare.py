@@ -19,7 +19,11 @@ from tasks.core.errors import DataError
 from tasks.core.params_spec import MAX_NON_NUMERIC_SHARE
 from tasks.core.problems import Problem
 from tasks.core.quarantine import quarantine_copy
-from tasks.core.sources import read_source, resolve_target, source_path
+from tasks.core.sources import is_image_data, read_source, resolve_target, source_path
+from tasks.images.contract import ImageContract
+from tasks.images.prepare import PreparedImages, prepare_images
+from tasks.images.shards import ROW_GROUP, write_split
+from tasks.images.sources import list_images
 from tasks.ops.stage import stage_main
 
 log = logging.getLogger("torchship.prepare")
@@ -87,13 +91,53 @@ def write_prepared(prepared: PreparedData) -> dict:
     return metrics
 
 
+def write_prepared_images(prepared: PreparedImages) -> dict:
+    """Write the image splits (one shard file each), the schema and the headline figures atomically."""
+    shape = prepared.schema.image.shape
+    for name, path in (("train", paths.TRAIN_SPLIT), ("val", paths.VAL_SPLIT), ("holdout", paths.HOLDOUT_SPLIT)):
+        frame, pixels = prepared.splits[name], prepared.pixels[name]
+        batches = ((pixels[i:i + ROW_GROUP], frame.iloc[i:i + ROW_GROUP]) for i in range(0, len(frame), ROW_GROUP))
+        write_split(path, batches, prepared.schema.target, shape)
+    write_atomic(paths.SCHEMA, lambda tmp: tmp.write_text(prepared.schema.to_json()))
+    train = prepared.splits["train"][prepared.schema.target]
+    rows = {name: len(frame) for name, frame in prepared.splits.items()}
+    image = prepared.schema.image
+    metrics = {"modality": "image", "rows": rows, "images": prepared.images, "refused": len(prepared.refused),
+               "size": [image.height, image.width], "mode": image.mode, "classes": len(prepared.schema.classes),
+               "class_share": {str(k): round(float(v), 4) for k, v in
+                               train.value_counts(normalize=True).sort_index().items()},
+               "headline": f"{sum(rows.values()):,} images {image.height}x{image.width} {image.mode}, "
+                           f"{len(prepared.schema.classes)} classes"
+                           + (f", {len(prepared.refused)} refused (quarantined)" if prepared.refused else "")}
+    write_json_atomic(paths.PREPARE_METRICS, metrics)
+    return metrics
+
+
+def run_images(params: Params, target: str) -> dict:
+    """The image source: list, judge, quarantine, split, size, write (tasks/images/prepare.py)."""
+    files, origin = list_images(params.data.source, target, params.images.path_column, params.images.rendered,
+                                params.data.seed, params.data.drift)
+    contract = params.contract if isinstance(params.contract, ImageContract) else None
+    return write_prepared_images(prepare_images(files, origin, target, params.images, params.prepare, contract))
+
+
 def run(params: Params) -> None:
     """DVC stage body: load, prepare, write, log."""
     import mlflow
 
     from tasks.core.tracking import stage_run
 
-    target = resolve_target(params.data, params.contract)
+    target = resolve_target(params.data, params.contract, params.images)
+    if is_image_data(params.data, params.images):
+        metrics = run_images(params, target)
+        with stage_run(params.tracking, "prepare"):
+            mlflow.log_params({"source": params.data.source, "target": target, "modality": "image",
+                               **params.prepare.model_dump()})
+            mlflow.log_metrics({"rows_train": metrics["rows"]["train"], "classes": metrics["classes"],
+                                "images_refused": metrics["refused"]})
+            mlflow.log_artifact(str(paths.SCHEMA))
+        log.info("prepared %s", metrics["headline"])
+        return
     try:
         raw, origin, found = read_source(params.data)
         prepared = prepare_tables(raw, target, origin, params.prepare, params.contract, found,

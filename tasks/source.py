@@ -18,7 +18,7 @@ log = logging.getLogger("torchship.source")
 
 def run(params: Params) -> None:
     """DVC stage body: refresh the fingerprint."""
-    changed = write_source_fingerprint(params.data)
+    changed = write_source_fingerprint(params.data, images=params.images)
     log.info("%s: %s", paths.SOURCE_FINGERPRINT, "changed: prepare re-runs" if changed else "unchanged")
 
 

@@ -7,6 +7,7 @@ killed job re-run, or a worker restarted by `torchrun --max_restarts`, continues
 from __future__ import annotations
 
 from tasks.config import Params
+from tasks.contract import load_schema
 from tasks.core import paths
 from tasks.core.metrics import balances_classes
 from tasks.ops.stage import stage_main
@@ -17,10 +18,13 @@ from tasks.training.weights import model_spec
 
 def teacher_job(params: Params) -> TrainingJob:
     """The teacher's job with its settings fitted to the training split (model `auto`, batch, epochs)."""
-    fitted = fit_training(params.train, split_rows(paths.TRAIN_SPLIT))
+    modality = load_schema(paths.SCHEMA).modality
+    fitted = fit_training(params.train, split_rows(paths.TRAIN_SPLIT), modality)
     settings = fitted_settings(params.train, fitted)
     return TrainingJob("train", settings, model_spec(settings), paths.MODEL_WEIGHTS, paths.CHECKPOINTS,
-                       paths.TRAIN, paths.TRAIN_LOGS, fitted=fitted, balanced=balances_classes(params.bless.metric))
+                       paths.TRAIN, paths.TRAIN_LOGS, fitted=fitted, balanced=balances_classes(params.bless.metric),
+                       augment=params.images.augment if modality == "image" else None,
+                       pretrained=params.train.pretrained if params.train.pretrained.path else None)
 
 
 def run(params: Params) -> None:

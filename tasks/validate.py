@@ -19,6 +19,9 @@ from tasks.core.expectations import validate_frames
 from tasks.core.gate import GateResult
 from tasks.core.quarantine import quarantine_copy
 from tasks.core.sources import source_path
+from tasks.images.contract import ImageContract
+from tasks.images.expectations import rules_for, validate_splits
+from tasks.images.shards import read_metadata
 from tasks.ops.stage import stage_main
 
 log = logging.getLogger("torchship.validate")
@@ -49,6 +52,19 @@ def print_summary(rows: list[dict], gate: GateResult) -> None:
     Console(stderr=True).print(table)
 
 
+def validate_images(params: Params, schema) -> tuple[GateResult, list[dict]]:
+    """The image contract's suite on the written splits' metadata (tasks/images/expectations.py)."""
+    splits = {name: read_metadata(path, schema.target) for name, path in
+              (("train", paths.TRAIN_SPLIT), ("val", paths.VAL_SPLIT), ("holdout", paths.HOLDOUT_SPLIT))}
+    contract = params.contract if isinstance(params.contract, ImageContract) else None
+    everything = pd.concat(splits.values(), ignore_index=True).assign(decodable=True)
+    rules = rules_for(everything, params.images, contract)
+    splits = {name: frame.assign(decodable=True, pixels=frame["width"] * frame["height"],
+                                 aspect=frame[["width", "height"]].max(axis=1) / frame[["width", "height"]].min(axis=1))
+              for name, frame in splits.items()}
+    return validate_splits(splits, rules, params.validate_, docs_dir=paths.DATA_DOCS)
+
+
 def run(params: Params) -> None:
     """DVC stage body: validate every split, write the report and Data Docs, enforce the gate."""
     import mlflow
@@ -56,6 +72,19 @@ def run(params: Params) -> None:
     from tasks.core.tracking import stage_run
 
     schema = load_schema(paths.SCHEMA)
+    if schema.is_image:
+        gate, rows = validate_images(params, schema)
+        passed = sum(r["success"] for r in rows)
+        write_json_atomic(paths.VALIDATE_REPORT, {**gate.model_dump(), "modality": "image", "expectations": rows,
+                                                   "headline": f"{gate.status}: {passed}/{len(rows)} expectations"})
+        with stage_run(params.tracking, "validate"):
+            mlflow.log_metrics({"expectations": len(rows), "expectations_passed": passed})
+            mlflow.set_tag("gate.status", gate.status)
+            log_data_docs(paths.DATA_DOCS)
+        print_summary(rows, gate)
+        log.info("image contract gate: %s (Data Docs: %s)", gate.summary(), gate.evidence)
+        gate.enforce(params.validate_.warn_blocks)
+        return
     frames = {"train": pd.read_parquet(paths.TRAIN_SPLIT), "val": pd.read_parquet(paths.VAL_SPLIT),
               "holdout": pd.read_parquet(paths.HOLDOUT_SPLIT)}
     if params.contract is not None:  # the contract judges the table as a whole (row count, key, class shares)

@@ -36,7 +36,7 @@ def run(params: Path = typer.Option(None, "--params", help=PARAMS_HELP),
     try:
         raw, parsed = resolve(set_, params_file)
         before = registry_snapshot(parsed)
-        check_source(parsed.data, resolve_target(parsed.data, parsed.contract))
+        check_source(parsed.data, resolve_target(parsed.data, parsed.contract, parsed.images), parsed.images)
         with applied_overrides(raw):
             quiet_expected_tracebacks()
             summary = pipeline(params_file="params.yaml")

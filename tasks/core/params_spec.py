@@ -62,7 +62,7 @@ class DataParams(Section):
             return self.model_name
         if self.source == "synthetic":
             return "synthetic-churn"
-        if self.source.startswith("sklearn:"):
+        if self.source.startswith(("sklearn:", "images:")):
             stem = self.source.replace(":", "-")
         else:
             stem = Path(self.source.split(":", 1)[-1]).stem
@@ -260,7 +260,11 @@ class ExportParams(Section):
                                                          "eager.")
     min_argmax_agreement: float = Field(0.999, ge=0.0, le=1.0, description="Smallest share of probe rows whose "
                                                                            "predicted class must match eager.")
-    probe_rows: int = Field(512, ge=16, description="Holdout rows in the parity probe set (edge rows are added).")
+    probe_rows: int = Field(512, ge=16, description="Holdout rows (or images) in the parity probe set (edge rows, "
+                                                    "or black, white, noise and checkerboard images, are added).")
+    max_accuracy_delta: float = Field(0.002, ge=0.0, le=1.0, description="Largest change of accuracy on the "
+                                                                          "probe's holdout rows a variant may show "
+                                                                          "against eager (0.002 = 0.2 points).")
     compile: bool = Field(True, description="Also parity-gate `torch.compile` of the eager model (a runtime option, "
                                             "not a file); the profile measures where it pays.")
 
@@ -288,6 +292,9 @@ class DistillParams(Section):
     enabled: bool = Field(True, description="Train, export and quantise a student.")
     hidden: list[int] = Field([64], min_length=1, description="Hidden layer widths of the student MLP.")
     embedding_dim: int = Field(4, ge=1, description="Embedding width per categorical column in the student.")
+    widths: list[int] = Field([8, 16], min_length=1, description="Images: the student ResNet's channels per stage "
+                                                                 "(each stage after the first halves the "
+                                                                 "resolution; one block each).")
     epochs: int = Field(8, ge=1, description="Most student epochs (early stopping as in train.patience).")
     lr: float = Field(3e-3, gt=0.0, description="Peak AdamW learning rate of the student.")
     temperature: float = Field(4.0, gt=0.0, description="Softmax temperature of the soft targets (higher = softer).")

@@ -1,4 +1,6 @@
-"""Where raw rows come from: the seeded synthetic generator, scikit-learn's bundled sets, or a file."""
+"""Where the data comes from: for tables the seeded synthetic generator, scikit-learn's bundled sets, or a file;
+for images a packaged set, a folder or a manifest (tasks/images/sources.py reads them). `is_image_data` says which
+modality a source holds; the functions here answer for both."""
 from __future__ import annotations
 
 import hashlib
@@ -11,9 +13,12 @@ import pandas as pd
 from tasks.core import paths
 from tasks.core.contract_spec import Contract
 from tasks.core.errors import ConfigError, DataError
-from tasks.core.params_spec import DataParams, Shift
+from tasks.core.params_spec import DataParams, ImagesParams, Shift
 from tasks.core.problems import Problem, raise_if_any
 from tasks.core.tables import read_table, require_target, table_columns
+from tasks.images import sources as image_sources
+
+IMAGE_TARGET = "label"   # the label of a folder's or a packaged set's images (a manifest names its own column)
 
 SKLEARN_SETS = ("breast_cancer", "digits", "iris", "wine")
 SYNTHETIC_TARGET = "churned"
@@ -84,12 +89,26 @@ def load_sklearn(name: str) -> pd.DataFrame:
     return getattr(datasets, f"load_{name}")(as_frame=True).frame
 
 
-def resolve_target(data: DataParams, contract: Contract | None = None) -> str:
-    """The target column: the contract's when there is one, else explicit, else the built-in source's own."""
-    if contract is not None:
+def is_image_data(data: DataParams, images: ImagesParams | None = None) -> bool:
+    """Whether the source holds images: `data.modality`, or by `auto` a packaged image set, a folder of images or
+    a manifest with the images.path_column."""
+    if data.modality != "auto":
+        return data.modality == "image"
+    return image_sources.is_image_source(data.source, (images or ImagesParams()).path_column)
+
+
+def resolve_target(data: DataParams, contract=None, images: ImagesParams | None = None) -> str:
+    """The target column: the contract's when there is one, else explicit, else the built-in source's own (images
+    of a folder or a packaged set: `label`)."""
+    if isinstance(contract, Contract):
         return contract.target
     if data.target:
         return data.target
+    if is_image_data(data, images):
+        if Path(data.source).is_file():
+            raise ConfigError(f"data.target is not set: name the label column of the manifest {data.source} "
+                              "(torchship run --set data.target=<column>).")
+        return IMAGE_TARGET
     if data.source == "synthetic":
         return SYNTHETIC_TARGET
     if data.source.startswith("sklearn:"):
@@ -100,7 +119,7 @@ def resolve_target(data: DataParams, contract: Contract | None = None) -> str:
 
 def source_path(data: DataParams) -> Path | None:
     """The file behind data.source, or None for a built-in source."""
-    if data.source == "synthetic" or data.source.startswith("sklearn:"):
+    if data.source == "synthetic" or data.source.startswith("sklearn:") or image_sources.is_packaged(data.source):
         return None
     return Path(data.source)
 
@@ -132,10 +151,14 @@ def check_source_size(path: Path, max_mb: float) -> None:
                         "(torchship run --set data.max_source_mb=...).")
 
 
-def check_source(data: DataParams, target: str) -> None:
+def check_source(data: DataParams, target: str, images: ImagesParams | None = None) -> None:
     """Refuse in a second, before Prefect or any stage starts, what the prepare stage would refuse after a
     while: a data file that is not there or over data.max_source_mb, a target column the table does not have
-    (from its header)."""
+    (from its header); for images, a source that lists no image or a manifest without its columns."""
+    if is_image_data(data, images):
+        images = images or ImagesParams()
+        image_sources.check_image_source(data.source, target, images.path_column)
+        return
     path = source_path(data)
     if path is not None:
         check_source_size(path, data.max_source_mb)
@@ -180,12 +203,15 @@ def read_source(data: DataParams, with_batches: bool = True) -> tuple[pd.DataFra
             problems)
 
 
-def fingerprint_source(data: DataParams) -> dict:
-    """What identifies the source's content: the file's md5 (or the built-in source's spec) and the md5
-    of each accepted batch."""
+def fingerprint_source(data: DataParams, images: ImagesParams | None = None) -> dict:
+    """What identifies the source's content: the file's md5 (or the built-in source's spec; for images every
+    file's) and the md5 of each accepted batch."""
     path = source_path(data)
     fingerprint: dict = {"source": data.source}
-    if path is not None and path.exists():
+    if is_image_data(data, images):
+        images = images or ImagesParams()
+        fingerprint = image_sources.fingerprint_images(data.source, images.path_column, data.target)
+    elif path is not None and path.exists():
         fingerprint["md5"] = _md5(path)
     batches = sorted(paths.BATCHES.glob("*.parquet"))
     if batches:
@@ -203,9 +229,10 @@ def _md5(path: Path) -> str:
         return hashlib.file_digest(handle, "md5").hexdigest()
 
 
-def write_source_fingerprint(data: DataParams, target: Path = paths.SOURCE_FINGERPRINT) -> bool:
+def write_source_fingerprint(data: DataParams, target: Path = paths.SOURCE_FINGERPRINT,
+                             images: ImagesParams | None = None) -> bool:
     """Refresh the file DVC hashes for the source, rewriting it only when it changes; True if it changed."""
-    text = json.dumps(fingerprint_source(data), indent=2) + "\n"
+    text = json.dumps(fingerprint_source(data, images), indent=2) + "\n"
     if target.exists() and target.read_text() == text:
         return False
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -49,6 +49,7 @@ class Inspected:
     file_mode: str | None = None
     decodable: bool = False
     error: str | None = None       # why it is not decodable, in Pillow's (or our) words
+    too_large: bool = False        # refused unread for its bytes or its pixel count (not for being broken)
     brightness: float | None = None   # mean pixel value, 0..255
     contrast: float | None = None     # pixel standard deviation: ~0 for a blank or constant image
     pixels: np.ndarray | None = field(default=None, repr=False)   # (H, W, C) uint8 in `mode`
@@ -63,13 +64,17 @@ class Inspected:
                 "error": self.error, "brightness": self.brightness, "contrast": self.contrast}
 
 
-def inspect_image(name: str, data: bytes, limits: ImageLimits, label: str | None = None) -> Inspected:
-    """Read `data` as far as the limits allow; the record says what was found (never raises on bad input)."""
+def inspect_image(name: str, data: bytes, limits: ImageLimits, label: str | None = None,
+                  mode: str | None = None) -> Inspected:
+    """Read `data` as far as the limits allow; the record says what was found (never raises on bad input). The
+    pixels are in the file's own reading (GRAY or COLOR), or converted to `mode` when given (the service converts
+    an upload to its model's mode)."""
     from PIL import Image, UnidentifiedImageError
 
     found = Inspected(name=name, label=label, file_bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
     if len(data) > limits.max_file_bytes:
         found.error = f"{len(data):,} bytes is over the limit of {limits.max_file_bytes:,}: not read"
+        found.too_large = True
         return found
     try:
         with warnings.catch_warnings():
@@ -83,12 +88,13 @@ def inspect_image(name: str, data: bytes, limits: ImageLimits, label: str | None
             if found.width * found.height > limits.max_pixels:
                 found.error = (f"{found.width}x{found.height} = {found.width * found.height:,} pixels is over the "
                                f"limit of {limits.max_pixels:,}: not decoded (a decompression bomb is refused unread)")
+                found.too_large = True
                 return found
             if found.mode is None:
                 found.error = f"mode {image.mode} has no grayscale or colour reading"
                 return found
             image.load()   # the whole decode: a truncated or corrupt body fails here
-            pixels = as_array(image, found.mode)
+            pixels = as_array(image, mode or found.mode)
     except UnidentifiedImageError:
         found.error = "not an image Pillow can identify (PNG and JPEG are read)"
         return found
@@ -97,6 +103,7 @@ def inspect_image(name: str, data: bytes, limits: ImageLimits, label: str | None
         told = f"{int(size.group(1)):,} pixels" if size else "its pixel count"
         found.error = (f"{told} (from its header) is over the limit of {limits.max_pixels:,}: not decoded (a "
                        "decompression bomb is refused unread)")
+        found.too_large = True
         return found
     except (OSError, ValueError, SyntaxError, EOFError) as exc:   # Pillow's ways of saying the body is broken
         found.error = f"cannot be decoded: {_first_line(exc)}"

@@ -210,6 +210,28 @@ def shift_images(pixels: np.ndarray, drift: float, seed: int) -> np.ndarray:
     return shifted
 
 
+def check_image_source(source: str, target: str | None, path_column: str) -> None:
+    """What prepare would refuse after a while, refused in a second: an unknown packaged set, a folder without
+    images, a manifest without its path or label column (the files themselves are judged by prepare)."""
+    if is_packaged(source):
+        if source.removeprefix(PREFIX) not in PACKAGED:
+            raise ConfigError(f"data.source '{source}' is not a packaged image set; choose one of "
+                              f"{', '.join(PREFIX + s for s in PACKAGED)}, or give a folder or a manifest.")
+        return
+    path = Path(source)
+    if path.is_dir():
+        folder_images(path)
+    elif path.is_file():
+        columns = _manifest_columns(path)
+        missing = [c for c in (path_column, target) if c not in columns]
+        if missing:
+            raise DataError(f"{path}: the manifest lacks column(s) {missing} (it has {columns}); it needs a path "
+                            f"column (images.path_column, now '{path_column}') and the label column (data.target).")
+    else:
+        raise DataError(f"{path} not found: give a folder of class subfolders, a manifest, or a packaged set "
+                        f"({', '.join(PREFIX + s for s in PACKAGED)}).")
+
+
 def fingerprint_images(source: str, path_column: str, target: str | None) -> dict:
     """What identifies a source's images: a packaged set's name (its params are DVC params of prepare), else the
     md5 of every file's name and bytes (a manifest's own bytes too), so an edited image re-runs prepare."""

@@ -39,5 +39,5 @@ def plan_run(assignments: list[str], params_file: str | None) -> list[PlannedSte
     fingerprint back."""
     raw, parsed = resolve(assignments, params_file)
     with applied_overrides(raw, keep=False):
-        write_source_fingerprint(parsed.data)
+        write_source_fingerprint(parsed.data, images=parsed.images)
         return plan_steps(dvc_stages(), stage_changes())

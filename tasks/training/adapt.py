@@ -46,18 +46,26 @@ class FittedTraining(BaseModel):
 SMALL_TABLE_FAMILIES = ("linear", "mlp_plr")
 
 
-def cross_validation_plan(settings: TrainParams, train_rows: int) -> tuple[int, list[str]]:
-    """(folds, families to compare): folds > 1 below `cv_max_rows`; `auto` then compares SMALL_TABLE_FAMILIES."""
-    if not 0 < train_rows < settings.cv_max_rows:
+IMAGE_MODEL = "resnet"   # what `auto` trains on images (its widths follow the image size: models/cnn.py)
+
+
+def cross_validation_plan(settings: TrainParams, train_rows: int, modality: str = "table") -> tuple[int, list[str]]:
+    """(folds, families to compare): folds > 1 below `cv_max_rows`; `auto` then compares SMALL_TABLE_FAMILIES.
+    Images are never cross-validated: the members' cost would be the network's times k, and a CNN's validation
+    split is no small table's noisy guide."""
+    if modality == "image" or not 0 < train_rows < settings.cv_max_rows:
         return 1, []
     return settings.cv_folds, list(SMALL_TABLE_FAMILIES) if settings.model == AUTO else [settings.model]
 
 
-def pick_model(settings: TrainParams, train_rows: int) -> tuple[str, str | None]:
-    """`auto` -> mlp below `ft_min_rows` training rows, else the FT-Transformer; an explicit model stays. Below
-    `cv_max_rows` the mlp is provisional: cross-validation picks the family (tasks/training/crossval.py)."""
+def pick_model(settings: TrainParams, train_rows: int, modality: str = "table") -> tuple[str, str | None]:
+    """`auto` -> mlp below `ft_min_rows` training rows, else the FT-Transformer (images: the ResNet); an explicit
+    model stays. Below `cv_max_rows` the mlp is provisional: cross-validation picks the family
+    (tasks/training/crossval.py)."""
     if settings.model != AUTO:
         return settings.model, None
+    if modality == "image":
+        return IMAGE_MODEL, f"auto picked {IMAGE_MODEL} for images (widths by the image size)"
     folds, families = cross_validation_plan(settings, train_rows)
     if len(families) > 1:
         return "mlp", (f"auto compares {', '.join(families)} by {folds}-fold out-of-fold score: {train_rows:,} "
@@ -68,11 +76,11 @@ def pick_model(settings: TrainParams, train_rows: int) -> tuple[str, str | None]
                               f"train.ft_min_rows {settings.ft_min_rows:,}")
 
 
-def fit_training(settings: TrainParams, train_rows: int) -> FittedTraining:
+def fit_training(settings: TrainParams, train_rows: int, modality: str = "table") -> FittedTraining:
     """The effective model, batch, epochs, patience and learning rate for `train_rows` training rows."""
-    model, picked = pick_model(settings, train_rows)
+    model, picked = pick_model(settings, train_rows, modality)
     reasons = [picked] if picked else []
-    folds, families = cross_validation_plan(settings, train_rows)
+    folds, families = cross_validation_plan(settings, train_rows, modality)
     if folds > 1 and len(families) < 2:   # with two families, `picked` already says why there are folds
         reasons.append(f"{folds} cross-validated members: {train_rows:,} training rows < train.cv_max_rows "
                        f"{settings.cv_max_rows:,}")

@@ -7,21 +7,26 @@ starts in each process; `train_student` launches it.
 from __future__ import annotations
 
 from tasks.config import Params, TrainParams
+from tasks.contract import load_schema
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file
 from tasks.core.metrics import balances_classes
+from tasks.core.params_spec import PretrainedParams
 from tasks.ops.stage import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.job import TrainingJob, launch, run_job, split_rows
 from tasks.training.weights import model_spec
 
 
-def student_settings(params: Params) -> TrainParams:
-    """The teacher's engine settings (processes, strategy, precision, seed, `adapt`) with the student's model."""
+def student_settings(params: Params, modality: str = "table") -> TrainParams:
+    """The teacher's engine settings (processes, strategy, precision, seed, `adapt`) with the student's model: a
+    small MLP for tables, a small ResNet for images; never from pretrained weights (the teacher's knowledge comes
+    through its soft targets)."""
     student = params.distill
+    model, args = ("resnet", {"widths": list(student.widths), "blocks": 1}) if modality == "image" else \
+        ("mlp", {"hidden": list(student.hidden), "embedding_dim": student.embedding_dim, "dropout": 0.0})
     return params.train.model_copy(update={
-        "model": "mlp", "model_args": {"mlp": {"hidden": list(student.hidden), "embedding_dim": student.embedding_dim,
-                                               "dropout": 0.0}},
+        "model": model, "model_args": {model: args}, "pretrained": PretrainedParams(),
         "epochs": student.epochs, "lr": student.lr,
         # One network, never cross-validated members: the student exists to be small and fast to serve, and its
         # soft targets already carry the (ensembled) teacher's averaging.
@@ -31,13 +36,15 @@ def student_settings(params: Params) -> TrainParams:
 
 def student_job(params: Params) -> TrainingJob:
     """The student's job, its schedule fitted to the training split like the teacher's."""
-    fitted = fit_training(student_settings(params), split_rows(paths.TRAIN_SPLIT))
-    settings = fitted_settings(student_settings(params), fitted)
+    modality = load_schema(paths.SCHEMA).modality
+    fitted = fit_training(student_settings(params, modality), split_rows(paths.TRAIN_SPLIT), modality)
+    settings = fitted_settings(student_settings(params, modality), fitted)
     return TrainingJob("distill", settings, model_spec(settings), paths.STUDENT_WEIGHTS, paths.STUDENT_CHECKPOINTS,
                        paths.STUDENT, paths.STUDENT_LOGS, module="tasks.training.distill",
                        identity=(sha256_file(paths.MODEL_WEIGHTS), params.distill.model_dump_json()),
                        soft_targets=(params.distill.temperature, params.distill.alpha), teacher=paths.MODEL_WEIGHTS,
-                       fitted=fitted, balanced=balances_classes(params.bless.metric))
+                       fitted=fitted, balanced=balances_classes(params.bless.metric),
+                       augment=params.images.augment if modality == "image" else None)
 
 
 def train_student(params: Params) -> None:

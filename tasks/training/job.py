@@ -29,6 +29,7 @@ from tasks.core import paths
 from tasks.core.artifacts import sha256_file
 from tasks.core.env import FAULT_ENV, LOCAL_RANK_ENV, OMP_THREADS_ENV, RESTART_COUNT_ENV, UNBUFFERED
 from tasks.core.errors import TorchshipError
+from tasks.core.params_spec import ImageAugment, PretrainedParams
 from tasks.core.procs import Child, running, tee_lines
 from tasks.training import checkpoint
 from tasks.training.adapt import FittedTraining
@@ -43,8 +44,10 @@ from tasks.training.crossval import (
 from tasks.training.decision import fit_threshold
 from tasks.training.distributed import Runtime, broadcast_state, init_runtime, torchrun_command, wrap_model
 from tasks.training.failure import describe_failure
+from tasks.training.images import augmenter, keep_frozen_in_eval
 from tasks.training.loop import STOP_ON_F1, Split, Trainer, predict_logits
 from tasks.training.mirror import mirror_for, mirrored
+from tasks.training.pretrained import load_pretrained
 from tasks.training.report import TrainingProgress, report_training
 from tasks.training.weights import fit_layout, load_trained, save_trained
 
@@ -70,6 +73,8 @@ class TrainingJob:
     fitted: FittedTraining | None = None   # how `train` was fitted to the table, for the report
     balanced: bool = True           # class-balanced loss weights (the bless metric is macro-F1: balances_classes)
     stop_on: str = STOP_ON_F1       # what early stopping judges (cross-validated members: STOP_ON_LOSS)
+    augment: ImageAugment | None = None        # images: the label-safe augmentation of training batches
+    pretrained: PretrainedParams | None = None   # weights to start from (the teacher's train.pretrained)
 
 
 def split_rows(path: Path) -> int:
@@ -91,10 +96,20 @@ def run_fingerprint(params: TrainParams, identity: tuple[str, ...] = ()) -> str:
 def job_fingerprint(job: TrainingJob) -> str:
     """The job's run identity for its checkpoints (another loss is another run; the balanced default keeps the
     fingerprints it always had)."""
-    return run_fingerprint(job.train, job.identity if job.balanced else (*job.identity, "unweighted classes"))
+    identity = job.identity if job.balanced else (*job.identity, "unweighted classes")
+    if job.augment is not None:   # images: another augmentation is another run
+        identity = (*identity, f"augment {job.augment.model_dump_json()}")
+    return run_fingerprint(job.train, identity)
 
 
 def load_split(path, schema: Schema, device: torch.device) -> Split:
+    """A prepared split as tensors on `device`: encoded rows (N, F) float32, or images (N, H, W, C) uint8."""
+    if schema.is_image:
+        from tasks.images.shards import read_metadata, read_pixels
+
+        labels = encode_target(read_metadata(path, schema.target)["label"], schema)
+        return Split(torch.from_numpy(read_pixels(path, schema.image.shape).copy()).to(device),
+                     torch.from_numpy(labels).to(device))
     frame = pd.read_parquet(path)
     return Split(torch.from_numpy(encode_features(frame, schema)).to(device),
                  torch.from_numpy(encode_target(frame[schema.target], schema)).to(device))
@@ -176,9 +191,22 @@ class JobTrainer(Trainer):
 
 def start_trainer(job: TrainingJob, runtime: Runtime, n_classes: int, model: nn.Module, train: Split,
                   val: Split) -> JobTrainer:
-    """The job's trainer on `model` (wrapped for DDP/FSDP, compiled if asked), set up and resumed."""
+    """The job's trainer on `model` (pretrained weights loaded, wrapped for DDP/FSDP, compiled if asked; images
+    augmented), set up and resumed."""
+    frozen = job.pretrained is not None and job.pretrained.path and job.pretrained.freeze == "backbone"
+    if job.pretrained is not None and job.pretrained.path:
+        loaded = load_pretrained(model, job.pretrained)
+        if runtime.rank == 0:
+            log.info("%s: %d pretrained tensors loaded from %s (%d fresh: %s)", job.stage, len(loaded["loaded"]),
+                     job.pretrained.path, len(loaded["fresh"]), ", ".join(loaded["fresh"][:6]))
+    if runtime.device.type == "cuda" and train.features.dtype == torch.uint8:   # images: NHWC kernels pay on CUDA
+        model = model.to(memory_format=torch.channels_last)
     model = wrap_model(model, job.train.strategy, runtime)
     trainer = JobTrainer(job, runtime, n_classes)
+    if job.augment is not None:
+        trainer.augment = augmenter(job.augment, job.train.seed)
+    if frozen:
+        trainer.frozen_in_eval = keep_frozen_in_eval
     trainer.setup(torch.compile(model) if job.train.compile else model, train, val)
     trainer.resume()
     return trainer

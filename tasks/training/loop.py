@@ -124,6 +124,8 @@ class Trainer:
         self.balanced = balanced   # class-balanced loss weights, else every row counts the same
         self.stop_on = stop_on     # the validation figure early stopping keeps the best of (STOP_ON_*)
         self.state = LoopState()
+        self.augment = None         # (batch, epoch, step) -> batch: label-safe image augmentation (training/images.py)
+        self.frozen_in_eval = None  # model -> None after model.train(): a frozen backbone stays in eval mode
 
     def setup(self, model: nn.Module, train: Split, val: Split) -> None:
         """Optimizer, schedule, grad scaler, autocast and loss for this model and data; the shard sizes."""
@@ -172,6 +174,8 @@ class Trainer:
         steps, batch_size, train = self.steps_per_epoch, self.per_rank_batch, self.train_split
         while state.epoch < settings.epochs:
             model.train()
+            if self.frozen_in_eval is not None:
+                self.frozen_in_eval(model)
             started = time.perf_counter()
             # Shuffle once per epoch, then contiguous slices: no per-batch gather on the hot path.
             order = epoch_order(len(train.labels), settings.seed, state.epoch)
@@ -181,7 +185,8 @@ class Trainer:
             first_step = state.step_in_epoch
             for step in range(first_step, steps):
                 batch = slice(step * batch_size, (step + 1) * batch_size)
-                loss = self._gradients(features[batch], tuple(t[batch] for t in targets))
+                inputs = features[batch] if self.augment is None else self.augment(features[batch], state.epoch, step)
+                loss = self._gradients(inputs, tuple(t[batch] for t in targets))
                 if scaler.is_enabled():
                     scaler.unscale_(optimizer)
                 nn.utils.clip_grad_norm_(parameters, settings.grad_clip, foreach=True)

@@ -11,30 +11,42 @@ from torch import nn
 from tasks.contract import Schema
 from tasks.core.artifacts import write_atomic
 from tasks.core.runtime import THRESHOLD_KEY
+from tasks.images.graph import EMBEDDING, ServedImageModel
 
 MAX_BATCH = 1 << 16
 
 
+def export_example(schema: Schema) -> torch.Tensor:
+    """What the exporters trace with: 4 zero rows (N, F) float32, or 4 black images (N, H, W, C) uint8."""
+    if schema.is_image:
+        return torch.zeros(4, *schema.image.shape, dtype=torch.uint8)
+    return torch.zeros(4, len(schema.features))
+
+
 def export_onnx(model: nn.Module, schema: Schema, exporter: str, path: Path, threshold: float | None = None) -> None:
     """ONNX with a dynamic batch axis; the schema (and a binary model's decision threshold) ride in metadata so the
-    file is self-describing: the raw-row front turns the threshold into the graph's `decision` output."""
+    file is self-describing: the raw-input front turns the threshold into the graph's `decision` output. An image
+    model is traced with its embedding projection as a second output (tasks/images/graph.py). The input is passed
+    by position, so a model's own name for it does not matter."""
     import onnx
 
-    example = torch.zeros(4, len(schema.features))
+    example = export_example(schema)
+    traced, outputs = (ServedImageModel(model, example).eval(), ["logits", EMBEDDING]) if schema.is_image else \
+        (model, ["logits"])
 
     def write(tmp: Path) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if exporter == "dynamo":
                 logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed" noise
-                program = torch.onnx.export(model, (example,), dynamo=True, input_names=["x"], output_names=["logits"],
-                                            dynamic_shapes={"x": {0: torch.export.Dim("batch", max=MAX_BATCH)}},
+                program = torch.onnx.export(traced, (example,), dynamo=True, input_names=["x"], output_names=outputs,
+                                            dynamic_shapes=({0: torch.export.Dim("batch", max=MAX_BATCH)},),
                                             verbose=False)
                 program.save(str(tmp))
             else:
-                torch.onnx.export(model, (example,), str(tmp), dynamo=False, input_names=["x"],
-                                  output_names=["logits"], opset_version=17,
-                                  dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
+                torch.onnx.export(traced, (example,), str(tmp), dynamo=False, input_names=["x"],
+                                  output_names=outputs, opset_version=17,
+                                  dynamic_axes={name: {0: "batch"} for name in ["x", *outputs]})
         proto = onnx.load(str(tmp))
         onnx.checker.check_model(proto)
         metadata = {"torchship.schema": schema.model_dump_json(), "torchship.exporter": exporter}
@@ -48,9 +60,8 @@ def export_onnx(model: nn.Module, schema: Schema, exporter: str, path: Path, thr
     write_atomic(path, write)
 
 
-def export_program(model: nn.Module, n_features: int, path: Path) -> None:
-    """A torch.export program (.pt2) with a dynamic batch dimension."""
-    example = torch.zeros(4, n_features)
-    program = torch.export.export(model, (example,),
-                                  dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1, max=MAX_BATCH)}})
+def export_program(model: nn.Module, schema: Schema, path: Path) -> None:
+    """A torch.export program (.pt2) with a dynamic batch dimension (the input passed by position)."""
+    batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
+    program = torch.export.export(model, (export_example(schema),), dynamic_shapes=({0: batch},))
     write_atomic(path, lambda tmp: torch.export.save(program, str(tmp)))

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.config import ExportParams
-from tasks.contract import Schema, encode_features
+from tasks.contract import Schema, encode_features, encode_target
 from tasks.core.artifacts import sha256_file
 from tasks.core.gate import GateResult
 from tasks.core.runtime import Runner, predict_proba
@@ -33,8 +33,16 @@ def probe_rows(holdout: pd.DataFrame, schema: Schema, count: int, seed: int = 0)
     return np.vstack([rows, np.stack(edges)]).astype(np.float32)
 
 
-def check_parity(name: str, eager: np.ndarray, variant: np.ndarray, rules: ExportParams) -> GateResult:
-    """Logits within atol (scaled by the logit's size) and argmax agreement on the probe set."""
+def probe_labels(holdout: pd.DataFrame, schema: Schema, count: int, seed: int = 0) -> np.ndarray:
+    """The class indices of `probe_rows`' holdout rows (its first rows), in its order."""
+    sample = holdout.sample(n=min(count, len(holdout)), random_state=seed)
+    return encode_target(sample[schema.target], schema)
+
+
+def check_parity(name: str, eager: np.ndarray, variant: np.ndarray, rules: ExportParams,
+                 labels: np.ndarray | None = None) -> GateResult:
+    """Logits within atol (scaled by the logit's size) and argmax (top-1) agreement on the probe set; with the
+    `labels` of its first rows (real holdout rows or images), the accuracy of the variant against eager's there."""
     scale = np.maximum(1.0, np.abs(eager))
     diff = np.abs(eager - variant) / scale
     worst = diff.max(axis=1)
@@ -46,13 +54,22 @@ def check_parity(name: str, eager: np.ndarray, variant: np.ndarray, rules: Expor
                         f"(rows {diverging[:10].tolist()}, worst {worst.max():.3g})")
     if agreement < rules.min_argmax_agreement:
         failures.append(f"argmax agreement {agreement:.4f} < {rules.min_argmax_agreement}")
+    accuracy = ""
+    if labels is not None and len(labels):
+        delta = float((variant[:len(labels)].argmax(1) == labels).mean() - (eager[:len(labels)].argmax(1) == labels)
+                      .mean())
+        accuracy = f", holdout accuracy {delta * 100:+.2f} points vs eager on {len(labels)} rows"
+        if abs(delta) > rules.max_accuracy_delta:
+            failures.append(f"holdout accuracy moved {delta * 100:+.2f} points vs eager on {len(labels)} rows "
+                            f"(rule: export.max_accuracy_delta {rules.max_accuracy_delta:g})")
     return GateResult.decide(f"parity {name}", failures, passed=f"max scaled diff {worst.max():.2e}, "
-                                                                f"argmax agreement {agreement:.4f}")
+                                                                f"argmax agreement {agreement:.4f}{accuracy}")
 
 
 def publish_variant(name: str, eager: np.ndarray, probe: np.ndarray, rules: ExportParams,
                     make: Callable[[], None] | None, runner: Callable[[], Runner],
-                    path: Path | None = None, required: bool = False) -> tuple[dict, GateResult]:
+                    path: Path | None = None, required: bool = False,
+                    labels: np.ndarray | None = None) -> tuple[dict, GateResult]:
     """Build one variant (a file, or a runtime option when `path` is None), run it on the probe set,
     and gate it on parity with eager. Returns its report entry and the gate. A variant that cannot be
     built is a failed gate, unless it is `required` (the served format): then the error propagates."""
@@ -60,7 +77,7 @@ def publish_variant(name: str, eager: np.ndarray, probe: np.ndarray, rules: Expo
     try:
         if make:
             make()
-        gate = check_parity(name, eager, runner()(probe), rules)
+        gate = check_parity(name, eager, runner()(probe), rules, labels)
     except Exception as exc:  # an exporter or compiler that breaks on this model: the variant is not published
         if required:
             raise

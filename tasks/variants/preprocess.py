@@ -14,18 +14,16 @@ import re
 import numpy as np
 import onnx
 import pandas as pd
-from onnx import TensorProto, helper, version_converter
+from onnx import TensorProto, helper
 
 from tasks.contract import Feature, Schema, category_lookup
+from tasks.core.graph_nodes import INNER, MODEL, GraphNodes, assemble, at_opset
 from tasks.core.runtime import DECISION, RAW_INPUTS, THRESHOLD_KEY, decision_threshold
 
-OPSET = 20      # StringSplit, StringConcat and RegexFullMatch (earlier models are converted up)
 ML_OPSET = 3    # ai.onnx.ml LabelEncoder (keys_strings -> values_int64s)
 # Every character Python's str.split() splits on (tests keep it in step with str.isspace).
 WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
               "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
-INNER = "torchship/"                    # prefix of every tensor that is not a feature or an output
-MODEL = f"{INNER}model/"                # the bare model's names, prefixed: its input x and output logits too
 OUTPUTS = ("logits", "probabilities", DECISION)
 
 
@@ -34,30 +32,10 @@ def _char_class(chars: str) -> str:
     return "[" + "".join(f"\\x{{{ord(c):x}}}" for c in chars) + "]"
 
 
-class _Nodes:
-    """Nodes of one (sub)graph, with fresh tensor names under INNER."""
-
-    def __init__(self, tag: str):
-        self.tag, self.nodes = tag, []
-
-    def op(self, op_type: str, *inputs: str, outputs: int = 1, domain: str = "", **attrs) -> str | list[str]:
-        names = [f"{INNER}{self.tag}/{len(self.nodes)}.{i}" for i in range(outputs)]
-        self.nodes.append(helper.make_node(op_type, list(inputs), names, domain=domain, **attrs))
-        return names[0] if outputs == 1 else names
-
-    def const(self, value, dtype: int) -> str:
-        shape = [] if not isinstance(value, list) else [len(value)]
-        return self.op("Constant", value=helper.make_tensor("value", dtype, shape, value if shape else [value]))
-
-    def graph(self, output: str) -> onnx.GraphProto:
-        out = helper.make_tensor_value_info(output, TensorProto.INT64, None)
-        return helper.make_graph(self.nodes, self.tag, [], [out])
-
-
 def _split_codes(name: str, lookup: dict[str, int], tag: str) -> onnx.GraphProto:
     """Codes when the batch's only whitespace is spaces: StringSplit drops space runs and empty tokens; the
     first `width` tokens are rejoined (padded with empty ones, so both sides pad alike) and looked up."""
-    b = _Nodes(tag)
+    b = GraphNodes(tag)
     width = max((len(key.split(" ")) for key in lookup), default=1)
     tokens, count = b.op("StringSplit", name, outputs=2)
     pad = b.op("Expand", b.const("", TensorProto.STRING), b.op("Concat", b.op("Shape", name),
@@ -76,7 +54,7 @@ def _split_codes(name: str, lookup: dict[str, int], tag: str) -> onnx.GraphProto
 
 def _regex_codes(name: str, lookup: dict[str, int], tag: str) -> onnx.GraphProto:
     """Codes for any whitespace: one full match per category, tokens separated by whitespace runs."""
-    b = _Nodes(tag)
+    b = GraphNodes(tag)
     space = _char_class(WHITESPACE)
     codes = b.op("Expand", b.const(0, TensorProto.INT64), b.op("Shape", name))
     for key, code in lookup.items():
@@ -85,7 +63,7 @@ def _regex_codes(name: str, lookup: dict[str, int], tag: str) -> onnx.GraphProto
     return b.graph(codes)
 
 
-def _category_codes(b: _Nodes, feature: Feature, index: int) -> str:
+def _category_codes(b: GraphNodes, feature: Feature, index: int) -> str:
     """Category text -> float code; the regex branch runs only for a batch holding whitespace other than
     spaces (tabs, newlines, no-break spaces), which StringSplit in ONNX Runtime does not split on."""
     lookup = category_lookup(feature)
@@ -95,25 +73,6 @@ def _category_codes(b: _Nodes, feature: Feature, index: int) -> str:
                  then_branch=_regex_codes(feature.name, lookup, f"raw/{index}/regex"),
                  else_branch=_split_codes(feature.name, lookup, f"raw/{index}/split"))
     return b.op("Cast", codes, to=TensorProto.FLOAT)
-
-
-def _decision(b: _Nodes, threshold: float | None, n_classes: int) -> None:
-    """One-hot (N, C) int64 of the served label: class 1 where P(class 1) > threshold (the binary decision rule,
-    tasks.core.runtime.decide), else the argmax. One-hot rather than (N,) indices: MLflow's pyfunc flattens every
-    output into one column of a frame, so all outputs must have the same N*C values."""
-    if threshold is None:
-        index = b.op("ArgMax", "probabilities", axis=1, keepdims=0)
-    else:
-        positive = b.op("Gather", "probabilities", b.const(1, TensorProto.INT64), axis=1)   # (N,) P(class 1)
-        index = b.op("Cast", b.op("Greater", positive, b.const(threshold, TensorProto.FLOAT)), to=TensorProto.INT64)
-    b.nodes.append(helper.make_node("OneHot", [index, b.const([n_classes], TensorProto.INT64),
-                                               b.const([0, 1], TensorProto.INT64)], [DECISION], axis=-1))
-
-
-def _at_opset(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model at OPSET or later (an opset-17 legacy export is converted; its ops keep their meaning)."""
-    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), OPSET)
-    return model if version >= OPSET else version_converter.convert_version(model, OPSET)
 
 
 def compose_raw_model(model: onnx.ModelProto, schema: Schema) -> onnx.ModelProto:
@@ -131,8 +90,8 @@ def compose_raw_model(model: onnx.ModelProto, schema: Schema) -> onnx.ModelProto
     if threshold is not None and len(schema.classes) != 2:
         raise ValueError(f"{THRESHOLD_KEY} {threshold} is a binary model's rule, and this model has "
                          f"{len(schema.classes)} classes")
-    inner = onnx.compose.add_prefix(_at_opset(model), MODEL)
-    b = _Nodes("raw")
+    inner = onnx.compose.add_prefix(at_opset(model), MODEL)
+    b = GraphNodes("raw")
     columns, inputs = [], []
     for index, feature in enumerate(schema.features):
         numeric = feature.kind == "numeric"
@@ -141,22 +100,10 @@ def compose_raw_model(model: onnx.ModelProto, schema: Schema) -> onnx.ModelProto
         value = b.op("Cast", feature.name, to=TensorProto.FLOAT) if numeric else _category_codes(b, feature, index)
         columns.append(b.op("Unsqueeze", value, b.const([1], TensorProto.INT64)))
     b.nodes.append(helper.make_node("Concat", columns, [f"{MODEL}x"], axis=1))   # x: (N, F) float32
-    tail = [helper.make_node("Identity", [f"{MODEL}logits"], ["logits"]),
-            helper.make_node("Softmax", ["logits"], ["probabilities"], axis=-1)]
-    decide = _Nodes("decision")
-    _decision(decide, threshold, len(schema.classes))
     outputs = [helper.make_tensor_value_info(name, TensorProto.INT64 if name == DECISION else TensorProto.FLOAT,
                                              ["batch", len(schema.classes)]) for name in OUTPUTS]
-    graph = helper.make_graph([*b.nodes, *inner.graph.node, *tail, *decide.nodes], "torchship-raw", inputs, outputs,
-                              initializer=inner.graph.initializer, value_info=inner.graph.value_info)
-    opsets = {o.domain or "ai.onnx": o.version for o in inner.opset_import}
-    opsets["ai.onnx.ml"] = max(opsets.get("ai.onnx.ml", ML_OPSET), ML_OPSET)
-    composed = helper.make_model(graph, ir_version=inner.ir_version, opset_imports=[
-        helper.make_opsetid("" if domain == "ai.onnx" else domain, version) for domain, version in opsets.items()])
-    composed.functions.extend(inner.functions)
-    helper.set_model_props(composed, {**metadata, **RAW_INPUTS})
-    onnx.checker.check_model(composed)
-    return composed
+    return assemble(inner, b.nodes, inputs, outputs, threshold, len(schema.classes), {**metadata, **RAW_INPUTS},
+                    "torchship-raw", {"ai.onnx.ml": ML_OPSET})
 
 
 def client_rows(frame: pd.DataFrame, schema: Schema) -> pd.DataFrame:

@@ -131,7 +131,7 @@ def test_the_default_teacher_passes_onnx_and_pt2_parity(teacher, encoded, probe,
     onnx_path, pt2_path = tmp_path / "t.onnx", tmp_path / "t.pt2"
     variants = {"onnx": (lambda: export_onnx(teacher, schema, "legacy", onnx_path), lambda: onnx_runner(onnx_path, 1),
                          onnx_path),
-                "pt2": (lambda: export_program(teacher, len(schema.features), pt2_path), lambda: pt2_runner(pt2_path),
+                "pt2": (lambda: export_program(teacher, schema, pt2_path), lambda: pt2_runner(pt2_path),
                         pt2_path)}
     for name, (make, runner, path) in variants.items():
         entry, gate = publish_variant(name, reference, probe, RULES, make, runner, path)

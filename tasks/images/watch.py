@@ -1,0 +1,59 @@
+"""What the monitor watches of served images, since the request log keeps no pixels: each image's statistics
+(compared column by column, as a table's features are) and the model's own embedding projection (compared as one
+embedding with Evidently's embedding drift: a classifier told to tell reference from window, its ROC AUC tested
+against chance by bootstrap).
+
+Reference and window hold the same columns: the training split's metadata (written by prepare) beside the serving
+version's embeddings of those images, and the served rows' logged statistics beside the embeddings the served graph
+gave."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tasks.core.schema_spec import Feature, Schema
+
+STATISTICS = ("width", "height", "file_bytes", "brightness", "contrast")
+EMBEDDING = "embedding"
+EMBEDDING_METHOD = "embeddings: classifier ROC AUC vs chance (Evidently, bootstrap 95%)"
+
+
+def statistics_schema(schema: Schema) -> Schema:
+    """The image model's schema as the column drift sees it: one numeric feature per logged statistic."""
+    return Schema(source=schema.source, target=schema.target, classes=schema.classes,
+                  features=[Feature(name=name, kind="numeric") for name in STATISTICS])
+
+
+def embedding_columns(k: int) -> list[str]:
+    return [f"{EMBEDDING}_{i}" for i in range(k)]
+
+
+def spread_embeddings(frame: pd.DataFrame) -> pd.DataFrame:
+    """A frame whose `embedding` column holds lists -> one numeric column per dimension (what Evidently takes)."""
+    vectors = np.array([np.asarray(v, dtype=np.float64) for v in frame[EMBEDDING]])
+    columns = pd.DataFrame(vectors, columns=embedding_columns(vectors.shape[1]), index=frame.index)
+    return pd.concat([frame.drop(columns=[EMBEDDING]), columns], axis=1)
+
+
+def embedding_drift(reference: pd.DataFrame, current: pd.DataFrame, seed: int = 0) -> tuple[float, float, bool]:
+    """(ROC AUC, the chance level it must beat, drifted) of Evidently's model-based embedding drift on the
+    `embedding_*` columns of two samples."""
+    from evidently.legacy.metrics.data_drift.embedding_drift_methods import ModelDriftMethod
+
+    columns = [c for c in reference.columns if c.startswith(f"{EMBEDDING}_")]
+    np.random.seed(seed)   # the bootstrap of chance draws from numpy's global generator
+    score, drifted, _ = ModelDriftMethod(bootstrap=True)(current[columns].reset_index(drop=True),
+                                                         reference[columns].reset_index(drop=True))
+    return float(score), 0.5, bool(drifted)
+
+
+def embeddings_report(reference: pd.DataFrame, current: pd.DataFrame):
+    """Evidently's EmbeddingsDrift metric over the two samples, for the HTML report."""
+    from evidently import DataDefinition, Dataset, Report
+    from evidently.metrics import EmbeddingsDrift
+
+    columns = [c for c in reference.columns if c.startswith(f"{EMBEDDING}_")]
+    definition = DataDefinition(numerical_columns=columns, embeddings={EMBEDDING: columns})
+    return Report([EmbeddingsDrift(embeddings_name=EMBEDDING)]).run(
+        reference_data=Dataset.from_pandas(reference[columns], data_definition=definition),
+        current_data=Dataset.from_pandas(current[columns], data_definition=definition))

@@ -1,0 +1,64 @@
+"""Starting from pretrained weights: a local safetensors file (tensors only, so loading it runs nothing), pinned by its
+sha256 in params (`train.pretrained`), loaded into the freshly built model where names and shapes match (a classifier
+head of another class count starts fresh), and optionally frozen but for that head.
+
+Nothing comes from a hub: the file is the user's (tests make their own)."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from torch import nn
+
+from tasks.core.errors import ConfigError
+from tasks.core.params_spec import PretrainedParams
+
+
+def head_of(model: nn.Module) -> str:
+    """The classifier's module name: the model's `head` attribute, else its last Linear layer."""
+    declared = getattr(model, "head", None)
+    if isinstance(declared, str):
+        return declared
+    linears = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    if not linears:
+        raise ConfigError(f"{type(model).__name__} has no Linear layer and no `head` attribute: with "
+                          "train.pretrained.freeze=backbone torchship must know which layer is the classifier.")
+    return linears[-1]
+
+
+def checked_file(params: PretrainedParams) -> Path:
+    """The weights file, refused unless it is there and its sha256 is the pinned one."""
+    path = Path(params.path)
+    if not path.is_file():
+        raise ConfigError(f"train.pretrained.path {path} does not exist (weights are read from a local file).")
+    if path.suffix != ".safetensors":
+        raise ConfigError(f"train.pretrained.path {path}: only .safetensors files are read (a pickle could run "
+                          "code when loaded); convert it with safetensors.torch.save_file(state_dict, ...).")
+    with path.open("rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+    if digest != params.sha256:
+        raise ConfigError(f"train.pretrained.path {path} has sha256 {digest}, not the pinned "
+                          f"train.pretrained.sha256 {params.sha256}: the file changed; it was not loaded. If the new "
+                          "file is meant, pin its sha256.")
+    return path
+
+
+def load_pretrained(model: nn.Module, params: PretrainedParams) -> dict[str, list[str]]:
+    """Load the pinned weights into `model` where name and shape match, freeze the backbone if asked; returns
+    {"loaded": names, "fresh": names left as built (another shape, or not in the file), "unused": file names the
+    model has not}. A file that matches nothing is refused (it is another model's)."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(checked_file(params)))
+    own = model.state_dict()
+    loaded = [name for name, tensor in state.items() if name in own and own[name].shape == tensor.shape]
+    if not loaded:
+        raise ConfigError(f"train.pretrained.path {params.path}: none of its {len(state)} tensors matches a "
+                          f"parameter of {type(model).__name__} by name and shape (e.g. {sorted(state)[:3]}); it is "
+                          "another model's weights.")
+    model.load_state_dict({name: state[name] for name in loaded}, strict=False)
+    if params.freeze == "backbone":
+        head = head_of(model)
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad = name.startswith(head + ".")
+    return {"loaded": loaded, "fresh": sorted(set(own) - set(loaded)), "unused": sorted(set(state) - set(own))}
