@@ -65,26 +65,8 @@ def validate_images(params: Params, schema) -> tuple[GateResult, list[dict]]:
     return validate_splits(splits, rules, params.validate_, docs_dir=paths.DATA_DOCS)
 
 
-def run(params: Params) -> None:
-    """DVC stage body: validate every split, write the report and Data Docs, enforce the gate."""
-    import mlflow
-
-    from tasks.core.tracking import stage_run
-
-    schema = load_schema(paths.SCHEMA)
-    if schema.is_image:
-        gate, rows = validate_images(params, schema)
-        passed = sum(r["success"] for r in rows)
-        write_json_atomic(paths.VALIDATE_REPORT, {**gate.model_dump(), "modality": "image", "expectations": rows,
-                                                   "headline": f"{gate.status}: {passed}/{len(rows)} expectations"})
-        with stage_run(params.tracking, "validate"):
-            mlflow.log_metrics({"expectations": len(rows), "expectations_passed": passed})
-            mlflow.set_tag("gate.status", gate.status)
-            log_data_docs(paths.DATA_DOCS)
-        print_summary(rows, gate)
-        log.info("image contract gate: %s (Data Docs: %s)", gate.summary(), gate.evidence)
-        gate.enforce(params.validate_.warn_blocks)
-        return
+def validate_tables(params: Params, schema) -> tuple[GateResult, list[dict]]:
+    """The data contract's suite (or, without one, the schema's) on the prepared splits."""
     frames = {"train": pd.read_parquet(paths.TRAIN_SPLIT), "val": pd.read_parquet(paths.VAL_SPLIT),
               "holdout": pd.read_parquet(paths.HOLDOUT_SPLIT)}
     if params.contract is not None:  # the contract judges the table as a whole (row count, key, class shares)
@@ -92,18 +74,27 @@ def run(params: Params) -> None:
     else:
         log.warning("no data contract in params.yaml: only strict types and parsing are enforced "
                     "(propose one with `torchship contract suggest DATA`)")
-    gate, rows = validate_frames(frames, schema, params.validate_, docs_dir=paths.DATA_DOCS,
-                                 contract=params.contract)
+    return validate_frames(frames, schema, params.validate_, docs_dir=paths.DATA_DOCS, contract=params.contract)
+
+
+def run(params: Params) -> None:
+    """DVC stage body: validate every split, write the report and Data Docs, enforce the gate."""
+    import mlflow
+
+    from tasks.core.tracking import stage_run
+
+    schema = load_schema(paths.SCHEMA)
+    gate, rows = (validate_images if schema.is_image else validate_tables)(params, schema)
     passed = sum(r["success"] for r in rows)
-    write_json_atomic(paths.VALIDATE_REPORT, {**gate.model_dump(), "expectations": rows,
+    write_json_atomic(paths.VALIDATE_REPORT, {**gate.model_dump(), "modality": schema.modality, "expectations": rows,
                                                "headline": f"{gate.status}: {passed}/{len(rows)} expectations"})
     with stage_run(params.tracking, "validate"):
         mlflow.log_metrics({"expectations": len(rows), "expectations_passed": passed})
         mlflow.set_tag("gate.status", gate.status)
         log_data_docs(paths.DATA_DOCS)
     print_summary(rows, gate)
-    log.info("data contract gate: %s (Data Docs: %s)", gate.summary(), gate.evidence)
-    if gate.blocks(params.validate_.warn_blocks):
+    log.info("%s gate: %s (Data Docs: %s)", gate.gate, gate.summary(), gate.evidence)
+    if gate.blocks(params.validate_.warn_blocks) and not schema.is_image:   # images: prepare quarantined each file
         folder = quarantine_copy(source_path(params.data), gate.summary())
         if folder is not None:
             shutil.copy2(paths.VALIDATE_REPORT, folder / "report.json")
