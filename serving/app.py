@@ -61,7 +61,8 @@ async def ready(service: ServiceDep) -> JSONResponse:
 @routes.post("/predict", include_in_schema=False)
 async def predict(service: ServiceDep, request: Request) -> Response:
     """Reached only when this app is served without its Front (which answers /predict itself)."""
-    return Response(service.predict(await request.body(), new_request_id()), media_type="application/json")
+    return Response(service.predict(await request.body(), new_request_id(), None, request.headers.get("content-type")),
+                    media_type="application/json")
 
 
 @routes.post("/feedback")

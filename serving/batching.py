@@ -7,9 +7,11 @@ run costs a fixed overhead per call (tens of µs for a 64-column raw graph) that
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import numpy as np
 
+from serving.images import ImageRows
 from serving.validation import Rows
 from serving.variants import Variant
 
@@ -19,11 +21,16 @@ class Batch:
 
     def __init__(self, variant: Variant):
         self.variant = variant
-        self.rows = Rows([], [])
+        self.rows: Rows | ImageRows | None = None   # of the first request's kind (rows or images), then extended
         self.waiting: list[tuple[asyncio.Future, int, int]] = []   # (future, first row, end row)
         self.timer: asyncio.Handle | None = None
 
-    def add(self, rows: Rows, future: asyncio.Future) -> None:
+    def add(self, rows: Rows | ImageRows, future: asyncio.Future) -> None:
+        if self.rows is None:   # a copy: extending must never grow the first request's own rows
+            self.rows = dataclasses.replace(rows, **{f.name: list(getattr(rows, f.name))
+                                                     for f in dataclasses.fields(rows)})
+            self.waiting.append((future, 0, len(rows)))
+            return
         start = len(self.rows)
         self.rows.extend(rows)
         self.waiting.append((future, start, len(self.rows)))

@@ -100,13 +100,15 @@ class Front:
     async def predict(self, scope: dict, receive, send: Send) -> None:
         request_id = new_request_id()
         key = next((value for name, value in scope["headers"] if name == KEY_HEADER_BYTES), None)
+        content_type = next((value.decode("latin-1") for name, value in scope["headers"] if name == b"content-type"),
+                            None)
         try:
             body = await read_body(scope, receive, self.max_body_bytes)
-            if len(body) > INLINE_BODY_BYTES:
-                answer = await run_in_threadpool(self.service.predict, body, request_id, key)
+            if len(body) > INLINE_BODY_BYTES:   # images are decoded there too: the loop never holds a decode
+                answer = await run_in_threadpool(self.service.predict, body, request_id, key, content_type)
                 accepted = None   # a big batch is not shadowed: a canary's figures come from everyday requests
             else:
-                accepted = self.service.accept(body, key)
+                accepted = self.service.accept(body, key, content_type)
                 try:
                     probabilities = (await self.batcher.score(accepted.variant, accepted.rows) if self.batcher
                                      else accepted.variant.score(accepted.rows))

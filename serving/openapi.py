@@ -9,6 +9,7 @@ from collections.abc import Callable
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from serving.images import IMAGES_SHAPE
 from serving.validation import ROWS_SHAPE
 from serving.variants import Variant
 
@@ -25,8 +26,23 @@ def _error(description: str, detail: dict) -> dict:
         "type": "object", "properties": {"detail": detail, "request_id": {"type": "string"}}}}}}
 
 
+def image_request() -> dict:
+    """An image model's /predict bodies: JSON with base64 files, or a multipart upload of `image` parts."""
+    return {"application/json": {"schema": {
+                "type": "object", "title": "PredictImages", "required": ["images"], "additionalProperties": False,
+                "properties": {"images": {"type": "array", "minItems": 1, "items": {
+                    "type": "string", "format": "byte", "description": "a PNG or JPEG file, base64 (a `data:` URL "
+                                                                       "prefix is allowed)"}}}}},
+            "multipart/form-data": {"schema": {
+                "type": "object", "title": "PredictUpload", "required": ["image"],
+                "properties": {"image": {"type": "array", "items": {"type": "string", "format": "binary"},
+                                         "description": "one or more PNG or JPEG files (curl -F image=@file.png)"}}}}}
+
+
 def predict_operation(champion: Variant | None) -> dict:
     """The OpenAPI operation of POST /predict for this champion (a generic row when none is loaded)."""
+    if champion is not None and champion.schema.is_image:
+        return image_operation(champion)
     if champion is None:
         row: dict = {"type": "object", "description": "no champion is loaded yet: the columns are not known"}
         classes: dict = {"type": "string"}
@@ -66,6 +82,29 @@ def predict_operation(champion: Variant | None) -> dict:
     }
 
 
+def image_operation(champion: Variant) -> dict:
+    """POST /predict of an image champion: images in (JSON base64 or an upload), one prediction per image out."""
+    shape = champion.schema.image
+    operation = predict_operation(None)
+    answer = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    answer["properties"]["predictions"]["items"]["properties"]["label"] = {
+        "type": "string", "enum": list(champion.schema.classes)}
+    answer["properties"]["predictions"]["items"]["properties"]["probabilities"] = {
+        "type": "object", "properties": {c: {"type": "number"} for c in champion.schema.classes}}
+    operation["description"] = (f"Scores images with the champion (or, for a share of requests, the challenger): "
+                                f"champion v{champion.version}, {shape.height}x{shape.width} {shape.mode}. Each image "
+                                "is scaled to cover that size (aspect kept) and centre-cropped, and converted to its "
+                                f"mode. {IMAGES_SHAPE}.")
+    operation["requestBody"] = {"required": True, "content": image_request()}
+    operation["responses"]["413"] = _error("the body is over serve.max_body_mb, or an image over images.max_file_mb "
+                                           "or images.max_pixels (read from its header, before decoding)",
+                                           {"type": "string"})
+    operation["responses"]["422"] = _error("images that break the rules: one problem per image (decodable, "
+                                           "min_side, base64), or a body of another shape",
+                                           {"anyOf": [{"type": "array", "items": PROBLEM}, {"type": "string"}]})
+    return operation
+
+
 def contract_openapi(app: FastAPI, champion: Callable[[], Variant | None]) -> Callable[[], dict]:
     """`app.openapi`: FastAPI's document for the other routes, with /predict from `champion()`; rebuilt when
     the champion changes (an alias swap), reused otherwise."""
@@ -77,7 +116,7 @@ def contract_openapi(app: FastAPI, champion: Callable[[], Variant | None]) -> Ca
         if cached.get("key") != key or "document" not in cached:
             document = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             operation = predict_operation(current)
-            if current is not None:   # nested models of the row (a category enum) under components
+            if current is not None and not current.schema.is_image:   # a row's nested models under components
                 document.setdefault("components", {}).setdefault("schemas", {}).update(
                     operation["requestBody"]["content"]["application/json"]["schema"]["properties"]["rows"]["items"]
                     .pop("$defs", {}))

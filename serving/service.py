@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from serving.images import ImageRows
 from serving.metrics import Metrics
 from serving.request_log import RequestLog
 from serving.shipper import log_shipper
@@ -22,12 +23,15 @@ from serving.validation import BodyRefused, Rows, RowsRefused, validate_rows
 from serving.variants import NoChampion, Router, SharedShare, Variant, bytes_variant, file_variant
 from serving.watcher import RegistryWatcher
 from tasks.config import ServeParams, TrackingParams
+from tasks.core.params_spec import ImagesParams
 from tasks.core.registry import CHALLENGER, CHAMPION
+from tasks.core.runtime import EMBEDDING
 from tasks.core.servelog import feedback_line, feedback_path, row_id, served_bytes, shadow_path
 
 log = logging.getLogger("torchship.serving")
 STOP_TIMEOUT_S = 10.0   # how long shutdown waits for the watcher (it may be downloading a version)
 PROBABILITY_DIGITS = 6  # in the request log: the monitor needs no more, and full float reprs lengthen every line
+EMBEDDING_DIGITS = 4    # an image's embedding projection in the log: drift tests need no more
 
 
 def settle_heap() -> None:
@@ -46,6 +50,7 @@ class ServiceSettings:
     model_name: str
     tracking: TrackingParams
     seed: int | None = None   # of the traffic split: a canary replays reproducibly
+    images: ImagesParams = ImagesParams()   # an image model's request limits (images.max_file_mb, max_pixels, ...)
     model_file: Path | None = None   # serve this ONNX file as the champion: no registry, poller or logs (bless)
     share_file: Path | None = None   # serve.workers > 1: the challenger share every worker maps (SharedShare)
 
@@ -58,6 +63,7 @@ class ServiceSettings:
         """These settings as JSON (handed to worker processes)."""
         return orjson.dumps({"serve": self.serve.model_dump(), "model_name": self.model_name,
                              "tracking": self.tracking.model_dump(), "seed": self.seed,
+                             "images": self.images.model_dump(),
                              "model_file": str(self.model_file) if self.model_file else None,
                              "share_file": str(self.share_file) if self.share_file else None}).decode()
 
@@ -66,7 +72,8 @@ class ServiceSettings:
         raw = orjson.loads(text)
         paths = {k: Path(raw[k]) if raw[k] else None for k in ("model_file", "share_file")}
         return cls(**{**raw, **paths, "serve": ServeParams.model_validate(raw["serve"]),
-                      "tracking": TrackingParams.model_validate(raw["tracking"])})
+                      "tracking": TrackingParams.model_validate(raw["tracking"]),
+                      "images": ImagesParams.model_validate(raw.get("images", {}))})
 
     def open_log(self, path: Path | None) -> RequestLog:
         """A buffered, rotated log on `path` with the `serve.log_*` settings."""
@@ -80,9 +87,10 @@ class Accepted:
     """A request whose rows passed the answering variant's schema, not yet scored."""
 
     variant: Variant
-    rows: Rows
+    rows: Rows | ImageRows
     body: bytes      # kept for the shadow variant, which parses it by its own schema
     started: float   # perf_counter at arrival: served_ms and the latency metric
+    content_type: str | None = None   # multipart uploads of images are parsed by it
 
 
 class FeedbackRefused(RowsRefused):
@@ -123,7 +131,8 @@ class Service:
 
     def start(self) -> None:
         if self.settings.model_file is not None:   # a file, not the registry: nothing to poll, nothing to log
-            self.router.champion = file_variant(CHAMPION, self.settings.model_file, self.settings.serve.threads)
+            self.router.champion = file_variant(CHAMPION, self.settings.model_file, self.settings.serve.threads,
+                                                self.settings.images)
         else:
             self.request_log.open()
             self.feedback_log.open()
@@ -168,7 +177,7 @@ class Service:
         if current is not None and current.version == version:
             return
         try:
-            variant = bytes_variant(alias, version, payload, self.settings.serve.threads)
+            variant = bytes_variant(alias, version, payload, self.settings.serve.threads, self.settings.images)
         except Exception as exc:  # a broken new version must not take the service down
             self._not_loaded(alias, version, str(exc))
             return
@@ -208,22 +217,23 @@ class Service:
                 "challenger": challenger.version if challenger else None, "challenger_share": self.router.share,
                 "shadow": self.router.shadow}
 
-    def accept(self, body: bytes, key: bytes | None = None) -> Accepted:
+    def accept(self, body: bytes, key: bytes | None = None, content_type: str | None = None) -> Accepted:
         """Pick the variant (sticky by the request `key` when the client sent one), then parse and check the body
         against its schema. Raises BodyRefused, RowsRefused (naming row, field and rule) or NoChampion."""
         started = time.perf_counter()
         variant = self.router.pick(key)
         try:
-            rows = variant.decoder.decode(body)
+            rows = variant.decoder.decode(body, content_type)
         except (BodyRefused, RowsRefused):
             self.metrics.counter(variant.alias, variant.version, "invalid").inc()
             raise
-        return Accepted(variant, rows, body, started)
+        return Accepted(variant, rows, body, started, content_type)
 
-    def answer(self, accepted: Accepted, probabilities: np.ndarray, request_id: str) -> bytes:
+    def answer(self, accepted: Accepted, scores: np.ndarray, request_id: str) -> bytes:
         """The /predict answer for scored rows (each row gets an id, `<request_id>-<index>`, that feedback names):
         metered and logged (a canary's shadow scores it after the answer: score_shadow). JSON bytes."""
         variant = accepted.variant
+        probabilities, _ = variant.split(scores)
         classes = variant.schema.classes
         labels = [classes[i] for i in variant.labels(probabilities)]
         served_ms = (time.perf_counter() - accepted.started) * 1e3
@@ -235,12 +245,13 @@ class Service:
                       {"id": row_id(request_id, i), "label": label, "probabilities": dict(zip(classes, p))}
                       for i, (label, p) in enumerate(zip(labels, probabilities.tolist()))]}
         if self.request_log.path is not None:
-            self._log_served(request_id, accepted, labels, probabilities)
+            self._log_served(request_id, accepted, labels, scores)
         return orjson.dumps(answer)
 
-    def predict(self, body: bytes, request_id: str, key: bytes | None = None) -> bytes:
+    def predict(self, body: bytes, request_id: str, key: bytes | None = None, content_type: str | None = None
+                ) -> bytes:
         """accept, score and answer one request in the calling thread."""
-        accepted = self.accept(body, key)
+        accepted = self.accept(body, key, content_type)
         try:
             probabilities = accepted.variant.score(accepted.rows)
         except Exception:
@@ -265,7 +276,7 @@ class Service:
         if shadow is None:
             return
         try:
-            rows = shadow.decoder.decode(accepted.body)
+            rows = shadow.decoder.decode(accepted.body, accepted.content_type)
             probabilities = shadow.score(rows)
         except Exception as exc:  # a failing shadow must never touch the answer
             self.metrics.counter(shadow.alias, shadow.version, "shadow-error").inc()
@@ -274,18 +285,24 @@ class Service:
         self.metrics.counter(shadow.alias, shadow.version, "shadow").inc()
         self.shadow_log.append(self._served_lines(request_id, shadow, rows, probabilities))
 
-    def _log_served(self, request_id: str, accepted: Accepted, labels: list[str], probabilities: np.ndarray) -> None:
+    def _log_served(self, request_id: str, accepted: Accepted, labels: list[str], scores: np.ndarray) -> None:
         """One line per row, buffered: the request does not wait on the disk."""
-        self.request_log.append(self._served_lines(request_id, accepted.variant, accepted.rows, probabilities, labels))
+        self.request_log.append(self._served_lines(request_id, accepted.variant, accepted.rows, scores, labels))
 
     @staticmethod
-    def _served_lines(request_id: str, variant: Variant, rows: Rows, probabilities: np.ndarray,
+    def _served_lines(request_id: str, variant: Variant, rows: Rows | ImageRows, scores: np.ndarray,
                       labels: list[str] | None = None) -> bytes:
+        """One log line per row: its features (an image's statistics and the embedding projection, never its
+        pixels), the label served and the probabilities."""
         classes, features, ts = variant.schema.classes, variant.decoder.features, time.time()
+        probabilities, embedding = variant.split(scores)
         labels = labels if labels is not None else [classes[i] for i in variant.labels(probabilities)]
         rounded = np.round(probabilities.astype(np.float64), PROBABILITY_DIGITS).tolist()
-        return b"".join(served_bytes(request_id, i, variant.alias, variant.version, features(rows, i), label,
-                                     dict(zip(classes, p)), ts=ts)
+        projected = None if embedding is None else np.round(embedding.astype(np.float64), EMBEDDING_DIGITS).tolist()
+        return b"".join(served_bytes(request_id, i, variant.alias, variant.version,
+                                     features(rows, i) if projected is None else
+                                     {**features(rows, i), EMBEDDING: projected[i]},
+                                     label, dict(zip(classes, p)), ts=ts)
                         for i, (label, p) in enumerate(zip(labels, rounded)))
 
     def feedback(self, items: list) -> dict:

@@ -173,9 +173,10 @@ class RowDecoder:
         self._dict_numbers = _getter(operator.itemgetter, self.number_names)
         self._dict_texts = _getter(operator.itemgetter, self.text_names)
 
-    def decode(self, body: bytes) -> Rows:
+    def decode(self, body: bytes, content_type: str | None = None) -> Rows:
         """The request's rows, parsed and checked in one pass; anything that pass refuses is judged again by
-        `row_model` (every problem named), and served if that accepts it."""
+        `row_model` (every problem named), and served if that accepts it. (`content_type`: rows come as JSON
+        whatever the header says; an image model's decoder reads uploads by it.)"""
         try:
             rows = self._decoder.decode(body).rows
         except msgspec.MsgspecError:

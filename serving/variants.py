@@ -14,9 +14,20 @@ from pathlib import Path
 
 import numpy as np
 
+from serving.images import ImageDecoder, ImageRows
 from serving.validation import RowDecoder, Rows
 from tasks.contract import Schema, schema_from_metadata
-from tasks.core.runtime import decide, decision_threshold, open_onnx, predict_proba, takes_raw_rows
+from tasks.core.params_spec import ImagesParams
+from tasks.core.runtime import (
+    EMBEDDING,
+    IMAGE_INPUT,
+    decide,
+    decision_threshold,
+    open_onnx,
+    predict_proba,
+    takes_raw_rows,
+)
+from tasks.images.decode import ImageLimits
 
 log = logging.getLogger("torchship.serving")
 
@@ -31,19 +42,27 @@ class Variant:
     version: str
     schema: Schema
     session: object
-    decoder: RowDecoder   # request bodies are parsed and checked against this version's own schema
+    decoder: RowDecoder | ImageDecoder   # request bodies are parsed and checked against this version's own schema
     raw: bool = True      # a graph with one input per column; False: a bare model on the encoded matrix (old versions)
     run: Callable = None  # (output names, feed) -> outputs: see graph_runner
     threshold: float | None = None   # a binary graph's decision threshold (its metadata); None: the argmax
 
-    def score(self, rows: Rows) -> np.ndarray:
-        """Accepted rows -> class probabilities (N, C), float32."""
+    def score(self, rows: Rows | ImageRows) -> np.ndarray:
+        """Accepted rows -> scores (N, C [+ k]), float32: the class probabilities, and for an image model its
+        embedding projection after them (what the request log keeps instead of the pixels: `split`)."""
+        if self.schema.is_image:
+            return np.concatenate(self.run(["probabilities", EMBEDDING], self.decoder.feed(rows)), axis=1)
         if self.raw:
             return self.run(["probabilities"], self.decoder.feed(rows))[0]
         import pandas as pd  # only for versions registered before the graph took raw rows
 
         frame = pd.DataFrame([self.decoder.features(rows, i) for i in range(len(rows))])
         return predict_proba(self.session, self.schema, frame)
+
+    def split(self, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(probabilities (N, C), the embedding projection (N, k) or None for a table model) of `score`'s answer."""
+        classes = len(self.schema.classes)
+        return scores[:, :classes], (scores[:, classes:] if scores.shape[1] > classes else None)
 
     def labels(self, probabilities: np.ndarray) -> np.ndarray:
         """The class indices this version serves for its probabilities: the rule its graph's `decision` output
@@ -54,12 +73,16 @@ class Variant:
     def warm(self) -> None:
         """One prediction on a row of nulls (ONNX Runtime allocates on its first run): the first request does
         not pay for it, and a graph that cannot score is refused before it serves."""
-        blank = Rows([(None,) * len(self.decoder.number_names)], [(None,) * len(self.decoder.text_names)])
-        if self.raw:   # the feed names every graph input, and only those
-            inputs = {i.name for i in self.session.get_inputs()}
-            if inputs != set(self.schema.feature_names):
+        inputs = {i.name for i in self.session.get_inputs()}
+        if self.schema.is_image:
+            blank = self.decoder.blank()
+            if inputs != {IMAGE_INPUT}:
+                raise ValueError(f"the image graph's inputs {sorted(inputs)} are not [{IMAGE_INPUT!r}]")
+        else:
+            blank = Rows([(None,) * len(self.decoder.number_names)], [(None,) * len(self.decoder.text_names)])
+            if self.raw and inputs != set(self.schema.feature_names):   # the feed names every input, and only those
                 raise ValueError(f"the graph's inputs {sorted(inputs)} are not the schema's columns")
-        probabilities = self.score(blank)
+        probabilities = self.split(self.score(blank))[0]
         if probabilities.shape != (1, len(self.schema.classes)):
             raise ValueError(f"the graph answers {probabilities.shape} probabilities for one row, not "
                              f"(1, {len(self.schema.classes)}) (its classes)")
@@ -76,27 +99,39 @@ def graph_runner(session) -> Callable:
     return lambda outputs, feed: inner.run(outputs, feed, None)
 
 
-def make_variant(alias: str, version: str, session, schema: Schema) -> Variant:
+def decoder_for(schema: Schema, images: ImagesParams) -> RowDecoder | ImageDecoder:
+    """The request decoder of a model's modality: rows by its schema, or images by its shape and the image limits."""
+    if schema.is_image:
+        limits = ImageLimits(max_file_bytes=int(images.max_file_mb * (1 << 20)), max_pixels=images.max_pixels)
+        return ImageDecoder(schema, limits, images.min_side)
+    return RowDecoder(schema)
+
+
+def make_variant(alias: str, version: str, session, schema: Schema, images: ImagesParams | None = None) -> Variant:
     """A warmed variant of an opened graph."""
-    variant = Variant(alias=alias, version=str(version), schema=schema, session=session, decoder=RowDecoder(schema),
+    decoder = decoder_for(schema, images or ImagesParams())
+    variant = Variant(alias=alias, version=str(version), schema=schema, session=session, decoder=decoder,
                       raw=takes_raw_rows(session), run=graph_runner(session),
                       threshold=decision_threshold(session.get_modelmeta().custom_metadata_map))
     variant.warm()
     return variant
 
 
-def bytes_variant(alias: str, version: str, payload: bytes, threads: int) -> Variant:
+def bytes_variant(alias: str, version: str, payload: bytes, threads: int, images: ImagesParams | None = None
+                  ) -> Variant:
     """A registered version from its (verified) ONNX bytes, opened and warmed."""
     session = open_onnx(payload, threads)
-    variant = make_variant(alias, version, session, schema_from_metadata(session.get_modelmeta().custom_metadata_map))
+    variant = make_variant(alias, version, session, schema_from_metadata(session.get_modelmeta().custom_metadata_map),
+                           images)
     log.info("loaded %s v%s", alias, version)
     return variant
 
 
-def file_variant(alias: str, path: Path, threads: int) -> Variant:
+def file_variant(alias: str, path: Path, threads: int, images: ImagesParams | None = None) -> Variant:
     """A local ONNX file (exported by torchship: it carries its schema) as version `file`."""
     session = open_onnx(path, threads)
-    variant = make_variant(alias, "file", session, schema_from_metadata(session.get_modelmeta().custom_metadata_map))
+    variant = make_variant(alias, "file", session, schema_from_metadata(session.get_modelmeta().custom_metadata_map),
+                           images)
     log.info("serving %s", path)
     return variant
 

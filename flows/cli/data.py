@@ -33,7 +33,9 @@ def ingest(batch: Path = typer.Argument(..., help="A labelled CSV/Parquet batch 
 
 
 @contract_app.command("suggest")
-def contract_suggest(data: str = typer.Argument(..., help="A CSV/Parquet path, `synthetic` or `sklearn:<name>`."),
+def contract_suggest(data: str = typer.Argument(..., help="A CSV/Parquet path, `synthetic` or `sklearn:<name>`; "
+                                                         "or images: a folder with one subfolder per class, a "
+                                                         "manifest, `images:digits` or `images:shapes`."),
                      target: str = typer.Option(None, help="The label column (default: data.target or the "
                                                             "built-in source's)."),
                      margin: float = typer.Option(0.1, help="Widen observed numeric ranges by this share.")) -> None:
@@ -44,5 +46,6 @@ def contract_suggest(data: str = typer.Argument(..., help="A CSV/Parquet path, `
     from tasks.config import load_params
     from tasks.ops.proposal import propose_contract
 
-    text = propose_contract(load_params().data, data, target, margin)
+    params = load_params()
+    text = propose_contract(params.data, data, target, margin, params.images)
     typer.echo(text)

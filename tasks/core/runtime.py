@@ -14,6 +14,8 @@ RAW_INPUTS = {"torchship.inputs": "raw"}   # metadata of a graph with one input 
 # predictions to maximise the bless metric (tasks/training/decision.py). Absent: the argmax.
 THRESHOLD_KEY = "torchship.threshold"
 DECISION = "decision"   # a composed graph's output: one-hot (N, C) of the label its decision rule serves
+IMAGE_INPUT = "image"   # a composed image graph's input: uint8 (N, H, W, C) pixels at the model's size
+EMBEDDING = "embedding"   # a composed image graph's output: (N, k) projection of the model's own embedding
 
 
 def open_onnx(path: Path | bytes, threads: int):
@@ -55,12 +57,19 @@ def takes_raw_rows(session) -> bool:
     return all(metadata.get(key) == value for key, value in RAW_INPUTS.items())
 
 
+def model_inputs(session, schema, rows) -> dict[str, np.ndarray]:
+    """The feed of a composed graph: `raw_columns` of raw rows (a DataFrame with the schema's feature columns), or
+    for an image model its pixels ((N, H, W, C) uint8) as `image`."""
+    return {IMAGE_INPUT: rows} if schema.is_image else raw_columns(rows, schema)
+
+
 def predict_proba(session, schema, rows) -> np.ndarray:
-    """Raw rows (a DataFrame with the schema's feature columns) -> class probabilities (N, C), from either kind
-    of torchship model: a composed graph takes `raw_columns`, a bare one the encoded matrix."""
+    """Raw rows (a DataFrame with the schema's feature columns; images: (N, H, W, C) uint8 pixels) -> class
+    probabilities (N, C), from either kind of torchship model: a composed graph takes its raw inputs, a bare one the
+    encoded matrix (or the pixels) as `x`."""
     if takes_raw_rows(session):
-        return session.run(["probabilities"], raw_columns(rows, schema))[0]
-    return softmax(session.run(None, {"x": encode_features(rows, schema)})[0])
+        return session.run(["probabilities"], model_inputs(session, schema, rows))[0]
+    return softmax(session.run(None, {"x": rows if schema.is_image else encode_features(rows, schema)})[0])
 
 
 def decision_threshold(metadata: dict[str, str]) -> float | None:
@@ -79,8 +88,9 @@ def decide(probabilities: np.ndarray, threshold: float | None = None) -> np.ndar
 
 
 def predict_labels(session, schema, rows) -> np.ndarray:
-    """Raw rows -> the class indices (N,) the model serves: a composed graph's own `decision` output where it has
-    one (the threshold inside), else the argmax of its probabilities (versions registered before that output)."""
+    """Raw rows (or images) -> the class indices (N,) the model serves: a composed graph's own `decision` output
+    where it has one (the threshold inside), else the argmax of its probabilities (versions registered before that
+    output)."""
     if takes_raw_rows(session) and DECISION in {output.name for output in session.get_outputs()}:
-        return session.run([DECISION], raw_columns(rows, schema))[0].argmax(1)
+        return session.run([DECISION], model_inputs(session, schema, rows))[0].argmax(1)
     return predict_proba(session, schema, rows).argmax(1)

@@ -46,28 +46,32 @@ class ImageContract(BaseModel):
                                                                    "quarantined) while the run goes on.")
 
 
-def suggest_image_contract(rows: list[dict], margin: float = 0.1) -> ImageContract:
+def suggest_image_contract(rows: list[dict], margin: float = 0.1, tail: float = 0.01) -> ImageContract:
     """Profile reference images (metadata rows of the decodable ones, tasks/images/decode.py): the observed classes
-    and mode, size and brightness ranges widened by `margin`, the observed aspect and file sizes with room."""
+    and most common mode, and size, brightness, aspect and file-size ranges from the `tail` and 1 - `tail`
+    quantiles widened by `margin` (so one odd image in the reference sets no rule); a starting point to review."""
+    import numpy as np
+
     if not rows:
         raise ValueError("no decodable image to profile")
     classes = sorted({str(r["label"]) for r in rows if r["label"] is not None})
     modes = [r["mode"] for r in rows]
-    mode = max(set(modes), key=modes.count)
 
-    def widened(key: str, low: float = 0.0, high: float | None = None, whole: bool = True) -> Range:
-        values = [float(r[key]) for r in rows if r[key] is not None]
-        spread = (max(values) - min(values)) * margin or max(values) * margin
-        lo, hi = max(low, min(values) - spread), max(values) + spread
-        if high is not None:
-            hi = min(high, hi)
-        return Range(min=float(int(lo)) if whole else round(lo, 2), max=float(int(hi + 0.999)) if whole
-                     else round(hi, 2))
+    def spread(key: str) -> tuple[float, float]:
+        values = np.array([float(r[key]) for r in rows if r[key] is not None])
+        low, high = np.quantile(values, tail), np.quantile(values, 1 - tail)
+        pad = (high - low) * margin or high * margin
+        return float(low - pad), float(high + pad)
 
-    return ImageContract(modality="image", classes=classes, mode=mode, width=widened("width", 1),
-                         height=widened("height", 1),
-                         max_aspect=round(max(r["aspect"] for r in rows) * (1 + margin), 2),
-                         max_file_bytes=int(max(r["file_bytes"] for r in rows) * (1 + margin)) + 1,
-                         brightness=widened("brightness", 0.0, 255.0, whole=False),
-                         min_contrast=round(min(1.0, min(r["contrast"] for r in rows) / 2), 2),
-                         min_images=max(1, int(len(rows) * (1 - margin))))
+    def whole(key: str) -> Range:
+        low, high = spread(key)
+        return Range(min=float(max(1, int(low))), max=float(int(high + 0.999)))
+
+    low, high = spread("brightness")
+    brightness = Range(min=round(max(0.0, low), 2), max=round(min(255.0, high), 2))
+    return ImageContract(modality="image", classes=classes, mode=max(set(modes), key=modes.count),
+                         width=whole("width"), height=whole("height"),
+                         max_aspect=round(max(1.0, spread("aspect")[1]), 2),
+                         max_file_bytes=int(spread("file_bytes")[1] * 2) + 1,
+                         brightness=brightness,
+                         min_contrast=1.0, min_images=max(1, int(len(rows) * (1 - margin))))

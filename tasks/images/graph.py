@@ -15,11 +15,10 @@ import torch
 from torch import nn
 
 from tasks.core.graph_nodes import MODEL, assemble, at_opset
-from tasks.core.runtime import DECISION, RAW_INPUTS
+from tasks.core.runtime import DECISION, EMBEDDING, RAW_INPUTS
+from tasks.core.runtime import IMAGE_INPUT as INPUT
 from tasks.core.schema_spec import Schema
 
-INPUT = "image"
-EMBEDDING = "embedding"
 PROJECTED = 16
 OUTPUTS = ("logits", "probabilities", DECISION, EMBEDDING)
 

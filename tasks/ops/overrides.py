@@ -63,8 +63,10 @@ def resolve(assignments: list[str], params_file: str | None = None,
         # a named model or its arguments are checked against models/ before anything runs; that imports torch,
         # which loading params never does, so only when there is something to check
         from tasks.training.model_args import check_model_args
+        from tasks.training.probe import probe_own_model
 
         check_model_args(parsed.train)
+        probe_own_model(parsed)   # your own class: its contract checked on a probe batch, in seconds
     return raw, parsed
 
 

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -25,6 +28,7 @@ from torch import nn
 from models import FeatureLayout, build_model
 from models.cnn import ImageLayout
 from tasks.core.errors import ConfigError
+from tasks.core.params_spec import Params
 
 log = logging.getLogger("torchship.train")
 BATCH = 6
@@ -144,3 +148,39 @@ def _exports(name: str, model: nn.Module, inputs: torch.Tensor) -> None:
         raise _refuse(name, "the exported program answers as the module does",
                       "torch.export's program differs from eager on three probe rows.")
     log.info("train.model %s: the model contract holds on %s", name, "the probe batch")
+
+
+def first_image_shape(params: Params) -> tuple[int, int, int]:
+    """(height, width, channels) a source's images will have: images.size (or the first image's own size) and the
+    first image's channels, read from its header."""
+    from PIL import Image
+
+    from tasks.images.decode import CHANNELS, MODE_OF
+    from tasks.images.sources import SHAPE_SIDE, folder_images, is_packaged, manifest_images
+
+    source = params.data.source
+    if is_packaged(source):
+        height, width, channels = (8, 8, 1) if source.endswith("digits") else (SHAPE_SIDE, SHAPE_SIDE, 3)
+    else:
+        path = Path(source)
+        files = folder_images(path) if path.is_dir() else manifest_images(path, params.data.target,
+                                                                          params.images.path_column)
+        with Image.open(files[0].path) as image:
+            (width, height), channels = image.size, CHANNELS[MODE_OF.get(image.mode, "RGB")]
+    if params.images.size:
+        height, width = params.images.size
+    return height, width, channels
+
+
+def probe_own_model(params: Params) -> None:
+    """Before any stage runs: the `package.module:Class` in train.model, checked against the contract of the source's
+    modality on a probe batch (the module is imported from the project folder, as torchrun's workers will)."""
+    from tasks.core.sources import is_image_data
+
+    name = params.train.model
+    if ":" not in name:
+        return
+    if os.getcwd() not in sys.path:   # a console script's sys.path starts at its own folder, not the project's
+        sys.path.insert(0, os.getcwd())
+    probe = image_probe(*first_image_shape(params)) if is_image_data(params.data, params.images) else table_probe()
+    probe_model(name, params.train.model_args.get(name, {}), probe)

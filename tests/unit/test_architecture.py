@@ -18,7 +18,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("models", ("models",)),                                   # nn.Modules and their configs: torch only
     ("specs", ("tasks.core.errors", "tasks.core.contract_spec", "tasks.core.params_spec",
                "tasks.core.schema_spec", "tasks.images.contract")),   # typed specs and errors
-    ("core", ("tasks.core", "tasks.images.decode", "tasks.images.sources")),   # building blocks on the specs
+    ("core", ("tasks.core", "tasks.images.decode", "tasks.images.sources", "tasks.images.shards")),   # on the specs
     ("loaders", ("tasks.config", "tasks.contract")),           # params.yaml and the data contract, loaded
     ("modalities", ("tasks.images",)),                         # one package per modality: read, check, serve...
     ("shared", ("tasks.training", "tasks.variants", "tasks.blessing", "tasks.monitoring", "tasks.canarying",
