@@ -1,4 +1,5 @@
-"""`torchship predict`: score a CSV or Parquet file with a registered version, by the service's rules."""
+"""`torchship predict`: score a CSV or Parquet file (or, for an image model, a folder or a manifest of images) with a
+registered version, by the service's rules."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,12 +12,14 @@ from flows.environment import enter_project
 
 def predict(source: Path = typer.Argument(..., help="The rows to score: a .csv (header line first) or .parquet file "
                                                     "with the model's feature columns (other columns are copied "
-                                                    "to the output)."),
+                                                    "to the output). For an image model: a folder of images (class "
+                                                    "subfolders optional) or a manifest with images.path_column."),
             output: Path = typer.Option(..., "--output", "-o", help="Where the predictions go (.csv or .parquet)."),
             version: str = typer.Option(None, help="The registered version to score with (default: the alias)."),
             alias: str = typer.Option(None, help="The alias whose version scores (default: champion)."),
-            chunk_rows: int = typer.Option(4096, min=1, help="Rows read, checked and scored at once: what bounds "
-                                                              "the memory, whatever the file's size.")) -> None:
+            chunk_rows: int = typer.Option(4096, min=1, help="Rows (images: at most 1,024) read, checked and scored "
+                                                              "at once: what bounds the memory, whatever the "
+                                                              "file's size.")) -> None:
     """Score a file with the same model bytes (sha256-checked) and contract checks as the service.
 
     Output: the file's non-feature columns, its line (CSV, header = line 1) or row (Parquet), the predicted

@@ -113,12 +113,17 @@ def folder_images(root: Path) -> list[ImageFile]:
     return found
 
 
-def manifest_images(manifest: Path, target: str | None, path_column: str) -> list[ImageFile]:
-    """A table of image paths (relative to the manifest's folder, or absolute) and labels."""
+def manifest_images(manifest: Path, target: str | None, path_column: str,
+                    labels_required: bool = True) -> list[ImageFile]:
+    """A table of image paths (relative to the manifest's folder, or absolute) and labels (without the label
+    column, when not `labels_required`: images to score have none)."""
     import pandas as pd
 
     frame = pd.read_csv(manifest, dtype=str, keep_default_na=False) if manifest.suffix.lower() == ".csv" else \
         pd.read_parquet(manifest)
+    if not labels_required and (target is None or target not in frame.columns):
+        frame = frame.assign(**{target or "label": None})
+        target = target or "label"
     missing = [c for c in (path_column, target) if c is None or c not in frame.columns]
     if missing:
         raise DataError(f"{manifest}: the manifest lacks column(s) {missing} (it has {list(frame.columns)}); it needs "

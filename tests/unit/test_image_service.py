@@ -125,3 +125,29 @@ def test_the_log_line_keeps_statistics_and_the_embedding_not_pixels(model_file):
     assert set(features) == {"width", "height", "mode", "file_bytes", "brightness", "contrast", "embedding"}
     assert len(features["embedding"]) == 16 and len(orjson.dumps(line)) < 2000   # no pixels in it
     assert sorted(line["probabilities"]) == sorted(SCHEMA.classes)
+
+
+def test_batch_scoring_a_folder_answers_as_the_service_and_refuses_whole(model_file, tmp_path):
+    from serving.batch_images import predict_images
+    from serving.batch_scoring import FileRefused
+    from serving.variants import file_variant
+
+    variant = file_variant("champion", model_file, 1)
+    folder = tmp_path / "images"
+    (folder / "circle").mkdir(parents=True)
+    files = [image(10 + i) for i in range(5)]
+    for i, data in enumerate(files):
+        (folder / "circle" / f"{i}.png").write_bytes(data)
+    output = tmp_path / "out.parquet"
+    summary = predict_images(folder, output, variant, chunk=2, show_progress=False)
+    import pandas as pd
+
+    scored = pd.read_parquet(output)
+    assert summary.rows == 5 and summary.chunks == 3 and list(scored["label"]) == ["circle"] * 5
+    np.testing.assert_allclose(scored[[f"probability_{c}" for c in SCHEMA.classes]].to_numpy(),
+                               graph_probabilities(model_file, files), rtol=1e-5, atol=1e-7)
+    (folder / "circle" / "broken.png").write_bytes(b"not an image")
+    with pytest.raises(FileRefused, match="broken.png"):
+        predict_images(folder, tmp_path / "again.csv", variant, show_progress=False)
+    assert not (tmp_path / "again.csv").exists()
+    assert "broken.png" in (tmp_path / "again.csv.problems.csv").read_text()
