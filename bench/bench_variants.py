@@ -30,7 +30,7 @@ from bench.common import save  # noqa: E402
 from tasks.config import read_params_file  # noqa: E402
 from tasks.contract import load_schema  # noqa: E402
 from tasks.core.holdout import load_holdout  # noqa: E402
-from tasks.profile import throughput, time_calls  # noqa: E402
+from tasks.core.timing import time_interleaved  # noqa: E402
 from tasks.training.weights import load_trained  # noqa: E402
 from tasks.variants.exporters import export_onnx  # noqa: E402
 from tasks.variants.quantize import quantize_onnx  # noqa: E402
@@ -91,12 +91,14 @@ def measure(runners: dict, inputs: dict) -> dict:
     """Interleaved rounds; per variant the median over rounds of batch-1 p50/p99 and batch-256 rows/s."""
     samples = {name: {"p50": [], "p99": [], "rps": []} for name in runners}
     for round_ in range(ROUNDS):
-        for name, runner in runners.items():
+        for name, runner in runners.items():   # each variant its own inputs (model-only or raw), so in turn
             rows = inputs[name]
-            latencies = time_calls(runner, rows, CALLS)
+            block = np.resize(rows, (BATCH, rows.shape[1])).astype(np.float32)
+            timings = time_interleaved({name: runner}, [row[None] for row in rows[:64]], block, CALLS, 0.5)
+            latencies = timings.latencies_us[name]
             samples[name]["p50"].append(float(np.percentile(latencies, 50)))
             samples[name]["p99"].append(float(np.percentile(latencies, 99)))
-            samples[name]["rps"].append(throughput(runner, rows, BATCH, seconds=0.5))
+            samples[name]["rps"].append(timings.rows_per_s[name])
         print(f"round {round_ + 1}/{ROUNDS} done", flush=True)
     return {name: {"p50_us": round(statistics.median(s["p50"]), 1), "p99_us": round(statistics.median(s["p99"]), 1),
                    "rows_per_s": round(statistics.median(s["rps"]))} for name, s in samples.items()}

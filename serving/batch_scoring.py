@@ -300,22 +300,3 @@ def load_version(params, version: str | None = None, alias: str | None = None, c
         version = str(held.version)
     return bytes_variant(alias or f"v{version}", str(version), verified_onnx(client, name, version),
                          params.runtime.threads, params.images)
-
-
-def run(params, source: Path, output: Path, version: str | None = None, alias: str | None = None,
-        chunk_rows: int = CHUNK_ROWS, show_progress: bool = True) -> PredictSummary:
-    """The step: load the version, score the file (rows of a table; an image model: a folder or a manifest of
-    images, serving/batch_images.py)."""
-    file_format(output)   # before the registry: a wrong suffix costs nothing
-    if not Path(source).is_dir():
-        file_format(source)
-    variant = load_version(params, version, alias)
-    if variant.schema.is_image:
-        from serving.batch_images import predict_images
-
-        return predict_images(source, output, variant, params.images.path_column, params.data.target,
-                              min(chunk_rows, 1024), show_progress)
-    if Path(source).is_dir():
-        raise DataError(f"{source} is a folder, and v{variant.version} scores rows of a table: give a .csv or "
-                        ".parquet file")
-    return predict_file(source, output, variant, chunk_rows, show_progress)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.blessing.performance import Timings, assess_performance, confirmed, describe_machine, time_interleaved
+from tasks.blessing.performance import assess_performance
 from tasks.blessing.plots import plot_slices
 from tasks.blessing.quality import HoldoutPredictions, assess_quality, gate_baselines, gate_predictions, judge_candidate
 from tasks.blessing.service import request_rows, try_in_service
@@ -33,10 +33,12 @@ from tasks.contract import Schema, load_schema, schema_from_metadata
 from tasks.core import paths
 from tasks.core.artifacts import read_json, sha256_file
 from tasks.core.holdout import Holdout, load_holdout
+from tasks.core.machine import describe_machine, load_during
 from tasks.core.plots import plot_latency
 from tasks.core.registry import CHAMPION, SHA_TAG, UNFINISHED_TAG, alias_version, download_onnx, registry_client
 from tasks.core.runtime import onnx_metadata, open_onnx, predict_proba
 from tasks.core.runtime import predict_labels as served_labels
+from tasks.core.timing import Timings, confirmed, time_interleaved
 from tasks.core.verdicts import Blessing, BlessOutcome, GateResult, StageReport
 
 __all__ = ["bless_candidate", "judge_candidate", "run", "score_onnx"]   # judge_candidate: quality's rule, tested here
@@ -105,10 +107,13 @@ def measure_performance(path: Path, schema: Schema, holdout: Holdout, champion: 
         sizes["champion"] = champion.path.stat().st_size
     single = [rows.iloc[[i]] for i in range(min(TIMED_ROWS, len(rows)))]
     batch = rows.iloc[np.resize(np.arange(len(rows)), batch_size)]
+    rules = params.bless
+
     def measure() -> tuple[Timings, StageReport]:
-        timings = time_interleaved(models, single, batch, params.bless.latency_rounds, params.bless.throughput_seconds)
+        with load_during() as load:
+            timings = time_interleaved(models, single, batch, rules.latency_rounds, rules.throughput_seconds)
         return timings, assess_performance(timings, sizes, describe_machine(threads), batch_size, params.slo.p99_ms,
-                                           params.bless.max_latency_ratio)
+                                           rules.max_latency_ratio, load, rules.bootstrap, rules.confidence)
 
     timings, report = confirmed(measure)
     if plots is not None:
@@ -121,7 +126,8 @@ def serve_candidate(path: Path, name: str, predictions: HoldoutPredictions, sche
     """The candidate file in the real service, loaded with `slo.bless_requests` one-row holdout requests."""
     payloads, positions = request_rows(predictions.rows, schema.feature_names, params.slo.bless_requests)
     expected = [schema.classes[i] for i in predictions.candidate[positions]]
-    return try_in_service(path, name, payloads, expected, params.slo, params.bless.startup_timeout_s)
+    return try_in_service(path, name, payloads, expected, params.slo, params.bless.startup_timeout_s,
+                          params.bless.bootstrap, params.bless.confidence)
 
 
 def bless_candidate(params: Params, plots: Path | None = None) -> Blessing:

@@ -11,6 +11,7 @@ A variant over budget is reported and marked unpublishable; profile only picks p
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -29,7 +30,7 @@ from tasks.ops.stage import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.exporters import export_onnx
 from tasks.variants.parity import probe_rows, publish_variant
-from tasks.variants.quantize import quantize_onnx, quantize_onnx_static
+from tasks.variants.quantize import QuantizationFailed, quantize_onnx, quantize_onnx_static
 from tasks.variants.runners import eager_runner, quantize_eager
 
 log = logging.getLogger("torchship.compress")
@@ -44,23 +45,43 @@ def accuracy_budget(name: str, drop: dict, rules: CompressParams) -> GateResult:
     return GateResult.decide(f"accuracy budget {name}", failures, passed=f"{figure} within {rules.max_drop * 100:.2f}")
 
 
-def build_variants(params: Params, teacher: nn.Module, schema: Schema) -> dict[str, tuple[Path | None, Runner]]:
-    """Make every compressed variant; returns name -> (file or None, rows -> logits)."""
+Variants = dict[str, tuple[Path | None, Runner]]   # name -> (file or None, rows -> logits)
+
+
+def quantized(name: str, quantize: Callable[[], None], path: Path, threads: int, variants: Variants,
+              failed: dict[str, str]) -> None:
+    """Add the variant `quantize()` writes to `path`; when ONNX Runtime's quantizer fails, record its error in
+    `failed` instead: the variant is reported unpublishable, the other variants still stand."""
+    try:
+        quantize()
+    except QuantizationFailed as exc:
+        log.error("%s is not built: %s", name, exc)
+        failed[name] = str(exc)
+        path.unlink(missing_ok=True)   # never leave an earlier run's file where this run's report names none
+        return
+    variants[name] = (path, onnx_runner(path, threads))
+
+
+def build_variants(params: Params, teacher: nn.Module, schema: Schema) -> tuple[Variants, dict[str, str]]:
+    """Make every compressed variant; returns them, and name -> the quantizer's error for those it could not make."""
     rules = params.compress
     paths.VARIANTS.mkdir(parents=True, exist_ok=True)
-    quantize_onnx(paths.ONNX_MODEL, paths.INT8_MODEL)
     threads = params.runtime.threads
-    variants = {"onnx-int8": (paths.INT8_MODEL, onnx_runner(paths.INT8_MODEL, threads)),
-                "eager-int8": (None, eager_runner(quantize_eager(teacher)))}
+    variants: Variants = {}
+    failed: dict[str, str] = {}
+    quantized("onnx-int8", lambda: quantize_onnx(paths.ONNX_MODEL, paths.INT8_MODEL), paths.INT8_MODEL, threads,
+              variants, failed)
+    variants["eager-int8"] = (None, eager_runner(quantize_eager(teacher)))
     if rules.static_int8:
         rows = pd.read_parquet(paths.TRAIN_SPLIT).sample(frac=1.0, random_state=0).head(rules.calibration_rows)
-        quantize_onnx_static(paths.ONNX_MODEL, paths.STATIC_INT8_MODEL, encode_features(rows, schema))
-        variants["onnx-int8-static"] = (paths.STATIC_INT8_MODEL, onnx_runner(paths.STATIC_INT8_MODEL, threads))
-    return variants
+        quantized("onnx-int8-static", lambda: quantize_onnx_static(paths.ONNX_MODEL, paths.STATIC_INT8_MODEL,
+                                                                   encode_features(rows, schema)),
+                  paths.STATIC_INT8_MODEL, threads, variants, failed)
+    return variants, failed
 
 
 def build_student(params: Params, schema: Schema, holdout: Holdout, threshold: float | None = None
-                  ) -> tuple[dict, GateResult, dict[str, tuple[Path, Runner]]]:
+                  ) -> tuple[dict, GateResult, Variants, dict[str, str]]:
     """Train the student (torchrun), export it to ONNX through the same parity gate, quantise it. The student
     learns the teacher's (calibrated) probabilities, so it is served with the teacher's decision `threshold`."""
     from tasks.training.distill import train_student
@@ -70,7 +91,7 @@ def build_student(params: Params, schema: Schema, holdout: Holdout, threshold: f
         train_student(params)
     except TorchshipError as exc:  # the student is optional: the teacher's variants still stand
         gate = GateResult.decide("parity student-onnx", [f"student training failed: {exc}"])
-        return {"publishable": False, "gate": gate.model_dump()}, gate, {}
+        return {"publishable": False, "gate": gate.model_dump()}, gate, {}, {}
     student, _ = load_trained(paths.STUDENT_WEIGHTS)
     probe = probe_rows(holdout.rows, schema, params.export.probe_rows)
     entry, gate = publish_variant("student-onnx", eager_runner(student)(probe), probe, params.export,
@@ -78,10 +99,12 @@ def build_student(params: Params, schema: Schema, holdout: Holdout, threshold: f
                                                       threshold),
                                   lambda: onnx_runner(paths.STUDENT_ONNX, threads), paths.STUDENT_ONNX)
     if gate.status == "fail":
-        return entry, gate, {}
-    quantize_onnx(paths.STUDENT_ONNX, paths.STUDENT_INT8)
-    return entry, gate, {"student-onnx-fp32": (paths.STUDENT_ONNX, onnx_runner(paths.STUDENT_ONNX, threads)),
-                         "student-onnx-int8": (paths.STUDENT_INT8, onnx_runner(paths.STUDENT_INT8, threads))}
+        return entry, gate, {}, {}
+    variants: Variants = {"student-onnx-fp32": (paths.STUDENT_ONNX, onnx_runner(paths.STUDENT_ONNX, threads))}
+    failed: dict[str, str] = {}
+    quantized("student-onnx-int8", lambda: quantize_onnx(paths.STUDENT_ONNX, paths.STUDENT_INT8), paths.STUDENT_INT8,
+              threads, variants, failed)
+    return entry, gate, variants, failed
 
 
 def print_variant_table(report: dict) -> None:
@@ -94,6 +117,9 @@ def print_variant_table(report: dict) -> None:
     for column in ("variant", "size", metric, "drop (points)", f"{report['confidence']:.0%} CI", "gate"):
         table.add_column(column, no_wrap=True)
     for name, entry in report["variants"].items():
+        if "drop" not in entry:   # not built: the quantizer's error is in the log and the report
+            table.add_row(name, "-", "-", "-", "-", "[red]not built")
+            continue
         drop = entry["drop"]
         table.add_row(name, f"{entry['bytes'] / 1024:,.0f} KiB" if "bytes" in entry else "in memory",
                       f"{entry['metrics'][metric]:.4f}", f"{drop['drop'] * 100:+.2f}",
@@ -116,13 +142,14 @@ def run(params: Params) -> None:
     threshold = trained.get("threshold")   # every variant is judged by the decision rule it will be served with
     reference = predict(onnx_runner(paths.ONNX_MODEL, params.runtime.threads), holdout.features, threshold=threshold)
     fp32 = {**classification_metrics(holdout.labels, reference, n_classes), "bytes": paths.ONNX_MODEL.stat().st_size}
-    variants = build_variants(params, teacher, schema)
+    variants, failed = build_variants(params, teacher, schema)
     student_parity = None
     paths.STUDENT.mkdir(parents=True, exist_ok=True)
     paths.STUDENT_CHECKPOINTS.mkdir(parents=True, exist_ok=True)  # a DVC output even when distillation is off
     if params.distill.enabled:
-        student_parity, parity_gate, student = build_student(params, schema, holdout, threshold)
+        student_parity, parity_gate, student, student_failed = build_student(params, schema, holdout, threshold)
         variants.update(student)
+        failed.update(student_failed)
         if parity_gate.status == "fail":
             log.error("student-onnx is not published: %s", parity_gate.summary())
     else:
@@ -142,18 +169,24 @@ def run(params: Params) -> None:
                          size_ratio=fp32["bytes"] / path.stat().st_size)
         report["variants"][name] = entry
         log.info("%s: %s", name, gate.summary())
+    for name, error in failed.items():
+        gate = GateResult.decide(f"quantize {name}", [error])
+        report["variants"][name] = {"publishable": False, "gate": gate.model_dump(), "error": error}
     passed = [name for name, v in report["variants"].items() if v["publishable"]]
-    report["headline"] = f"{len(passed)}/{len(variants)} variants within {rules.max_drop * 100:.2f} points: " + \
+    tried = len(report["variants"])
+    report["headline"] = f"{len(passed)}/{tried} variants within {rules.max_drop * 100:.2f} points: " + \
                          (", ".join(passed) or "none")
     write_json_atomic(paths.COMPRESS_REPORT, report)
     print_variant_table(report)
     with stage_run(params.tracking, "compress"):
         mlflow.log_params({**rules.model_dump(), **{f"distill.{k}": v for k, v in params.distill.model_dump().items()}})
         for name, entry in report["variants"].items():
+            mlflow.set_tag(f"gate.{name}", entry["gate"]["status"])
+            if "drop" not in entry:
+                continue
             mlflow.log_metrics({f"{name}.{rules.metric}_drop": entry["drop"]["drop"],
                                 f"{name}.{rules.metric}": entry["metrics"][rules.metric],
                                 **({f"{name}.bytes": entry["bytes"]} if "bytes" in entry else {})})
-            mlflow.set_tag(f"gate.{name}", entry["gate"]["status"])
         mlflow.log_artifact(str(paths.COMPRESS_REPORT))
 
 

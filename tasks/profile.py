@@ -6,7 +6,6 @@ DVC stage: `python -m tasks.profile`.
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +18,11 @@ from tasks.core import paths
 from tasks.core.artifacts import read_json, sha256_file, write_bytes_atomic, write_json_atomic
 from tasks.core.gate import GateResult
 from tasks.core.holdout import load_holdout
+from tasks.core.machine import load_during
 from tasks.core.metrics import evaluate
 from tasks.core.plots import plot_latency
 from tasks.core.runtime import Runner, decision_threshold, onnx_metadata, open_onnx
+from tasks.core.timing import time_interleaved
 from tasks.ops.stage import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.parity import check_raw_parity, raw_probe_rows
@@ -32,39 +33,25 @@ from tasks.variants.runners import compiled_runner, eager_runner, onnx_runner, q
 log = logging.getLogger("torchship.profile")
 
 
-def time_calls(runner: Runner, rows: np.ndarray, rounds: int) -> np.ndarray:
-    """Per-call latency in µs, cycling through the given rows (a few warm-up calls first)."""
-    for i in range(min(10, rounds)):
-        runner(rows[i % len(rows)][None])
-    timings = np.empty(rounds)
-    for i in range(rounds):
-        row = rows[i % len(rows)][None]
-        started = time.perf_counter_ns()
-        runner(row)
-        timings[i] = (time.perf_counter_ns() - started) / 1e3
-    return timings
-
-
-def throughput(runner: Runner, rows: np.ndarray, batch: int, seconds: float) -> float:
-    """Rows per second at a fixed batch size, measured for about `seconds`."""
-    block = np.resize(rows, (batch, rows.shape[1])).astype(np.float32)
-    runner(block)
-    calls, started = 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        runner(block)
-        calls += 1
-    return calls * batch / (time.perf_counter() - started)
-
-
-def profile_variant(runner: Runner, holdout, n_classes: int, rules: ProfileParams, scores: dict | None = None,
-                    threshold: float | None = None) -> dict:
-    """Batch-1 latency, throughput at the profile batch size, and holdout scores (given, or measured by the
-    decision rule the served graph applies: a binary model's `threshold`, else the argmax)."""
-    latencies = time_calls(runner, holdout.features, rules.rounds)
-    return {"p50_us": float(np.percentile(latencies, 50)), "p99_us": float(np.percentile(latencies, 99)),
-            "rows_per_s": throughput(runner, holdout.features, rules.batch_size, rules.throughput_seconds),
-            **(scores or evaluate(runner, holdout.features, holdout.labels, n_classes, threshold=threshold)),
-            "_latencies": latencies}
+def profile_variants(runners: dict[str, Runner], holdout, n_classes: int, rules: ProfileParams,
+                     same_scores: dict[str, str], threshold: float | None = None) -> tuple[dict[str, dict], dict]:
+    """Batch-1 latency and throughput at the profile batch size of every variant, timed interleaved (one block of
+    calls each in turn, so a busy moment of the machine hits them all), with the machine's load meanwhile; and
+    holdout scores, measured by the decision rule the served graph applies (a binary model's `threshold`, else the
+    argmax), or for a variant in `same_scores` those of the variant it names."""
+    rows = [holdout.features[i][None] for i in range(min(len(holdout.features), 64))]
+    block = np.resize(holdout.features, (rules.batch_size, holdout.features.shape[1])).astype(np.float32)
+    with load_during() as load:
+        timings = time_interleaved(runners, rows, block, rules.rounds, rules.throughput_seconds)
+    scores = {name: evaluate(runner, holdout.features, holdout.labels, n_classes, threshold=threshold)
+              for name, runner in runners.items() if name not in same_scores}
+    results = {}
+    for name in runners:
+        latencies = timings.latencies_us[name]
+        results[name] = {"p50_us": float(np.percentile(latencies, 50)), "p99_us": float(np.percentile(latencies, 99)),
+                         "rows_per_s": timings.rows_per_s[name], **scores[same_scores.get(name, name)],
+                         "_latencies": latencies}
+    return results, load
 
 
 def select_variant(results: dict[str, dict], servable: dict[str, str]) -> str:
@@ -127,11 +114,9 @@ def run(params: Params) -> None:
     holdout = load_holdout(schema)
     runners, servable = candidate_runners(params)
     threshold = decision_threshold(onnx_metadata(paths.ONNX_MODEL))   # every variant is served with the teacher's
-    results = {}
-    for name, runner in runners.items():
-        # Compiled scores equal eager's by the parity gate; scoring the holdout would compile two more shapes.
-        scores = {k: results["eager-fp32"][k] for k in ("accuracy", "f1_macro")} if name == "eager-compile" else None
-        results[name] = profile_variant(runner, holdout, len(schema.classes), params.profile, scores, threshold)
+    # Compiled scores equal eager's by the parity gate; scoring the holdout would compile two more shapes.
+    results, load = profile_variants(runners, holdout, len(schema.classes), params.profile,
+                                     {"eager-compile": "eager-fp32"}, threshold)
     selected = select_variant(results, servable)
     plot_latency({name: r.pop("_latencies") for name, r in results.items()}, paths.LATENCY_PLOT)
     eager = results["eager-fp32"]
@@ -145,7 +130,7 @@ def run(params: Params) -> None:
     report = {"variants": results, "selected": selected, "selected_path": str(paths.RAW_MODEL),
               "raw_model": raw_model, "not_served": {name: f"{how}: a row's answer depends on its batch"
                                                      for name, how in BATCH_DEPENDENT.items() if name in results},
-              "threads": params.profile.threads, "batch_size": batch, "compile_pays": compile_pays,
+              "threads": params.profile.threads, "batch_size": batch, "compile_pays": compile_pays, "load": load,
               "selected_vs_eager": {"p50_ratio": chosen["p50_us"] / eager["p50_us"],
                                     "throughput_ratio": chosen["rows_per_s"] / eager["rows_per_s"]},
               "headline": f"{selected}: p50 {chosen['p50_us']:.0f} µs ({eager['p50_us'] / chosen['p50_us']:.1f}x "

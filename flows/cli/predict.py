@@ -29,7 +29,7 @@ def predict(source: Path = typer.Argument(..., help="The rows to score: a .csv (
         fail("give --version or --alias, not both")
     source, output = source.resolve(), output.resolve()   # the user's folder, before entering the project's
     enter_project()
-    from serving.batch_scoring import run
+    from serving.batch import run
     from tasks.config import load_params
 
     summary = run(load_params(), source, output, version, alias, chunk_rows)

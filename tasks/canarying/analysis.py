@@ -9,6 +9,7 @@ import numpy as np
 
 from tasks.config import CanaryParams
 from tasks.core.gate import GateResult
+from tasks.core.machine import describe_load
 from tasks.core.paired import paired_accuracy_drop, paired_psi_p_value, pairs_needed, psi_of_counts
 from tasks.core.verdicts import PairedRows, StepStatistics, StepStatus, StepVerdict, VariantFigures
 
@@ -117,13 +118,14 @@ def judge_accuracy(champion: VariantFigures, challenger: VariantFigures, pairs: 
 
 def judge_step(phase: str, share: float, champion: VariantFigures, challenger: VariantFigures,
                rules: CanaryParams, champion_p95_ms: float | None = None, seconds: float = 0.0,
-               pairs: PairedRows | None = None, look: int = 1) -> StepVerdict:
+               pairs: PairedRows | None = None, look: int = 1, load: dict | None = None) -> StepVerdict:
     """Pass, fail or short. `champion_p95_ms`: the champion's p95 from an earlier step, used when it answered
     too few requests in this one (at 100% it answers none). `pairs`: the rows both variants scored, which the
     quality checks (PSI, accuracy) are judged on; `look`: the how-manieth judgement of this step. A step is short
     with too few requests, or when a quality check saw a worrying figure it could not yet call significant: the
-    canary fills it further, within canary.step_max_s, and judges it again."""
-    stats = StepStatistics(alpha=step_alpha(rules, look), look=look)
+    canary fills it further, within canary.step_max_s, and judges it again. `load`: the machine's while the step
+    filled, named beside a latency failure (which the canary measures again before it stands: latency_only)."""
+    stats = StepStatistics(alpha=step_alpha(rules, look), look=look, load=load or {})
 
     def verdict(status: StepStatus, reasons: list[str], value: float | None = None) -> StepVerdict:
         return StepVerdict(phase=phase, share=share, status=status, reasons=reasons, champion=champion,
@@ -142,10 +144,13 @@ def judge_step(phase: str, share: float, champion: VariantFigures, challenger: V
     if challenger.p95_ms is not None and reference is not None and \
             challenger.p95_ms > rules.max_p95_ratio * reference and challenger.p95_ms - reference > rules.p95_slack_ms:
         failures.append(f"p95 latency {challenger.p95_ms:.1f} ms > {rules.max_p95_ratio:g}x the champion's "
-                        f"{reference:.1f} ms (and more than {rules.p95_slack_ms:g} ms over it)")
+                        f"{reference:.1f} ms (and more than {rules.p95_slack_ms:g} ms over it; "
+                        f"{describe_load(stats.load)})")
+        stats.latency_only = len(failures) == 1
     shift_check, shift = judge_shift(champion, challenger, pairs, rules, stats)
     checks = [c for c in (shift_check, judge_accuracy(champion, challenger, pairs, rules, stats)) if c is not None]
     failures += [c.reason for c in checks if c.status == "fail"]
+    stats.latency_only = stats.latency_only and len(failures) == 1
     if failures:
         return verdict("fail", failures, shift)
     waiting = [c.reason for c in checks if c.status == "short"]

@@ -17,6 +17,8 @@ from tasks.core.errors import TorchshipError
 
 NO_SPACE = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 TEMP_PID = re.compile(r"\.tmp-(\d+)-")   # .<stem>.tmp-<writer's pid>-<random><suffix>
+# How libraries word a write the disk refused, when they do not raise the OSError itself (torch: "file write failed")
+DISK_WORDS = re.compile(r"no space|disk full|quota|file too large|write failed|failed writing|failed to write", re.I)
 
 
 class ArtifactWriteError(TorchshipError):
@@ -64,10 +66,21 @@ def process_exists(pid: int) -> bool:
     return True
 
 
+def disk_may_be_why(exc: BaseException) -> bool:
+    """Whether a failed write may be the disk's doing: a full disk, a quota or a file-size limit (errno), or a
+    library's own error that says a write failed (torch and pyarrow hide ENOSPC and EFBIG behind their messages)."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc.errno in NO_SPACE
+    return bool(DISK_WORDS.search(str(exc)))
+
+
 def write_failure(path: Path, exc: BaseException) -> str:
-    """What failed, why, and that the previous file is untouched; the disk's free space when that may be why."""
+    """What failed, why, and that the previous file is untouched. The disk's free space and a file-size limit are
+    named, and freeing space advised, only when the disk may be why; any other error is quoted as it is."""
     kept = f"the previous {path.name} is kept as it was" if path.exists() else f"no {path.name} was left behind"
     cause = f"{type(exc).__name__}: {exc}"
+    if not disk_may_be_why(exc):
+        return f"could not write {path}: {cause}. Nothing was replaced: {kept}."
     if isinstance(exc, OSError) and exc.errno in NO_SPACE:
         cause = f"{os.strerror(exc.errno)} (the disk is full, or a quota or file-size limit was reached)"
     try:

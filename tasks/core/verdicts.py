@@ -132,6 +132,8 @@ class StepStatistics(BaseModel):
     drop_p: float | None = None
     pairs_needed: int | None = None
     psi_p: float | None = None
+    latency_only: bool = False     # latency was the step's one failure: it must reproduce on fresh requests
+    load: dict[str, float] = {}    # the machine's load while the step filled (tasks/core/machine.py)
 
 
 class StepVerdict(BaseModel):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.blessing.performance import describe_machine
 from tasks.config import Params
 from tasks.core import paths
 from tasks.core.artifacts import read_json
+from tasks.core.machine import describe_machine
 from tasks.core.verdicts import BLESS_STAGES, Blessing
 
 

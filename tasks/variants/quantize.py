@@ -3,11 +3,34 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from tasks.core.artifacts import write_atomic
+from tasks.core.artifacts import disk_may_be_why, write_atomic
+from tasks.core.errors import TorchshipError
+
+
+class QuantizationFailed(TorchshipError):
+    """ONNX Runtime's quantizer raised on a file: its own error, quoted with the step and the files."""
+
+
+@contextlib.contextmanager
+def quantizer_errors(kind: str, source: Path, target: Path, step: str) -> Iterator[None]:
+    """The quantizer's own error as QuantizationFailed, naming the step, both files and the library's words; an
+    error the disk may have caused goes on as it is (write_atomic then says so, with the free space)."""
+    try:
+        yield
+    except Exception as exc:
+        if disk_may_be_why(exc):
+            raise
+        from importlib.metadata import version
+
+        raise QuantizationFailed(
+            f"{step}: ONNX Runtime's {kind} quantizer (onnxruntime {version('onnxruntime')}) failed on {source} while "
+            f"making {target}: {type(exc).__name__}: {exc} (the library's own error: no write was "
+            "refused)") from exc
 
 
 def _keep_metadata(source: Path, tmp: Path) -> None:
@@ -35,21 +58,22 @@ def _quiet_root_logger():
 BATCH_DEPENDENT = {"onnx-int8": "dynamic int8", "student-onnx-int8": "dynamic int8"}
 
 
-def quantize_onnx(source: Path, target: Path) -> None:
-    """ONNX Runtime dynamic int8 (weights int8, activations quantised per call); metadata kept."""
+def quantize_onnx(source: Path, target: Path, step: str = "compress") -> None:
+    """ONNX Runtime dynamic int8 (weights int8, activations quantised per call); metadata kept. The quantizer's own
+    failure raises QuantizationFailed, naming `step` and the files."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     def write(tmp: Path) -> None:
-        with _quiet_root_logger():
+        with _quiet_root_logger(), quantizer_errors("dynamic int8", source, target, step):
             quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8)
         _keep_metadata(source, tmp)
 
     write_atomic(target, write)
 
 
-def quantize_onnx_static(source: Path, target: Path, calibration: np.ndarray) -> None:
+def quantize_onnx_static(source: Path, target: Path, calibration: np.ndarray, step: str = "compress") -> None:
     """ONNX Runtime static int8 (QDQ) of the matrix products and convolutions, weights per output channel,
-    calibrated on raw training rows (or images)."""
+    calibrated on raw training rows (or images); failures as quantize_onnx's."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     class Rows(CalibrationDataReader):
@@ -61,7 +85,7 @@ def quantize_onnx_static(source: Path, target: Path, calibration: np.ndarray) ->
             return None if batch is None else {"x": batch}
 
     def write(tmp: Path) -> None:
-        with _quiet_root_logger():
+        with _quiet_root_logger(), quantizer_errors("static int8", source, target, step):
             quantize_static(str(source), str(tmp), Rows(), quant_format=QuantFormat.QDQ,
                             op_types_to_quantize=["MatMul", "Gemm", "Conv"], per_channel=True,
                             activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)

@@ -8,6 +8,7 @@ serves it. Small min-sample counts and steps through the
 params, so each canary takes seconds."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -38,6 +39,7 @@ from tasks.core.verdicts import Blessing, BlessOutcome, CanaryOutcome, Registrat
 from tasks.ops.approvals import decide
 from tasks.register import apply_aliases
 from tests.helpers import registry_restored
+from tests.helpers.slow_models import cpu_hog, slowed, through
 from tests.helpers.traffic import LiveTraffic
 
 pytestmark = pytest.mark.integration
@@ -86,20 +88,6 @@ def champion_model(client) -> onnx.ModelProto:
     return onnx.load_from_string(verified_onnx(client, MODEL, champion))
 
 
-def through(model: onnx.ModelProto, nodes: list, initializers: list) -> onnx.ModelProto:
-    """The model with its `probabilities` output routed through `nodes` (which read `inner` and write
-    `probabilities`), placed right after the node that made them: what reads `probabilities` downstream (the
-    graph's `decision` output) reads the new ones."""
-    graph = list(model.graph.node)
-    [made] = [i for i, node in enumerate(graph) if "probabilities" in node.output]
-    graph[made].output[:] = ["inner" if name == "probabilities" else name for name in graph[made].output]
-    del model.graph.node[:]
-    model.graph.node.extend(graph[:made + 1] + nodes + graph[made + 1:])
-    model.graph.initializer.extend(initializers)
-    onnx.checker.check_model(model)
-    return model
-
-
 def erroring(model: onnx.ModelProto, column: str) -> onnx.ModelProto:
     """Fails on any row whose numeric `column` is set: its index into the probabilities is out of range (ONNX
     Runtime raises). The warm-up's row of nulls (NaN) passes, so the service loads it."""
@@ -115,21 +103,6 @@ def erroring(model: onnx.ModelProto, column: str) -> onnx.ModelProto:
 # passed once beside the whole suite, whose load put two of a step's ~20 champion answers past 10 ms: a p95 over a
 # third of the challenger's. Three (about 8 ms) had passed once as the box slowed the champion to 3 ms.
 SLOW_PRODUCTS = 24
-
-
-def slow(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The same answers after SLOW_PRODUCTS 512x512 matrix products that depend on the input (nothing to fold away)."""
-    nodes = [helper.make_node("ReduceSum", ["inner"], ["total"]),
-             helper.make_node("Mul", ["weights", "total"], ["m0"])]
-    for i in range(SLOW_PRODUCTS):
-        nodes.append(helper.make_node("MatMul", [f"m{i}", "weights"], [f"m{i + 1}"]))
-    nodes += [helper.make_node("ReduceSum", [f"m{SLOW_PRODUCTS}"], ["spent"]),
-              helper.make_node("Mul", ["spent", "zero"], ["nothing"]),
-              helper.make_node("Add", ["inner", "nothing"], ["probabilities"])]
-    return through(model, nodes, [numpy_helper.from_array(np.full((512, 512), 1e-3, np.float32), "weights"),
-                                  numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
-
-
 def shifted(model: onnx.ModelProto, classes: int, to_class: int) -> onnx.ModelProto:
     """Every row answered with certainty for one class (`to_class`): a distribution the champion never gives."""
     constant = np.zeros(classes, np.float32)
@@ -228,10 +201,11 @@ def test_a_faulty_challenger_is_rolled_back_at_its_first_step_and_the_champion_i
     model = champion_model(client)
     features = holdout(project)[0]
     most_often_set = features.select_dtypes("number").notna().mean().idxmax()
-    faulty = {"erroring": lambda: erroring(model, most_often_set), "slow": lambda: slow(model),
+    faulty = {"erroring": lambda: erroring(model, most_often_set), "slow": lambda: slowed(model, SLOW_PRODUCTS),
               "shifted": lambda: shifted(model, *least_predicted_class(link.url, features))}[fault]()
     version = register_challenger(client, faulty, tmp_path)
-    report = run_canary(project, link, params)
+    with cpu_hog() if fault == "slow" else contextlib.nullcontext():   # slower than the champion on a busy box too
+        report = run_canary(project, link, params)
     # Latency is judged once the challenger answers (a shadow's time is not an answer's): from the first traffic step.
     first = "50%" if fault == "slow" else "shadow"
     assert [(s.phase, s.status) for s in report.steps][-1] == (first, "fail"), \
@@ -241,11 +215,27 @@ def test_a_faulty_challenger_is_rolled_back_at_its_first_step_and_the_champion_i
     assert report.action.startswith(f"rolled back at step {first}: v{version} rejected"), report.action
     assert report.steps[-1].challenger.requests >= RULES.min_samples
     assert any(reason in r for r in report.steps[-1].reasons), report.steps[-1].reasons
+    if fault == "slow":   # a latency failure stands only when fresh requests reproduce it, the box's load beside it
+        assert any("the first measurement failed too" in r for r in report.steps[-1].reasons), report.steps[-1]
+        assert report.steps[-1].statistics.load["cores"] >= 1
     assert client.get_model_version_by_alias(MODEL, CHAMPION).version == champion
     assert CHALLENGER not in client.get_registered_model(MODEL).aliases
     tags = client.get_model_version(MODEL, version).tags
     assert reason in tags["rejected"] and tags[f"canary.{first.replace('%', 'pct')}"].startswith("fail")
     assert httpx.get(f"{link.url}/health").json()["challenger_share"] == 0.0   # the traffic is back
+
+
+def test_a_challenger_as_fast_as_the_champion_is_not_rolled_back_on_latency_beside_a_cpu_hog(
+        live, tmp_path, monkeypatch):
+    """The champion's own graph as challenger, the box kept busy throughout: whatever the hog does to a step's
+    p95, it does to both variants, and a latency failure must reproduce on fresh requests before it stands."""
+    project, link, params, client = live
+    monkeypatch.chdir(project.root)
+    version = register_challenger(client, champion_model(client), tmp_path)
+    with cpu_hog():
+        report = run_canary(project, link, params)
+    assert report.outcome is CanaryOutcome.PROMOTED, [(s.phase, s.status, s.reasons) for s in report.steps]
+    assert str(client.get_model_version_by_alias(MODEL, CHAMPION).version) == version
 
 
 def test_a_challenger_bless_measured_better_waits_for_approval_then_the_canary_promotes_it(

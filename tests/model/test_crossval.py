@@ -207,10 +207,12 @@ def test_the_averaging_graph_passes_the_bless_latency_gate_against_one_network_a
     import pandas as pd
 
     from models import build_model
-    from tasks.blessing.performance import assess_performance, confirmed, describe_machine, time_interleaved
+    from tasks.blessing.performance import assess_performance
     from tasks.config import Params
     from tasks.contract import Feature, Schema
+    from tasks.core.machine import describe_machine
     from tasks.core.runtime import decide, predict_labels
+    from tasks.core.timing import confirmed, time_interleaved
     from tasks.variants.quantize import quantize_onnx, quantize_onnx_static
 
     params = Params()
