@@ -66,10 +66,12 @@ def measure(params: Params):
 def trigger_decision(params: Params, window, report: monitor_step.MonitorReport) -> guards.Decision:
     retrained = versions_tagged(registry_client(params.tracking), report.model_name, TRIGGER_KEY, RETRAINED)
     history = guards.read_decisions(decisions_at(params))
+    ingested = retrain_step.ingested_image_times()   # an image model learns from ingested images, not the log
     outcome, reasons = guards.decide_retrain(report.gate, window, history, params.retrain, time.time(), retrained,
-                                             report.prediction_only)
+                                             report.prediction_only, ingested)
+    until = {"labels_until": max(ingested, default=0.0)} if ingested is not None else {}
     return guards.make_decision(outcome, reasons, report.gate, window, report=report.report, summary=report.summary,
-                                labels_since=guards.high_water(history))
+                                labels_since=guards.high_water(history), **until)
 
 
 def decisions_at(params: Params) -> Path | str:
@@ -157,7 +159,7 @@ def retrain(params_file: str = "params.yaml", labels_since: float = 0.0, labels_
             except TorchshipError as exc:
                 return dropped(GateResult(gate="retrain window", status="fail", reasons=[str(exc)]),
                                f"loop protection: no served rows newer than the last retrain's labels ({exc})")
-            batch = retrain_step.take_window(params, window, labels_since, labels_until or window.end)
+            batch = retrain_step.take_labelled(params, window, labels_since, labels_until or window.end)
             logger.info("retrain batch: %s", batch.gate.summary())
             if batch.batch is None:
                 record(params, guards.make_decision(

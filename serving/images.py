@@ -29,6 +29,7 @@ IMAGES_SHAPE = ('body must be {"images": ["<base64 PNG or JPEG>", ...]} with at 
                 'multipart/form-data upload with `image` parts')
 FIELD = "image"
 LOGGED = ("width", "height", "mode", "file_bytes", "brightness", "contrast")
+HASH_CHARS = 16   # of the file's sha256, logged: the same image sent twice is one row (a canary pairs on it)
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True):
@@ -76,7 +77,7 @@ class ImageDecoder:
                                                             f"at least {self.min_side} pixels (images.min_side)"))
                 continue
             rows.pixels.append(fit_size(record.pixels, self.shape[0], self.shape[1]))
-            rows.stats.append({key: getattr(record, key) for key in LOGGED})
+            rows.stats.append({**{key: getattr(record, key) for key in LOGGED}, "sha256": record.sha256[:HASH_CHARS]})
         if problems:
             raise RowsRefused(problems)
         return rows
@@ -110,7 +111,7 @@ class ImageDecoder:
 
     def blank(self) -> ImageRows:
         """One mid-grey image at the model's size (the warm-up)."""
-        return ImageRows([np.full(self.shape, 128, dtype=np.uint8)], [dict.fromkeys(LOGGED)])
+        return ImageRows([np.full(self.shape, 128, dtype=np.uint8)], [dict.fromkeys((*LOGGED, "sha256"))])
 
 
 def _problem(index: int, rule: str, message: str) -> dict:

@@ -22,11 +22,12 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from tasks.blessing.performance import assess_performance
 from tasks.blessing.plots import plot_slices
 from tasks.blessing.quality import HoldoutPredictions, assess_quality, gate_baselines, gate_predictions, judge_candidate
-from tasks.blessing.service import request_rows, try_in_service
+from tasks.blessing.service import request_images, request_rows, try_in_service
 from tasks.blessing.stages import combine, combine_outcomes, run_stages
 from tasks.config import Params
 from tasks.contract import Schema, load_schema, schema_from_metadata
@@ -61,13 +62,20 @@ def score_onnx(path: Path, schema: Schema, threads: int) -> dict[str, float]:
     from tasks.core.metrics import classification_metrics
 
     holdout = load_holdout(schema)
-    return classification_metrics(holdout.labels, predict_labels(path, schema, holdout.rows, threads),
+    return classification_metrics(holdout.labels, predict_labels(path, schema, holdout, threads),
                                   len(schema.classes))
 
 
-def predict_labels(path: Path, schema: Schema, rows, threads: int) -> np.ndarray:
-    """The class indices (in `schema`'s class order) an ONNX file serves for raw rows: its own decision output."""
-    return served_labels(open_onnx(path, threads), schema, rows[schema.feature_names])
+def raw_inputs(schema: Schema, holdout: Holdout):
+    """What a served model takes of the holdout: its raw rows (the schema's feature columns), or its images."""
+    return holdout.features if schema.is_image else holdout.rows[schema.feature_names]
+
+
+def predict_labels(path: Path, schema: Schema, rows: Holdout | pd.DataFrame, threads: int) -> np.ndarray:
+    """The class indices (in `schema`'s class order) an ONNX file serves for the holdout (or raw rows): its own
+    decision output."""
+    inputs = raw_inputs(schema, rows) if isinstance(rows, Holdout) else rows[schema.feature_names]
+    return served_labels(open_onnx(path, threads), schema, inputs)
 
 
 def fetch_champion(client, name: str, schema: Schema, folder: Path) -> Champion | None:
@@ -86,11 +94,11 @@ def holdout_predictions(path: Path, schema: Schema, holdout: Holdout, champion: 
                         threads: int, baseline: np.ndarray | None = None) -> HoldoutPredictions:
     """Both models' predictions on the same raw holdout rows; the champion's mapped into the candidate's classes;
     `baseline`: the gate's baseline's, as the baseline stage saved them (same rows, same class order)."""
-    candidate = predict_labels(path, schema, holdout.rows, threads)
+    candidate = predict_labels(path, schema, holdout, threads)
     mapped = None
     if champion is not None and champion.comparable:
         order = np.array([schema.classes.index(name) for name in champion.schema.classes])
-        mapped = order[predict_labels(champion.path, champion.schema, holdout.rows, threads)]
+        mapped = order[predict_labels(champion.path, champion.schema, holdout, threads)]
     return HoldoutPredictions(holdout.rows, holdout.labels, candidate, mapped, schema.classes, baseline)
 
 
@@ -99,14 +107,18 @@ def measure_performance(path: Path, schema: Schema, holdout: Holdout, champion: 
     """Time candidate and champion (interleaved, `serve.threads` threads each, as the service runs them) on the
     same raw rows: one-row frames, and batches of `profile.batch_size`."""
     threads, batch_size = params.serve.threads, params.profile.batch_size
-    rows = holdout.rows[schema.feature_names]
+    rows = raw_inputs(schema, holdout)
     models = {"candidate": partial(predict_proba, open_onnx(path, threads), schema)}
     sizes = {"candidate": path.stat().st_size}
     if champion is not None and champion.comparable:
         models["champion"] = partial(predict_proba, open_onnx(champion.path, threads), champion.schema)
         sizes["champion"] = champion.path.stat().st_size
-    single = [rows.iloc[[i]] for i in range(min(TIMED_ROWS, len(rows)))]
-    batch = rows.iloc[np.resize(np.arange(len(rows)), batch_size)]
+    if schema.is_image:
+        single = [rows[i:i + 1] for i in range(min(TIMED_ROWS, len(rows)))]
+        batch = rows[np.resize(np.arange(len(rows)), batch_size)]
+    else:
+        single = [rows.iloc[[i]] for i in range(min(TIMED_ROWS, len(rows)))]
+        batch = rows.iloc[np.resize(np.arange(len(rows)), batch_size)]
     rules = params.bless
 
     def measure() -> tuple[Timings, StageReport]:
@@ -121,10 +133,12 @@ def measure_performance(path: Path, schema: Schema, holdout: Holdout, champion: 
     return report
 
 
-def serve_candidate(path: Path, name: str, predictions: HoldoutPredictions, schema: Schema,
+def serve_candidate(path: Path, name: str, predictions: HoldoutPredictions, schema: Schema, holdout: Holdout,
                     params: Params) -> StageReport:
-    """The candidate file in the real service, loaded with `slo.bless_requests` one-row holdout requests."""
-    payloads, positions = request_rows(predictions.rows, schema.feature_names, params.slo.bless_requests)
+    """The candidate file in the real service, loaded with `slo.bless_requests` one-row (or one-image) holdout
+    requests."""
+    payloads, positions = (request_images(holdout.features, params.slo.bless_requests) if schema.is_image else
+                           request_rows(predictions.rows, schema.feature_names, params.slo.bless_requests))
     expected = [schema.classes[i] for i in predictions.candidate[positions]]
     return try_in_service(path, name, payloads, expected, params.slo, params.bless.startup_timeout_s,
                           params.bless.bootstrap, params.bless.confidence)
@@ -156,7 +170,7 @@ def bless_candidate(params: Params, plots: Path | None = None) -> Blessing:
             lambda: assess_quality(predictions, params.bless, champion and champion.version,
                                    champion is None or champion.comparable, baselines, training),
             lambda: measure_performance(path, schema, holdout, champion, params, plots),
-            lambda: serve_candidate(path, name, predictions, schema, params),
+            lambda: serve_candidate(path, name, predictions, schema, holdout, params),
         ])
     if plots is not None:
         plot_slices(stages[0].details["slices"], params.bless.metric, plots / "bless_slices.png")

@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Iterator
 
+import numpy as np
 import pandas as pd
 
 from tasks.canarying.analysis import judge_smoke
@@ -18,7 +19,7 @@ from tasks.config import Params
 from tasks.contract import Schema, load_schema
 from tasks.core import paths
 from tasks.core.gate import GateResult
-from tasks.core.holdout import load_holdout
+from tasks.core.holdout import Holdout, load_holdout
 from tasks.core.notify import Notice, notify_once
 from tasks.core.registry import CHALLENGER, CHAMPION, alias_version, aliases, registry_client
 from tasks.core.verdicts import CanaryOutcome, CanaryReport
@@ -28,12 +29,13 @@ SMOKE_ONLY = "smoke test only (no challenger)"
 
 
 @contextlib.contextmanager
-def replayed_service(name: str, rows: pd.DataFrame, schema: Schema, startup_timeout_s: float
-                     ) -> Iterator[tuple[ServiceLink, ReplayTraffic]]:
-    """The embedded default: a service started for the canary and the holdout rows replayed to it (features only;
-    their labels posted as feedback)."""
+def replayed_service(name: str, rows: pd.DataFrame, schema: Schema, startup_timeout_s: float,
+                     images: np.ndarray | None = None) -> Iterator[tuple[ServiceLink, ReplayTraffic]]:
+    """The embedded default: a service started for the canary and the holdout rows (or `images`, in the rows'
+    order) replayed to it (features only; their labels posted as feedback)."""
     with embedded_service(name, startup_timeout_s) as service:
-        traffic = ReplayTraffic(service.url, rows[schema.feature_names], rows[schema.target])
+        features = images if images is not None else rows[schema.feature_names]
+        traffic = ReplayTraffic(service.url, features, rows[schema.target])
         try:
             yield service, traffic
         finally:
@@ -55,7 +57,7 @@ def signature_difference(client, name: str, champion: str, challenger: str) -> s
     return None
 
 
-def run_canary(params: Params, holdout_rows: pd.DataFrame, schema: Schema, link: ServiceLink | None = None,
+def run_canary(params: Params, holdout_rows: pd.DataFrame | Holdout, schema: Schema, link: ServiceLink | None = None,
                record: Record | None = None, smoke: bool = True) -> CanaryReport:
     """Smoke-test the champion alone (unless `smoke` is off: a re-run that changed nothing), or run the progressive
     canary of the challenger against it and act on the registry. `link`: a running service whose live traffic is
@@ -74,8 +76,15 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame, schema: Schema, link:
     if champion is None:   # e.g. a first model that bless refused: nothing to serve
         return report(GateResult(gate="canary", status="pass", reasons=["nothing to serve or compare"]),
                       CanaryOutcome.NOT_CANARIED, "skipped: no champion")
-    rows = holdout_rows[schema.feature_names + [schema.target]]
+    images = None
+    if isinstance(holdout_rows, Holdout) and schema.is_image:   # the holdout's images, in its rows' order
+        holdout_rows, images = holdout_rows.rows.assign(**{schema.target: holdout_rows.rows["label"]}), \
+            holdout_rows.features
+    elif isinstance(holdout_rows, Holdout):
+        holdout_rows = holdout_rows.rows
+    rows = holdout_rows[schema.feature_names + [schema.target]].reset_index(drop=True)
     rows = rows.sample(n=min(params.canary.requests, len(rows)), random_state=0)
+    images = images[rows.index.to_numpy()] if images is not None else None
     timeout_s = params.canary.startup_timeout_s
     if challenger is None:
         if link is not None:
@@ -85,7 +94,7 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame, schema: Schema, link:
             return report(GateResult(gate="canary", status="pass", reasons=[
                 f"champion v{champion.version} unchanged (smoke-tested when it became champion)"]),
                 CanaryOutcome.NOT_CANARIED, "skipped: no challenger")
-        with replayed_service(name, rows, schema, timeout_s) as (service, traffic):
+        with replayed_service(name, rows, schema, timeout_s, images) as (service, traffic):
             smoke = smoke_step(service, str(champion.version), traffic, min(len(rows), params.canary.smoke_requests))
         return report(judge_smoke(smoke, params.canary), CanaryOutcome.SMOKE_TESTED, SMOKE_ONLY, smoke=smoke)
     versions = str(champion.version), str(challenger.version)
@@ -106,7 +115,7 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame, schema: Schema, link:
 
     if link is not None:
         return steps(link, None)
-    with replayed_service(name, rows, schema, timeout_s) as (service, traffic):
+    with replayed_service(name, rows, schema, timeout_s, images) as (service, traffic):
         return steps(service, traffic)
 
 
@@ -119,7 +128,7 @@ def run(params: Params, parent_run: str | None = None, link: ServiceLink | None 
 
     schema = load_schema(paths.SCHEMA)
     with stage_run(params.tracking, "canary", parent_run):
-        report = run_canary(params, load_holdout(schema).rows, schema, link, record, smoke)
+        report = run_canary(params, load_holdout(schema), schema, link, record, smoke)
         mlflow.log_dict(report.model_dump(), "canary.json")
         mlflow.set_tag("gate.status", report.gate.status)
     log.info("canary: %s -> %s", report.gate.summary(), report.action)

@@ -1,11 +1,13 @@
 """compress: int8 quantisation and a distilled student, each gated on the accuracy budget.
 
 DVC stage: `python -m tasks.compress`. Variants, all scored on the same holdout as the fp32 teacher:
-- `onnx-int8`: ONNX Runtime dynamic int8 of the teacher's ONNX file;
-- `eager-int8`: torch dynamic int8 of the eager teacher (a runtime transform, profiled, never served);
-- `onnx-int8-static` (compress.static_int8): ONNX Runtime static int8 calibrated on training rows;
+- `onnx-int8`: ONNX Runtime dynamic int8 of the teacher's ONNX file (tables);
+- `onnx-int8-static` (compress.static_int8; images always): ONNX Runtime static int8 (QDQ, weights per output channel,
+  convolutions included) calibrated on training rows or images;
 - `student-onnx-fp32` / `student-onnx-int8`: the distilled student (tasks/training/distill.py) exported with the
-  same parity gate as the teacher, then quantised.
+  same parity gate as the teacher, then quantised (images: static int8).
+No eager int8: `torch.ao.quantization` is being removed from PyTorch, its dynamic int8 was only ever profiled, never
+served (ONNX Runtime's int8 files are what ships), and its successor (torchao) showed no CPU benefit here.
 A variant over budget is reported and marked unpublishable; profile only picks publishable ones.
 """
 from __future__ import annotations
@@ -14,8 +16,8 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
-from torch import nn
 
 from tasks.config import CompressParams, Params
 from tasks.contract import Schema, encode_features, load_schema
@@ -26,12 +28,14 @@ from tasks.core.gate import GateResult
 from tasks.core.holdout import Holdout, load_holdout
 from tasks.core.metrics import bootstrap_drop, classification_metrics, predict
 from tasks.core.runtime import Runner, onnx_runner
+from tasks.images.graph import probe_images
+from tasks.images.shards import read_pixels
 from tasks.ops.stage import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.exporters import export_onnx
-from tasks.variants.parity import probe_rows, publish_variant
+from tasks.variants.parity import probe_labels, probe_rows, publish_variant
 from tasks.variants.quantize import QuantizationFailed, quantize_onnx, quantize_onnx_static
-from tasks.variants.runners import eager_runner, quantize_eager
+from tasks.variants.runners import eager_runner
 
 log = logging.getLogger("torchship.compress")
 
@@ -62,20 +66,31 @@ def quantized(name: str, quantize: Callable[[], None], path: Path, threads: int,
     variants[name] = (path, onnx_runner(path, threads))
 
 
-def build_variants(params: Params, teacher: nn.Module, schema: Schema) -> tuple[Variants, dict[str, str]]:
-    """Make every compressed variant; returns them, and name -> the quantizer's error for those it could not make."""
+def calibration_inputs(schema: Schema, count: int) -> np.ndarray:
+    """Up to `count` training rows (encoded) or images, in a seeded order: what static int8 calibrates on."""
+    if schema.is_image:
+        pixels = read_pixels(paths.TRAIN_SPLIT, schema.image.shape)
+        return pixels[np.random.default_rng(0).permutation(len(pixels))[:count]]
+    rows = pd.read_parquet(paths.TRAIN_SPLIT).sample(frac=1.0, random_state=0).head(count)
+    return encode_features(rows, schema)
+
+
+def build_variants(params: Params, schema: Schema) -> tuple[Variants, dict[str, str]]:
+    """Make every compressed variant; returns them, and name -> the quantizer's error for those it could not make.
+    Images get static int8 only: ONNX Runtime's dynamic int8 of convolutions is slower than fp32 on CPUs (and its
+    answer depends on the batch)."""
     rules = params.compress
     paths.VARIANTS.mkdir(parents=True, exist_ok=True)
     threads = params.runtime.threads
     variants: Variants = {}
     failed: dict[str, str] = {}
-    quantized("onnx-int8", lambda: quantize_onnx(paths.ONNX_MODEL, paths.INT8_MODEL), paths.INT8_MODEL, threads,
-              variants, failed)
-    variants["eager-int8"] = (None, eager_runner(quantize_eager(teacher)))
-    if rules.static_int8:
-        rows = pd.read_parquet(paths.TRAIN_SPLIT).sample(frac=1.0, random_state=0).head(rules.calibration_rows)
+    if not schema.is_image:
+        quantized("onnx-int8", lambda: quantize_onnx(paths.ONNX_MODEL, paths.INT8_MODEL), paths.INT8_MODEL, threads,
+                  variants, failed)
+    if rules.static_int8 or schema.is_image:
+        calibration = calibration_inputs(schema, rules.calibration_rows)
         quantized("onnx-int8-static", lambda: quantize_onnx_static(paths.ONNX_MODEL, paths.STATIC_INT8_MODEL,
-                                                                   encode_features(rows, schema)),
+                                                                   calibration),
                   paths.STATIC_INT8_MODEL, threads, variants, failed)
     return variants, failed
 
@@ -93,17 +108,26 @@ def build_student(params: Params, schema: Schema, holdout: Holdout, threshold: f
         gate = GateResult.decide("parity student-onnx", [f"student training failed: {exc}"])
         return {"publishable": False, "gate": gate.model_dump()}, gate, {}, {}
     student, _ = load_trained(paths.STUDENT_WEIGHTS)
-    probe = probe_rows(holdout.rows, schema, params.export.probe_rows)
+    if schema.is_image:
+        probe, chosen = probe_images(holdout.features, params.export.probe_rows)
+        labels = holdout.labels[chosen]
+    else:
+        probe = probe_rows(holdout.rows, schema, params.export.probe_rows)
+        labels = probe_labels(holdout.rows, schema, params.export.probe_rows)
     entry, gate = publish_variant("student-onnx", eager_runner(student)(probe), probe, params.export,
                                   lambda: export_onnx(student, schema, params.export.onnx_exporter, paths.STUDENT_ONNX,
                                                       threshold),
-                                  lambda: onnx_runner(paths.STUDENT_ONNX, threads), paths.STUDENT_ONNX)
+                                  lambda: onnx_runner(paths.STUDENT_ONNX, threads), paths.STUDENT_ONNX, labels=labels)
     if gate.status == "fail":
         return entry, gate, {}, {}
     variants: Variants = {"student-onnx-fp32": (paths.STUDENT_ONNX, onnx_runner(paths.STUDENT_ONNX, threads))}
     failed: dict[str, str] = {}
-    quantized("student-onnx-int8", lambda: quantize_onnx(paths.STUDENT_ONNX, paths.STUDENT_INT8), paths.STUDENT_INT8,
-              threads, variants, failed)
+    if schema.is_image:
+        calibration = calibration_inputs(schema, params.compress.calibration_rows)
+        quantize = lambda: quantize_onnx_static(paths.STUDENT_ONNX, paths.STUDENT_INT8, calibration)  # noqa: E731
+    else:
+        quantize = lambda: quantize_onnx(paths.STUDENT_ONNX, paths.STUDENT_INT8)  # noqa: E731
+    quantized("student-onnx-int8", quantize, paths.STUDENT_INT8, threads, variants, failed)
     return entry, gate, variants, failed
 
 
@@ -138,11 +162,11 @@ def run(params: Params) -> None:
     schema = load_schema(paths.SCHEMA)
     holdout = load_holdout(schema)
     n_classes = len(schema.classes)
-    teacher, trained = load_trained(paths.MODEL_WEIGHTS)
+    _, trained = load_trained(paths.MODEL_WEIGHTS)
     threshold = trained.get("threshold")   # every variant is judged by the decision rule it will be served with
     reference = predict(onnx_runner(paths.ONNX_MODEL, params.runtime.threads), holdout.features, threshold=threshold)
     fp32 = {**classification_metrics(holdout.labels, reference, n_classes), "bytes": paths.ONNX_MODEL.stat().st_size}
-    variants, failed = build_variants(params, teacher, schema)
+    variants, failed = build_variants(params, schema)
     student_parity = None
     paths.STUDENT.mkdir(parents=True, exist_ok=True)
     paths.STUDENT_CHECKPOINTS.mkdir(parents=True, exist_ok=True)  # a DVC output even when distillation is off

@@ -18,10 +18,34 @@ from tasks.ops import batch_index
 log = logging.getLogger("torchship.ingest")
 
 
+def ingest_images(path: Path, params: Params, schema) -> tuple[GateResult, Path]:
+    """An image model's batch: a folder (one subfolder per class) or a manifest of labelled images, judged image by
+    image (tasks/images/batches.py). Refused images are copied to quarantine with the report; within the share the
+    rest join data/batches/, else the whole batch is refused (the folder stays where it is)."""
+    from tasks.images.batches import judge_image_batch, write_image_batch
+    from tasks.images.contract import ImageContract
+    from tasks.images.prepare import quarantine_images
+    from tasks.images.sources import folder_images, manifest_images
+
+    files = folder_images(path) if path.is_dir() else manifest_images(path, schema.target, params.images.path_column)
+    contract = params.contract if isinstance(params.contract, ImageContract) else None
+    gate, accepted, refused = judge_image_batch(files, str(path), schema, params.images, contract)
+    if refused:
+        folder = quarantine_images(files, refused, str(path), len(files), 1.0)
+        gate = gate.model_copy(update={"evidence": str(folder / "report.json")})
+    if gate.blocks(params.validate_.warn_blocks):
+        return gate, Path(gate.evidence).parent if gate.evidence else path
+    return gate, batch_index.keep_batch(params.tracking, params.data.registered_model_name(),
+                                        lambda: write_image_batch(accepted, path.stem), snapshot=False)
+
+
 def ingest_batch(path: Path, params: Params) -> tuple[GateResult, Path]:
     """Accept the batch into data/batches/ (and the shared index on the team topology), or move it to
-    data/quarantine/ with its report."""
-    contract = params.contract or contract_from_schema(load_schema(paths.SCHEMA))
+    data/quarantine/ with its report (an image batch: tasks/images/batches.py)."""
+    schema = load_schema(paths.SCHEMA)
+    if schema.is_image:
+        return ingest_images(path, params, schema)
+    contract = params.contract or contract_from_schema(schema)
     gate, typed = judge_batch(path, contract, params)
     if gate.blocks(params.validate_.warn_blocks) or typed is None:
         folder = quarantine_move(path)

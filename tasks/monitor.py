@@ -12,15 +12,18 @@ import pandas as pd
 from pydantic import BaseModel
 
 from tasks.config import Params
-from tasks.contract import Schema, encode_target
+from tasks.contract import Schema
 from tasks.core import paths
 from tasks.core.alias_history import champion_concern, notice_outside_moves
 from tasks.core.artifacts import write_json_atomic
 from tasks.core.gate import GateResult
+from tasks.core.holdout import load_holdout
 from tasks.core.notify import champion_notice, notify_once
 from tasks.core.quarantine import unique_stamp
 from tasks.core.registry import CHAMPION, alias_version, open_version, registry_client
-from tasks.core.runtime import decide, decision_threshold, predict_proba
+from tasks.core.runtime import EMBEDDING, IMAGE_INPUT, decide, decision_threshold, predict_proba
+from tasks.images.shards import read_metadata, read_pixels
+from tasks.images.watch import STATISTICS
 from tasks.monitoring.drift import PREDICTION, DriftFindings, judge, measure_drift, sample, save_html
 from tasks.monitoring.estimate import Holdout, expected_accuracy, fit_reliability
 from tasks.monitoring.segments import log_source
@@ -50,18 +53,32 @@ def served_classes(schema: Schema, session, rows: pd.DataFrame) -> tuple[np.ndar
 
 
 def reference_frame(schema: Schema, session, rows: int, seed: int) -> pd.DataFrame:
-    """A seeded sample of the training split with the serving version's answers on it."""
+    """A seeded sample of the training split with the serving version's answers on it (images: their statistics and
+    the serving version's embedding projection of them, the columns the request log keeps)."""
+    if schema.is_image:
+        return image_reference(schema, session, rows, seed)
     train = sample(pd.read_parquet(paths.TRAIN_SPLIT), rows, seed)
     _, decided = served_classes(schema, session, train)
     return train.assign(**{PREDICTION: [schema.classes[i] for i in decided]})
 
 
+def image_reference(schema: Schema, session, rows: int, seed: int) -> pd.DataFrame:
+    metadata = read_metadata(paths.TRAIN_SPLIT, schema.target)
+    picked = np.sort(np.random.default_rng(seed).permutation(len(metadata))[:rows])
+    pixels = read_pixels(paths.TRAIN_SPLIT, schema.image.shape)[picked]
+    probabilities, embedding = session.run(["probabilities", EMBEDDING], {IMAGE_INPUT: pixels})
+    decided = decide(probabilities, decision_threshold(session.get_modelmeta().custom_metadata_map))
+    frame = metadata.iloc[picked][list(STATISTICS)].reset_index(drop=True)
+    return frame.assign(**{EMBEDDING: list(embedding), PREDICTION: [schema.classes[i] for i in decided]})
+
+
 def holdout_scores(schema: Schema, session) -> Holdout:
     """The serving version on the holdout, scored now: its accuracy (the figure feedback accuracy and the estimate
     are held to), its probabilities' own estimate there, and the reliability curves the window's estimate uses."""
-    holdout = pd.read_parquet(paths.HOLDOUT_SPLIT)
-    probabilities, decided = served_classes(schema, session, holdout)
-    labels = encode_target(holdout[schema.target], schema)
+    holdout = load_holdout(schema)
+    inputs = holdout.features if schema.is_image else holdout.rows
+    probabilities, decided = served_classes(schema, session, inputs)
+    labels = holdout.labels
     return Holdout(accuracy=float((decided == labels).mean()), estimate=expected_accuracy(probabilities, decided)[0],
                    reliability=fit_reliability(probabilities, decided, labels))
 

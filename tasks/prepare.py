@@ -20,6 +20,7 @@ from tasks.core.params_spec import MAX_NON_NUMERIC_SHARE
 from tasks.core.problems import Problem
 from tasks.core.quarantine import quarantine_copy
 from tasks.core.sources import is_image_data, read_source, resolve_target, source_path
+from tasks.images.batches import batch_files
 from tasks.images.contract import ImageContract
 from tasks.images.prepare import PreparedImages, prepare_images
 from tasks.images.shards import ROW_GROUP, write_split
@@ -117,6 +118,9 @@ def run_images(params: Params, target: str) -> dict:
     """The image source: list, judge, quarantine, split, size, write (tasks/images/prepare.py)."""
     files, origin = list_images(params.data.source, target, params.images.path_column, params.images.rendered,
                                 params.data.seed, params.data.drift)
+    accepted = batch_files()   # labelled images `torchship ingest` accepted
+    if accepted:
+        files, origin = files + accepted, f"{origin} + {len(accepted)} accepted batch image(s)"
     contract = params.contract if isinstance(params.contract, ImageContract) else None
     return write_prepared_images(prepare_images(files, origin, target, params.images, params.prepare, contract))
 

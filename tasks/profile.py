@@ -9,7 +9,6 @@ import logging
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
 from tasks.config import ExportParams, Params, ProfileParams
@@ -17,18 +16,19 @@ from tasks.contract import load_schema, schema_from_metadata
 from tasks.core import paths
 from tasks.core.artifacts import read_json, sha256_file, write_bytes_atomic, write_json_atomic
 from tasks.core.gate import GateResult
-from tasks.core.holdout import load_holdout
+from tasks.core.holdout import Holdout, load_holdout
 from tasks.core.machine import load_during
 from tasks.core.metrics import evaluate
 from tasks.core.plots import plot_latency
 from tasks.core.runtime import Runner, decision_threshold, onnx_metadata, open_onnx
 from tasks.core.timing import time_interleaved
+from tasks.images.graph import compose_image_model, probe_images
 from tasks.ops.stage import stage_main
 from tasks.training.weights import load_trained
-from tasks.variants.parity import check_raw_parity, raw_probe_rows
+from tasks.variants.parity import check_image_raw_parity, check_raw_parity, raw_probe_rows
 from tasks.variants.preprocess import compose_raw_model
 from tasks.variants.quantize import BATCH_DEPENDENT
-from tasks.variants.runners import compiled_runner, eager_runner, onnx_runner, quantize_eager
+from tasks.variants.runners import compiled_runner, eager_runner, onnx_runner
 
 log = logging.getLogger("torchship.profile")
 
@@ -40,7 +40,7 @@ def profile_variants(runners: dict[str, Runner], holdout, n_classes: int, rules:
     holdout scores, measured by the decision rule the served graph applies (a binary model's `threshold`, else the
     argmax), or for a variant in `same_scores` those of the variant it names."""
     rows = [holdout.features[i][None] for i in range(min(len(holdout.features), 64))]
-    block = np.resize(holdout.features, (rules.batch_size, holdout.features.shape[1])).astype(np.float32)
+    block = holdout.features[np.arange(rules.batch_size) % len(holdout.features)]   # rows or images, repeated
     with load_during() as load:
         timings = time_interleaved(runners, rows, block, rules.rounds, rules.throughput_seconds)
     scores = {name: evaluate(runner, holdout.features, holdout.labels, n_classes, threshold=threshold)
@@ -76,22 +76,26 @@ def candidate_runners(params: Params) -> tuple[dict[str, Runner], dict[str, str]
             runners[name] = onnx_runner(Path(entry["path"]), threads)
             if name not in BATCH_DEPENDENT:
                 servable[name] = entry["path"]
-        elif name == "eager-int8":
-            runners[name] = eager_runner(quantize_eager(model))
     return runners, servable
 
 
-def publish_raw_model(name: str, variant: Path, holdout: pd.DataFrame, rules: ExportParams,
+def publish_raw_model(name: str, variant: Path, holdout: Holdout, rules: ExportParams,
                       threads: int) -> tuple[dict, GateResult]:
-    """Compose the selected variant with its preprocessing and gate it on raw parity with Python encoding +
-    the bare variant; only a passing graph is written (to paths.RAW_MODEL). Returns its report entry and gate."""
+    """Compose the selected variant with its preprocessing (an image model's: the served outputs) and gate it on
+    raw parity with Python encoding + the bare variant; only a passing graph is written (to paths.RAW_MODEL).
+    Returns its report entry and gate."""
     import onnx
 
     bare = onnx.load(str(variant))
     schema = schema_from_metadata({p.key: p.value for p in bare.metadata_props})
-    composed = compose_raw_model(bare, schema).SerializeToString()
-    gate = check_raw_parity(name, open_onnx(variant, threads), open_onnx(composed, threads), schema,
-                            raw_probe_rows(holdout, schema, rules.probe_rows), rules)
+    if schema.is_image:
+        composed = compose_image_model(bare, schema).SerializeToString()
+        gate = check_image_raw_parity(name, open_onnx(variant, threads), open_onnx(composed, threads), schema,
+                                      probe_images(holdout.features, rules.probe_rows)[0], rules)
+    else:
+        composed = compose_raw_model(bare, schema).SerializeToString()
+        gate = check_raw_parity(name, open_onnx(variant, threads), open_onnx(composed, threads), schema,
+                                raw_probe_rows(holdout.rows, schema, rules.probe_rows), rules)
     entry = {"variant": name, "variant_path": str(variant), "gate": gate.model_dump()}
     if gate.status == "fail":
         paths.RAW_MODEL.unlink(missing_ok=True)   # never leave an earlier run's graph where register looks
@@ -125,7 +129,7 @@ def run(params: Params) -> None:
                      f"batch_{batch}": results["eager-compile"]["rows_per_s"] > eager["rows_per_s"]}
                     if "eager-compile" in results else None)
     chosen = results[selected]
-    raw_model, raw_gate = publish_raw_model(selected, Path(servable[selected]), holdout.rows, params.export,
+    raw_model, raw_gate = publish_raw_model(selected, Path(servable[selected]), holdout, params.export,
                                             params.profile.threads)
     report = {"variants": results, "selected": selected, "selected_path": str(paths.RAW_MODEL),
               "raw_model": raw_model, "not_served": {name: f"{how}: a row's answer depends on its batch"

@@ -66,6 +66,7 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     import mlflow
     import onnx
 
+    from tasks.images.graph import embedding_width, image_signature
     from tasks.variants.preprocess import client_rows, raw_signature
 
     started = time.perf_counter()
@@ -78,7 +79,11 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
                             action=f"same bytes as v{existing.version}: no new version, aliases unchanged",
                             aliases=aliases(client, name), seconds=time.perf_counter() - started)
     schema = load_schema(paths.SCHEMA)
-    example = client_rows(load_holdout(schema).rows.head(5), schema)   # raw rows: what a request holds
+    holdout = load_holdout(schema)
+    if schema.is_image:   # the served graph's own input: uint8 pixels at the model's size
+        example, signature = holdout.features[:2], image_signature(schema, embedding_width(blessing.candidate_path))
+    else:
+        example, signature = client_rows(holdout.rows.head(5), schema), raw_signature(schema)   # raw rows
     profile = read_json(paths.PROFILE_REPORT)
     tags = {**lineage_tags(Path(".")), SHA_TAG: blessing.candidate_sha256, "variant": profile["selected"],
             "bless": blessing.gate.status, OUTCOME_TAG: str(blessing.outcome),
@@ -96,7 +101,7 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
         # Artifacts first, then the version with its sha tag in one write: a version never exists without its
         # artifacts or its tag, so a retry or a re-run finds it (find_version_by_sha) instead of adding another.
         info = mlflow.onnx.log_model(onnx.load(blessing.candidate_path), name="model",
-                                     signature=raw_signature(schema), input_example=example,
+                                     signature=signature, input_example=example,
                                      onnx_execution_providers=["CPUExecutionProvider"],
                                      pip_requirements=served_requirements(),
                                      save_as_external_data=False)   # one file, byte-identical to the candidate

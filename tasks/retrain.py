@@ -99,6 +99,45 @@ def take_window(params: Params, window: Window, since: float, until: float) -> R
                         quarantine=quarantine, **common)
 
 
+def ingested_image_times() -> list[float] | None:
+    """An image model's labelled examples for a retrain: when each image `torchship ingest` accepted arrived (None
+    for a table model, whose retrain learns from the window's feedback labels)."""
+    if not paths.SCHEMA.exists() or not load_schema(paths.SCHEMA).is_image:
+        return None
+    from tasks.images.batches import SUFFIX, accepted_at
+
+    times = []
+    for path in sorted(paths.BATCHES.glob(f"*{SUFFIX}")):
+        times += [accepted_at(path)] * len(pd.read_parquet(path, columns=["name"]))
+    return times
+
+
+def take_ingested(params: Params, since: float, until: float) -> RetrainBatch:
+    """An image model's retrain batch: the images `torchship ingest` accepted in (since, until] (already judged
+    at the image batch door, in data/batches/), snapshotted by DVC like a table's window."""
+    from tasks.images.batches import SUFFIX, accepted_at
+
+    batches = [p for p in sorted(paths.BATCHES.glob(f"*{SUFFIX}")) if since < accepted_at(p) <= until]
+    images = sum(len(pd.read_parquet(p, columns=["name"])) for p in batches)
+    common = dict(rows=images, labels_since=since, labels_until=until, quarantined_rows=0)
+    if not batches:
+        gate = GateResult(gate="image batch", status="fail", reasons=[
+            "no labelled images were ingested since the last retrain: an image model learns from the images "
+            "`torchship ingest DIR` accepts (the request log keeps no pixels)"])
+        return RetrainBatch(gate=gate, accepted_rows=0, **common)
+    kept = keep_batch(params, lambda: batches[-1])   # snapshots data/batches/: the version's lineage names them
+    gate = GateResult(gate="image batch", status="pass",
+                      reasons=[f"{images} labelled images in {len(batches)} ingested batch(es)"])
+    return RetrainBatch(gate=gate, accepted_rows=images, batch=str(kept), **common)
+
+
+def take_labelled(params: Params, window: Window, since: float, until: float) -> RetrainBatch:
+    """What a retrain learns from: the window's feedback-labelled rows (tables), or the ingested images (images)."""
+    if load_schema(paths.SCHEMA).is_image:
+        return take_ingested(params, since, until)
+    return take_window(params, window, since, until)
+
+
 def keep_batch(params: Params, store: Callable[[], Path]) -> Path:
     """Store the accepted batch and snapshot data/batches/ with DVC, so dvc.lock and the version's lineage name it;
     on the team topology into the shared batch index (tasks/ops/batch_index.py)."""

@@ -42,7 +42,7 @@ def print_summary(rows: list[dict], gate: GateResult) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"data contract gate: {gate.status}")
+    table = Table(title=f"{gate.gate} gate: {gate.status}")
     for column in ("split", "expectation", "column", "offending rows", "sample"):
         table.add_column(column, overflow="fold")
     for row in [r for r in rows if not r["success"]]:

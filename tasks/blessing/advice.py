@@ -21,6 +21,8 @@ def gap_advice(training: dict | None, baselines: dict[str, dict[str, float]], me
     stage's metrics.json with `cv_max_rows` (train.cv_max_rows) added; None when unknown."""
     training = training or {}
     fitted = training.get("fitted") or {}
+    if any(name.startswith(("logistic_regression_pixels", "linear_probe")) for name in baselines):
+        return image_advice(training, baselines, metric, max_baseline_gap)
     rows, folds, model = fitted.get("train_rows", 0), fitted.get("folds", 1), fitted.get("model", "")
     now = f"auto picked {model} out of fold" if len(fitted.get("candidates") or {}) > 1 else f"now {model}"
     cv_max_rows = training.get("cv_max_rows")
@@ -38,3 +40,17 @@ def gap_advice(training: dict | None, baselines: dict[str, dict[str, float]], me
                 f"numeric embeddings let the network draw its thresholds")
     return (f"bless.max_baseline_gap (now {max_baseline_gap}) to serve this model with the gap known, since "
             f"training already ran as fitted to this table")
+
+
+def image_advice(training: dict, baselines: dict[str, dict[str, float]], metric: str, max_baseline_gap: float) -> str:
+    """The knob for an image model behind its baselines (the pixel regression, or its own linear probe)."""
+    fitted = training.get("fitted") or {}
+    leader = max(baselines, key=lambda name: baselines[name][metric])
+    if leader.startswith("linear_probe"):
+        return ("train.pretrained.freeze backbone, or a lower train.lr: the fine-tune lost to a linear classifier on "
+                "the pretrained features it started from, so training moved them away from what worked")
+    if fitted and training.get("epochs_run", 0) >= fitted.get("epochs", 0):
+        return (f"train.epochs (now {fitted['epochs']}), or train.adapt true (it raises epochs to train.min_steps): "
+                "every epoch ran without stopping early, so the network was still learning")
+    return ("images.augment (more shift or brightness) or wider train.model_args.resnet.widths; or "
+            f"bless.max_baseline_gap (now {max_baseline_gap}) to serve this model with the gap known")

@@ -1,6 +1,6 @@
 """bless, stage 3, service: the candidate file loaded by the real service (`python -m serving --model-file`, a child
-process on 127.0.0.1: no registry, no request log), a short bounded load of one-row holdout requests from a few
-client threads, and p99 latency and error rate judged against the `slo` section.
+process on 127.0.0.1: no registry, no request log), a short bounded load of one-row (or one-image) holdout requests
+from a few client threads, and p99 latency and error rate judged against the `slo` section.
 
 The SLO judges the model, not the machine: each client follows every /predict with a request to the service's own
 no-op path (/health), so both see the same moments of the box. A p99 beyond slo.p99_ms is refused only when the
@@ -29,11 +29,24 @@ NO_OP = "/health"     # the service's own path that runs no model: the reference
 
 
 def request_rows(rows: pd.DataFrame, features: list[str], count: int, seed: int = 0) -> tuple[list[dict], np.ndarray]:
-    """`count` one-row payloads drawn from the holdout (cycled if it is smaller), missing values as null; and the
-    holdout positions they came from."""
+    """`count` one-row request bodies drawn from the holdout (cycled if it is smaller), missing values as null; and
+    the holdout positions they came from."""
     positions = np.resize(np.random.default_rng(seed).permutation(len(rows)), count)
     chosen = rows.iloc[positions][features]
-    return chosen.astype(object).where(chosen.notna(), None).to_dict(orient="records"), positions
+    records = chosen.astype(object).where(chosen.notna(), None).to_dict(orient="records")
+    return [{"rows": [record]} for record in records], positions
+
+
+def request_images(pixels: np.ndarray, count: int, seed: int = 0) -> tuple[list[dict], np.ndarray]:
+    """`count` one-image request bodies (the holdout image as a base64 PNG, as a client sends a file) drawn from the
+    holdout (cycled if it is smaller), and the holdout positions they came from."""
+    import base64
+
+    from tasks.images.decode import encode_png
+
+    positions = np.resize(np.random.default_rng(seed).permutation(len(pixels)), count)
+    encoded = {int(i): base64.b64encode(encode_png(pixels[i])).decode() for i in np.unique(positions)}
+    return [{"images": [encoded[int(i)]]} for i in positions], positions
 
 
 def send_load(url: str, payloads: list[dict], concurrency: int, seconds: float) -> pd.DataFrame:
@@ -73,9 +86,9 @@ def send_load(url: str, payloads: list[dict], concurrency: int, seconds: float) 
                                                                                                  ignore_index=True)
 
 
-def predicted_answer(client, payload: dict) -> str | None:
-    """POST one row to /predict: the label answered, None when it failed."""
-    response = client.post("/predict", json={"rows": [payload]})
+def predicted_answer(client, body: dict) -> str | None:
+    """POST one request body (one row, or one image) to /predict: the label answered, None when it failed."""
+    response = client.post("/predict", json=body)
     return response.json()["predictions"][0]["label"] if response.status_code == 200 else None
 
 

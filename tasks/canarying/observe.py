@@ -11,6 +11,7 @@ import orjson
 
 from tasks.canarying.analysis import VariantFigures, histogram_quantile
 from tasks.core.registry import CHALLENGER, CHAMPION
+from tasks.core.runtime import EMBEDDING
 from tasks.core.servelog import feedback_path, served_files, shadow_path
 from tasks.core.verdicts import PairedRows
 
@@ -99,9 +100,12 @@ def rows_figures(figures: VariantFigures, lines: list[dict], feedback: dict[str,
 
 def row_key(line: dict) -> bytes:
     """What makes two served rows the same row: their features (a replayed holdout row comes back under a fresh
-    id; counting it twice would count its answers twice). Lines without features: their id."""
+    id; counting it twice would count its answers twice), an image's without the embedding its model gave (two
+    models embed the same image differently). Lines without features: their id."""
     features = line.get("features")
-    return orjson.dumps(features, option=orjson.OPT_SORT_KEYS) if features is not None else line["id"].encode()
+    if features is None:
+        return line["id"].encode()
+    return orjson.dumps({k: v for k, v in features.items() if k != EMBEDDING}, option=orjson.OPT_SORT_KEYS)
 
 
 def paired_lines(lines: list[dict], versions: tuple[tuple[str, str], ...]) -> list[list[dict]]:

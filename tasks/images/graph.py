@@ -72,6 +72,14 @@ def compose_image_model(model, schema: Schema):
                     {**metadata, **RAW_INPUTS}, "torchship-image", passed=(EMBEDDING,))
 
 
+def embedding_width(path) -> int:
+    """The width of a served image graph's `embedding` output (PROJECTED, or the model's own when narrower)."""
+    import onnx
+
+    output = next(o for o in onnx.load(str(path), load_external_data=False).graph.output if o.name == EMBEDDING)
+    return output.type.tensor_type.shape.dim[-1].dim_value or PROJECTED
+
+
 def image_signature(schema: Schema, projected: int):
     """The MLflow signature of a composed image graph: the uint8 (-1, H, W, C) tensor `image` in; logits,
     probabilities and the decision (N, C) and the embedding projection (N, k) out."""

@@ -21,9 +21,18 @@ from tasks.config import MonitorParams
 from tasks.contract import Schema
 from tasks.core.artifacts import write_atomic
 from tasks.core.gate import GateResult
+from tasks.core.runtime import EMBEDDING
+from tasks.images.watch import (
+    EMBEDDING_METHOD,
+    embedding_drift,
+    embeddings_report,
+    spread_embeddings,
+    statistics_schema,
+)
 from tasks.monitoring.estimate import Estimate, Holdout, estimate_window
 
 PREDICTION = "prediction"
+EMBEDDING_REPORT_ROWS = 300
 
 
 class ColumnDrift(BaseModel):
@@ -87,11 +96,12 @@ class DriftSamples(BaseModel):
 
 
 def evidently_report(samples: DriftSamples, schema: Schema):
-    """The Evidently snapshot: DataDriftPreset over the features and the prediction column (with its plots)."""
+    """The Evidently snapshot: DataDriftPreset over the features (an image's statistics) and the prediction column
+    (with its plots)."""
     from evidently import DataDefinition, Dataset, Report
     from evidently.presets import DataDriftPreset
 
-    numeric, categorical = drift_columns(schema)
+    numeric, categorical = drift_columns(statistics_schema(schema) if schema.is_image else schema)
     definition = DataDefinition(numerical_columns=numeric, categorical_columns=categorical)
     columns = numeric + categorical
     return Report([DataDriftPreset(columns=columns)]).run(
@@ -146,12 +156,19 @@ def measure_drift(reference: pd.DataFrame, window: pd.DataFrame, schema: Schema,
     # Sample first, then type: typing is per value, so typing only the sample keeps the time flat in the log size.
     current_raw = sample(window, rules.sample_rows, rules.seed)
     reference_raw = sample(reference, rules.sample_rows, rules.seed)
-    current_sample = typed_like(current_raw, schema).assign(**{PREDICTION: current_raw[PREDICTION].astype(str).values})
-    reference_sample = typed_like(reference_raw, schema).assign(
+    watched = statistics_schema(schema) if schema.is_image else schema   # images: their logged statistics
+    current_sample = typed_like(current_raw, watched).assign(**{PREDICTION: current_raw[PREDICTION].astype(str).values})
+    reference_sample = typed_like(reference_raw, watched).assign(
         **{PREDICTION: reference_raw[PREDICTION].astype(str).values})
+    if schema.is_image:   # and the model's own embedding projection, one column per dimension
+        current_sample = current_sample.join(spread_embeddings(current_raw[[EMBEDDING]]))
+        reference_sample = reference_sample.join(spread_embeddings(reference_raw[[EMBEDDING]]))
     samples = DriftSamples(reference=reference_sample, current=current_sample)
-    columns = column_drifts(samples, schema)
-    features = {f.name: columns[f.name] for f in schema.features if f.name in columns}
+    columns = column_drifts(samples, watched)
+    features = {f.name: columns[f.name] for f in watched.features if f.name in columns}
+    if schema.is_image:
+        score, chance, drifted = embedding_drift(samples.reference, samples.current, rules.seed)
+        features[EMBEDDING] = ColumnDrift(method=EMBEDDING_METHOD, score=score, threshold=chance, drifted=drifted)
     quality = None
     labelled = window[window["label"].notna()] if "label" in window else window.iloc[:0]
     if holdout is not None and len(labelled) >= rules.min_labelled:
@@ -197,7 +214,13 @@ def judge(findings: DriftFindings, rules: MonitorParams, evidence: str | None = 
 
 
 def save_html(samples: DriftSamples, schema: Schema, path: Path) -> Path:
-    """The Evidently HTML report of the samples a verdict was made on (drawn here, not in the verdict)."""
+    """The Evidently HTML report of the samples a verdict was made on (drawn here, not in the verdict); for images
+    also Evidently's EmbeddingsDrift report beside it (`<name>-embeddings.html`, on at most EMBEDDING_REPORT_ROWS a
+    side: its t-SNE plot grows with the square of the rows)."""
     snapshot = evidently_report(samples, schema)
     write_atomic(path, lambda tmp: snapshot.save_html(str(tmp)))
+    if schema.is_image:
+        embeddings = embeddings_report(sample(samples.reference, EMBEDDING_REPORT_ROWS, 0),
+                                       sample(samples.current, EMBEDDING_REPORT_ROWS, 0))
+        write_atomic(path.with_name(f"{path.stem}-embeddings.html"), lambda tmp: embeddings.save_html(str(tmp)))
     return path

@@ -96,12 +96,14 @@ def utc_day(ts: float) -> str:
 
 
 def decide_retrain(gate: GateResult, window: Window, history: list[Decision], rules: RetrainParams, now: float,
-                   retrained_versions: set[str] = frozenset(),
-                   prediction_only: bool = False) -> tuple[Outcome, list[str]]:
+                   retrained_versions: set[str] = frozenset(), prediction_only: bool = False,
+                   labelled_times: list[float] | None = None) -> tuple[Outcome, list[str]]:
     """fired / suppressed (with every guard that held it back) / no drift.
 
     `retrained_versions`: registered versions a retrain produced; `prediction_only`: the gate failed on the
-    prediction column alone (no feature drift, no quality drop)."""
+    prediction column alone (no feature drift, no quality drop); `labelled_times`: when each labelled example a
+    retrain would learn from arrived, if not the window's labelled rows (an image model learns from the images
+    `torchship ingest` accepted: the request log keeps no pixels)."""
     if gate.status != "fail":
         return "no drift", [gate.summary()]
     held = []
@@ -113,10 +115,10 @@ def decide_retrain(gate: GateResult, window: Window, history: list[Decision], ru
                     f"v{', v'.join(sorted(served_by))} that a retrain produced "
                     "(a new model answers differently; that is not drift of the inputs)")
     mark = high_water(history)
-    labelled = window.labelled
-    new_labels = int((labelled["ts"] > mark).sum()) if len(labelled) else 0
+    times = list(window.labelled["ts"]) if labelled_times is None else labelled_times
+    new_labels = sum(1 for ts in times if ts > mark)
     if new_labels < rules.min_new_labels:
-        already = len(labelled) - new_labels
+        already = len(times) - new_labels
         held.append(f"{new_labels} new labelled rows < retrain.min_new_labels {rules.min_new_labels}"
                     + (f" ({already} more were already used by an earlier retrain: loop protection)"
                        if already else ""))

@@ -60,6 +60,16 @@ def benchmark_table(profile: dict) -> str:
             " | accuracy | macro-F1 |\n|---|---|---|---|---|---|\n" + "\n".join(rows))
 
 
+def inputs_line(prepared: dict) -> str:
+    """What the model takes: a table's features by kind, or the images' size and mode (and how many were refused)."""
+    if prepared.get("modality") == "image":
+        height, width = prepared.get("size", ["?", "?"])
+        return (f"images {height}x{width} {prepared.get('mode', '?')}, {prepared.get('refused', 0)} refused and "
+                "quarantined by the image contract")
+    kinds = prepared.get("features", {})
+    return f"features: {kinds.get('numeric', '?')} numeric, {kinds.get('categorical', '?')} categorical"
+
+
 def passport_markdown(params: Params, blessing: Blessing, tags: dict[str, str], version: str | None = None) -> str:
     prepared, validate, train = _read(paths.PREPARE_METRICS), _read(paths.VALIDATE_REPORT), _read(paths.TRAIN_METRICS)
     parity, compress, profile = _read(paths.PARITY_REPORT), _read(paths.COMPRESS_REPORT), _read(paths.PROFILE_REPORT)
@@ -70,7 +80,6 @@ def passport_markdown(params: Params, blessing: Blessing, tags: dict[str, str], 
                    else "the fp32 teacher itself (parity-gated export)")
     rows = prepared.get("rows", {})
     shares = ", ".join(f"{k} {v:.0%}" for k, v in prepared.get("class_share", {}).items())
-    kinds = prepared.get("features", {})
     title = f"{blessing.model_name} v{version}" if version else blessing.model_name
     names = [b for b in tags.get("data_batches", "none").split(",") if b and b != "none"]
     batches = f"plus {len(names)} accepted batch(es) ({', '.join(names)})" if names else "no accepted batches"
@@ -80,8 +89,7 @@ def passport_markdown(params: Params, blessing: Blessing, tags: dict[str, str], 
         f"### Data\n- source `{params.data.source}`, {batches}; "
         f"rows: train {rows.get('train', '?'):,}, validation {rows.get('val', '?'):,}, "
         f"holdout {rows.get('holdout', '?'):,}; "
-        f"classes: {shares}; features: {kinds.get('numeric', '?')} numeric, "
-        f"{kinds.get('categorical', '?')} categorical\n"
+        f"classes: {shares}; {inputs_line(prepared)}\n"
         f"- data contract gate: {validate.get('headline', '?')} (Data Docs in the validate run)\n"
         f"- DVC: training split md5 `{tags.get('dvc_train_md5', '?')}`, source fingerprint md5 "
         f"`{tags.get('dvc_source_md5', '?')}`\n\n"

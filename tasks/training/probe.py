@@ -95,9 +95,10 @@ def probe_model(name: str, kwargs: dict, probe: Probe, export: bool = True) -> N
                       f"{n_classes} here)", f"It returned {got}.")
     if not torch.isfinite(output).all():
         bad = sorted({int(i) for i in torch.nonzero(~torch.isfinite(output))[:, 0]})
+        hint = (" A table module must handle NaN inputs itself: start with models.TabularPreprocessor (imputes, "
+                "standardises, embeds)." if inputs.is_floating_point() else "")
         raise _refuse(name, "finite logits for every input (rows with missing values included)",
-                      f"Rows {bad} of the probe gave NaN or inf for {probe.what}. A table module must handle NaN "
-                      "inputs itself: start with models.TabularPreprocessor (imputes, standardises, embeds).")
+                      f"Rows {bad} of the probe gave NaN or inf for {probe.what}.{hint}")
     output.float().logsumexp(1).sum().backward()
     if not any(p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0
                for p in model.parameters() if p.requires_grad):
@@ -182,5 +183,39 @@ def probe_own_model(params: Params) -> None:
         return
     if os.getcwd() not in sys.path:   # a console script's sys.path starts at its own folder, not the project's
         sys.path.insert(0, os.getcwd())
-    probe = image_probe(*first_image_shape(params)) if is_image_data(params.data, params.images) else table_probe()
+    images = is_image_data(params.data, params.images)
+    classes = source_classes(params, images)
+    probe = image_probe(*first_image_shape(params), classes) if images else table_probe(classes)
     probe_model(name, params.train.model_args.get(name, {}), probe)
+
+
+def source_classes(params: Params, images: bool) -> int:
+    """How many classes the source's labels hold, read cheaply (class folders, a label column alone), so a module
+    built for another count fails here and not after prepare; 3 where it cannot be read (the prepare stage then
+    names what is wrong with the source)."""
+    from tasks.core.sources import resolve_target
+
+    try:
+        if images:
+            from tasks.images.sources import list_images
+
+            files, _ = list_images(params.data.source, resolve_target(params.data, params.contract, params.images),
+                                   params.images.path_column, 8 * 4, params.data.seed)   # shapes: 8 of each class
+            return len({f.label for f in files if f.label is not None})
+        from tasks.core.sources import load_source
+
+        if params.data.source == "synthetic":
+            return 2
+        target = resolve_target(params.data, params.contract)
+        source = Path(params.data.source)
+        if source.suffix.lower() in (".parquet", ".pq"):
+            import pyarrow.parquet as pq
+
+            return len(set(pq.read_table(source, columns=[target])[target].to_pylist()) - {None})
+        if source.suffix.lower() == ".csv":
+            import pandas as pd
+
+            return int(pd.read_csv(source, usecols=[target])[target].nunique())
+        return int(load_source(params.data, with_batches=False)[0][target].nunique())
+    except Exception:   # an unreadable source is prepare's to describe
+        return 3

@@ -38,7 +38,8 @@ def export_onnx(model: nn.Module, schema: Schema, exporter: str, path: Path, thr
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if exporter == "dynamo":
-                logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed" noise
+                for noisy in ("torch.onnx", "onnxscript", "onnx_ir"):   # "torchvision is not installed", each pass
+                    logging.getLogger(noisy).setLevel(logging.ERROR)
                 program = torch.onnx.export(traced, (example,), dynamo=True, input_names=["x"], output_names=outputs,
                                             dynamic_shapes=({0: torch.export.Dim("batch", max=MAX_BATCH)},),
                                             verbose=False)

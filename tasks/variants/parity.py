@@ -114,6 +114,23 @@ def spaces_only(rows: pd.DataFrame, schema: Schema) -> pd.Series:
     return pd.concat(text, axis=1).all(axis=1) if text else pd.Series(True, index=rows.index)
 
 
+def check_image_raw_parity(name: str, variant, composed, schema: Schema, probe: np.ndarray,
+                           rules: ExportParams) -> GateResult:
+    """The bare image variant (pixels as `x`) vs the served graph (pixels as `image`) on the probe images:
+    probabilities within parity_atol and the same class on every image."""
+    reference, raw = predict_proba(variant, schema, probe), predict_proba(composed, schema, probe)
+    diff = np.nan_to_num(np.abs(reference - raw), nan=np.inf).max(axis=1)
+    failures = []
+    if (diff > rules.parity_atol).any():
+        failures.append(f"{int((diff > rules.parity_atol).sum())} of {len(probe)} probe images differ by more than "
+                        f"export.parity_atol {rules.parity_atol:g} (worst {diff.max():.3g})")
+    flipped = np.flatnonzero(reference.argmax(1) != raw.argmax(1))
+    if len(flipped):
+        failures.append(f"{len(flipped)} probe images change class (images {flipped[:10].tolist()})")
+    return GateResult.decide(f"raw parity {name}", failures,
+                             passed=f"max probability diff {diff.max():.2e}, same class on all {len(probe)} images")
+
+
 def check_raw_parity(name: str, variant, composed, schema: Schema, probe: pd.DataFrame,
                      rules: ExportParams) -> GateResult:
     """Python encoding + the bare variant vs the composed graph on the same raw batches (batch-dependent int8

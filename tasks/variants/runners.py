@@ -1,7 +1,6 @@
 """Every way torchship runs a model, as one shape: encoded rows (N, F) float32 -> logits (N, C)."""
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -37,10 +36,3 @@ def pt2_runner(path: Path) -> Runner:
     """A saved torch.export program (.pt2); loading it runs no pickled code."""
     module = torch.export.load(str(path)).module()
     return lambda rows: module(torch.from_numpy(rows)).detach().numpy()
-
-
-def quantize_eager(model: nn.Module) -> nn.Module:
-    """torch dynamic int8 of every Linear (deprecated torch.ao API, kept as the eager baseline)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)

@@ -40,7 +40,7 @@ def test_one_pass_names_every_bad_file_with_its_rule_and_quarantines_it(bad_set)
     for name, rule in bad.items():
         assert any(rule in broken for broken in prepared.refused[name]), (name, prepared.refused[name])
     assert "pixels" in prepared.refused["circle/bomb.png"][0] and "not decoded" in prepared.refused["circle/bomb.png"][0]
-    assert "circle/0.png" in " ".join(prepared.refused["cross/copy.png"])   # names the image it repeats
+    assert "circle/0.png" in " ".join(prepared.refused["triangle/copy.png"])   # names the image it repeats
     [folder] = list(paths.QUARANTINE.iterdir())
     report = json.loads((folder / "report.json").read_text())
     assert set(report["files"]) == set(bad) and report["status"] == "warn"

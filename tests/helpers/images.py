@@ -38,25 +38,29 @@ def bomb_png(path: Path, width: int = 20_000, height: int = 20_000) -> Path:
     return path
 
 
-def add_bad_files(root: Path) -> dict[str, str]:
-    """The bad inputs of the image contract, added to a shapes folder: {relative name: the rule it breaks (a word
-    of it)}. The set's own first image is copied into another class folder (a duplicate that a split would leak)."""
+def add_bad_files(root: Path, classes: list[str] = CLASSES, mode: str = "RGB") -> dict[str, str]:
+    """The bad inputs of the image contract, added to a class-folder set of `mode` images whose first class folder
+    holds at least one PNG: {relative name: a word of the rule it breaks}. The first class's first image is copied
+    into another class folder (a duplicate a split would leak); an image of the other mode joins the set."""
     from PIL import Image
 
-    sample = np.asarray(Image.open(next((root / "circle").glob("*.png"))).convert("RGB"))
-    bomb_png(root / "circle" / "bomb.png")
-    (root / "circle" / "notes.png").write_text("a text file named .png\n")
-    (root / "circle" / "corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    first = sorted((root / classes[0]).glob("*.png"))[0]
+    sample = np.asarray(Image.open(first).convert(mode))
+    other = np.asarray(Image.fromarray(sample).convert("RGB" if mode == "L" else "L"))
+    c0, c1, c2, c3 = (classes * 4)[:4]
+    bomb_png(root / c0 / "bomb.png")
+    (root / c0 / "notes.png").write_text("a text file named .png\n")
+    (root / c0 / "corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
     jpeg = io.BytesIO()
     Image.fromarray(sample).save(jpeg, format="JPEG")
-    (root / "square" / "truncated.jpg").write_bytes(jpeg.getvalue()[: len(jpeg.getvalue()) // 2])
-    Image.new("RGB", (1, 1), (200, 10, 10)).save(root / "square" / "tiny.png")
-    Image.fromarray(sample[:, :, 0]).save(root / "triangle" / "gray.png")
-    first = sorted((root / "circle").glob("[0-9]*.png"))[0]
-    shutil.copy(first, root / "cross" / "copy.png")
-    (root / "hexagon").mkdir(exist_ok=True)
-    Image.fromarray(255 - sample).save(root / "hexagon" / "unknown-class.png")
-    Image.new("RGB", sample.shape[1::-1], (128, 128, 128)).save(root / "cross" / "blank.png")
-    return {"circle/bomb.png": "decodable", "circle/notes.png": "decodable", "circle/corrupt.png": "decodable",
-            "square/truncated.jpg": "decodable", "square/tiny.png": "both sides", "triangle/gray.png": "mode",
-            "cross/copy.png": "duplicate", "hexagon/unknown-class.png": "class set", "cross/blank.png": "contrast"}
+    (root / c1 / "truncated.jpg").write_bytes(jpeg.getvalue()[: len(jpeg.getvalue()) // 2])
+    Image.new(mode, (1, 1), 200).save(root / c1 / "tiny.png")
+    Image.fromarray(other).save(root / c2 / "other-mode.png")
+    shutil.copy(first, root / c3 / "copy.png")
+    (root / "not-a-class").mkdir(exist_ok=True)
+    Image.fromarray(255 - sample).save(root / "not-a-class" / "unknown-class.png")
+    grey = 128 if mode == "L" else (128, 128, 128)
+    Image.new(mode, Image.fromarray(sample).size, grey).save(root / c3 / "blank.png")
+    return {f"{c0}/bomb.png": "decodable", f"{c0}/notes.png": "decodable", f"{c0}/corrupt.png": "decodable",
+            f"{c1}/truncated.jpg": "decodable", f"{c1}/tiny.png": "both sides", f"{c2}/other-mode.png": "mode",
+            f"{c3}/copy.png": "duplicate", "not-a-class/unknown-class.png": "class set", f"{c3}/blank.png": "contrast"}

@@ -2,22 +2,30 @@
 serving host)."""
 from __future__ import annotations
 
+import base64
 import random
 import threading
 
 import httpx
+import numpy as np
 import pandas as pd
 
 from tasks.canarying.link import KEY_HEADER
+from tasks.images.decode import encode_png
 
 
 class LiveTraffic:
     """Users sending rows (holdout rows, or drifted ones), each under a key of its own (so the split is sticky), and
     the true labels as feedback, in a thread, until stopped: the live traffic a canary observes."""
 
-    def __init__(self, url: str, features: pd.DataFrame, truth: pd.Series):
+    def __init__(self, url: str, features: pd.DataFrame | np.ndarray, truth: pd.Series):
+        """`features`: rows' feature columns, or images ((N, H, W, C) uint8, sent as base64 PNG files)."""
         self.url, self.stop_event = url, threading.Event()
-        self.rows = features.astype(object).where(features.notna(), None).to_dict(orient="records")
+        if isinstance(features, np.ndarray):
+            self.bodies = [{"images": [base64.b64encode(encode_png(image)).decode()]} for image in features]
+        else:
+            rows = features.astype(object).where(features.notna(), None).to_dict(orient="records")
+            self.bodies = [{"rows": [row]} for row in rows]
         self.truth = truth.tolist()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
@@ -27,8 +35,8 @@ class LiveTraffic:
             while not self.stop_event.is_set():
                 labels = []
                 for _ in range(10):
-                    i = rng.randrange(len(self.rows))
-                    answer = http.post("/predict", json={"rows": [self.rows[i]]},
+                    i = rng.randrange(len(self.bodies))
+                    answer = http.post("/predict", json=self.bodies[i],
                                        headers={KEY_HEADER: f"user-{rng.randrange(10_000)}"})
                     if answer.status_code == 200:
                         labels.append({"id": answer.json()["predictions"][0]["id"], "label": self.truth[i]})

@@ -122,7 +122,7 @@ def test_the_log_line_keeps_statistics_and_the_embedding_not_pixels(model_file):
     finally:
         service.stop()
     features = line["features"]
-    assert set(features) == {"width", "height", "mode", "file_bytes", "brightness", "contrast", "embedding"}
+    assert set(features) == {"width", "height", "mode", "file_bytes", "brightness", "contrast", "sha256", "embedding"}
     assert len(features["embedding"]) == 16 and len(orjson.dumps(line)) < 2000   # no pixels in it
     assert sorted(line["probabilities"]) == sorted(SCHEMA.classes)
 
