@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import save  # noqa: E402
 from bench.public_tables import TABLES  # noqa: E402
 from tasks.config import load_params  # noqa: E402
-from tasks.ops.lineage import git_state  # noqa: E402
+from tasks.stages.lineage import git_state  # noqa: E402
 
 METRICS = ("f1_macro", "accuracy")   # the bless metric first
 GOAL_POINTS = 1.0

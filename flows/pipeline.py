@@ -6,23 +6,25 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.canary import record_decision, record_step
-from flows.slot import workspace_slot
 from tasks import bless, canary, register, validate
-from tasks.config import Params, load_params
+from tasks.config import load_params
 from tasks.core import paths, sources, tracking
 from tasks.core.artifacts import read_json
+from tasks.core.params_spec import Params
 from tasks.core.verdicts import BlessOutcome
-from tasks.ops import batch_index, reproduce
-from tasks.ops.approvals import review_approvals
-from tasks.ops.lineage import git_state
-from tasks.ops.summary import PipelineSummary, summarize
+from tasks.monitoring import batch_index
+from tasks.registry.approvals import review_approvals
+from tasks.stages import repro
+from tasks.stages.lineage import git_state
+from tasks.stages.summary import PipelineSummary, summarize
+from tasks.workspace.lock import workspace_lock
 
 
 @task(name="dvc-stage", task_run_name="{stage}")
-def dvc_stage(stage: str, parent_run: str) -> reproduce.StageOutcome:
+def dvc_stage(stage: str, parent_run: str) -> repro.StageOutcome:
     """Let DVC decide skip-or-run from hashes; the stage nests its MLflow run under the pipeline's."""
     try:
-        outcome = reproduce.reproduce(stage, env={tracking.PARENT_RUN_ENV: parent_run})
+        outcome = repro.reproduce(stage, env={tracking.PARENT_RUN_ENV: parent_run})
     finally:
         if stage == "validate" and paths.VALIDATE_REPORT.exists():  # the gate's table, pass or fail
             create_markdown_artifact(key="data-contract-gate", markdown=validate.report_markdown(
@@ -51,7 +53,7 @@ def check_source(params: Params) -> None:
     (DVC hashes it) so a changed file or a new accepted batch re-runs prepare, and record the source stage."""
     sources.check_source(params.data, sources.resolve_target(params.data, params.contract))
     sources.write_source_fingerprint(params.data)
-    reproduce.record_stage("source")   # as `dvc repro` would have left it: plain `dvc status` stays clean
+    repro.record_stage("source")   # as `dvc repro` would have left it: plain `dvc status` stays clean
 
 
 @task(name="publish-summary")
@@ -69,8 +71,8 @@ def pipeline(params_file: str = "params.yaml", trigger: dict[str, str] | None = 
     pull_batches(params)
     check_source(params)
     run_tags = {**git_state(), "data_source": params.data.source, **(trigger or {})}
-    with (workspace_slot("the pipeline run", params.retrain.workspace_wait_s),
-          tracking.pipeline_run(params.tracking, run_tags) as parent_run, reproduce.last_good_outputs()):
+    with (workspace_lock("the pipeline run", params.retrain.workspace_wait_s),
+          tracking.pipeline_run(params.tracking, run_tags) as parent_run, repro.last_good_outputs()):
         stages = [dvc_stage("prepare", parent_run),
                   dvc_stage("validate", parent_run),
                   dvc_stage("baseline", parent_run),

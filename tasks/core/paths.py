@@ -5,13 +5,13 @@ DATA = Path("data")
 SOURCE_FINGERPRINT = DATA / "source.json"
 QUARANTINE = DATA / "quarantine"
 BATCHES = DATA / "batches"           # labelled batches accepted by `torchship ingest` (prepare reads them)
-BATCHES_DVC = DATA / "batches.dvc"   # their DVC snapshot: the accepted-batch index (tasks/ops/batch_index.py)
+BATCHES_DVC = DATA / "batches.dvc"   # their DVC snapshot: the accepted-batch index (tasks/monitoring/batch_index.py)
 SERVE = DATA / "serve"               # the service's request log and feedback (format: tasks/core/servelog.py)
 MONITOR = DATA / "monitor"           # drift reports and summaries, the trigger decisions, retrain windows
 MONITOR_REPORTS = MONITOR / "reports"
 MONITOR_LATEST = MONITOR / "latest.json"
 DECISIONS = MONITOR / "decisions.jsonl"
-WINDOWS = MONITOR / "windows"        # labelled windows a retrain took (before the batch door)
+WINDOWS = MONITOR / "windows"        # labelled windows a retrain took (before the batch gate)
 
 PREPARE = DATA / "prepare"
 TRAIN_SPLIT = PREPARE / "train.parquet"

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.config import DataParams
+from tasks.core.params_spec import DataParams
 from tasks.core.errors import ConfigError
 from tasks.core.sources import (
     SYNTHETIC_TARGET,

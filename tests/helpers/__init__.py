@@ -73,8 +73,8 @@ def light_run_flags() -> list[str]:
 
 def project_registry(project):
     """An MLflow client on the project's registry (its SQLite file)."""
-    from tasks.config import TrackingParams
-    from tasks.core.registry import registry_client
+    from tasks.core.params_spec import TrackingParams
+    from tasks.registry.read import registry_client
 
     return registry_client(TrackingParams(uri=f"sqlite:///{project.root / 'mlflow' / 'mlflow.db'}"))
 

@@ -8,7 +8,7 @@ import threading
 import httpx
 import pandas as pd
 
-from tasks.canarying.link import KEY_HEADER
+from tasks.core.env import KEY_HEADER
 
 
 class LiveTraffic:

@@ -45,15 +45,15 @@ def _params() -> dict:
 
 
 def _lock() -> dict[str, float]:
-    """The registry lock's figures (tasks/core/registry_lock.py), as the docs quote them: whole seconds, up."""
+    """The registry lock's figures (tasks/registry/lock.py), as the docs quote them: whole seconds, up."""
     import math
 
     from prefect.concurrency._leases import _RENEWAL_FRACTION
     from prefect.settings.models.server.services import ServerServicesRepossessorSettings
 
+    from flows.cli.stack.servers import REPOSSESSOR_LOOP_S as STACK_LOOP_S
     from tasks.core.prefect_limits import LEASE_S, REPOSSESSOR_LOOP_S, dead_holder_bound_s
-    from tasks.core.registry_lock import SERVER_LOCK_WAIT_S
-    from tasks.ops.stack_parts import REPOSSESSOR_LOOP_S as STACK_LOOP_S
+    from tasks.registry.lock import SERVER_LOCK_WAIT_S
 
     assert ServerServicesRepossessorSettings.model_fields["loop_seconds"].default == REPOSSESSOR_LOOP_S
     return {"lease": LEASE_S, "renewed": LEASE_S * _RENEWAL_FRACTION, "wait": SERVER_LOCK_WAIT_S,
@@ -61,8 +61,8 @@ def _lock() -> dict[str, float]:
 
 
 def _crash_watch() -> dict[str, float]:
-    """The figures of tasks/ops/crash_watch.py the docs quote."""
-    from tasks.ops import crash_watch
+    """The figures of tasks/workspace/crash_watch.py the docs quote."""
+    from tasks.workspace import crash_watch
 
     return {"heartbeat": crash_watch.HEARTBEAT_S, "silence": crash_watch.SILENCE_S,
             "bound": crash_watch.crashed_within_s()}

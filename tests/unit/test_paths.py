@@ -7,8 +7,8 @@ from pathlib import Path
 from ruamel.yaml import YAML
 
 from tasks.core import paths
-from tasks.ops import reproduce
-from tasks.ops.plan import LIVE_STEPS
+from tasks.stages import repro
+from tasks.stages.plan import LIVE_STEPS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,11 +59,11 @@ def test_the_flow_calls_each_dvc_stage_once_in_dvc_yaml_order_then_the_prefect_o
     calls = flow_calls()
     names = [call.func.id for call in calls]
     asked_dvc = [call.args[0].value for call in calls if call.func.id == "dvc_stage"]
-    assert reproduce.dvc_stages(REPO) == list(dvc_stages())
-    assert asked_dvc == reproduce.pipeline_stages(REPO)
+    assert repro.dvc_stages(REPO) == list(dvc_stages())
+    assert asked_dvc == repro.pipeline_stages(REPO)
     # the stage torchship refreshes itself (check_source writes the fingerprint and records the stage) comes first
-    refreshed = [stage for stage in reproduce.dvc_stages(REPO) if stage not in asked_dvc]
-    assert refreshed == list(reproduce.REFRESHED_BY_TORCHSHIP) == ["source"]
+    refreshed = [stage for stage in repro.dvc_stages(REPO) if stage not in asked_dvc]
+    assert refreshed == list(repro.REFRESHED_BY_TORCHSHIP) == ["source"]
     assert names.index("check_source") < names.index("dvc_stage")
     prefect_only = [name.removesuffix("_step") for name in names if name.endswith("_step")]
     assert prefect_only == list(LIVE_STEPS)
