@@ -21,7 +21,7 @@ and a checkpoint per epoch: on breast cancer before the inner-split change, 11-1
 in process). On a 2-core machine that other work shares, --threads 1: two torch threads collapse when another
 process takes a core (iris, one seed at load 4: train 140 s at 2 threads, 15 s at 1).
 
-Goal (issue #23): within 1 point of that baseline on every table on the bless metric (mean over seeds), and bless
+Goal: within 1 point of that baseline on every table on the bless metric (mean over seeds), and bless
 serves something in every seed. Tables under 1,000 rows run 10 seeds, the rest 3. Needs the bench extra
 (palmerpenguins, statsmodels). Run:
     python bench/bench_tables.py [--tables iris,wine,...] [--small-seeds 10] [--large-seeds 3]

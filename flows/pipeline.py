@@ -1,5 +1,5 @@
-"""The pipeline flow, step by step as in the diagram: the DVC stages in dvc.yaml's order (DVC skips what is
-unchanged), then bless -> register -> canary against the live registry. Each step lives in tasks/<step>.py."""
+"""The `pipeline` deployment's flow, step by step as in the diagram: the DVC stages in dvc.yaml's order (DVC skips
+what is unchanged), then bless -> register -> canary against the live registry. Each step lives in tasks/<step>."""
 from __future__ import annotations
 
 from prefect import flow, get_run_logger, task
@@ -16,6 +16,7 @@ from tasks.monitoring import batch_index
 from tasks.registry.approvals import review_approvals
 from tasks.stages import repro
 from tasks.stages.lineage import git_state
+from tasks.stages.stage_list import pipeline_stages
 from tasks.stages.summary import PipelineSummary, summarize
 from tasks.workspace.lock import workspace_lock
 
@@ -64,8 +65,9 @@ def publish_summary(params: Params, parent_run: str, summary: PipelineSummary) -
 
 @flow(name="torchship-pipeline", log_prints=True)
 def pipeline(params_file: str = "params.yaml", trigger: dict[str, str] | None = None) -> PipelineSummary:
-    """dvc.yaml's stages, one call each in its order (tests/unit/test_paths.py checks), then bless -> register ->
-    approvals (promotion.approval: decisions made since, timeouts) -> canary.
+    """dvc.yaml's stages in its order (the source fingerprint refreshed first), then the Prefect-only steps, one call
+    each in PREFECT_STEPS' order (tests/unit/test_paths.py checks): bless -> register -> approvals
+    (promotion.approval: decisions made since, timeouts) -> canary.
     `trigger`: tags naming why this run happened (a retrain's window), put on the run and a new version."""
     params = load_params(params_file)
     pull_batches(params)
@@ -73,13 +75,7 @@ def pipeline(params_file: str = "params.yaml", trigger: dict[str, str] | None = 
     run_tags = {**git_state(), "data_source": params.data.source, **(trigger or {})}
     with (workspace_lock("the pipeline run", params.retrain.workspace_wait_s),
           tracking.pipeline_run(params.tracking, run_tags) as parent_run, repro.last_good_outputs()):
-        stages = [dvc_stage("prepare", parent_run),
-                  dvc_stage("validate", parent_run),
-                  dvc_stage("baseline", parent_run),
-                  dvc_stage("train", parent_run),
-                  dvc_stage("export", parent_run),
-                  dvc_stage("compress", parent_run),
-                  dvc_stage("profile", parent_run)]
+        stages = [dvc_stage(stage, parent_run) for stage in pipeline_stages()]   # dvc.yaml's, in its order
         blessing = bless_step(params, parent_run)
         registration = register_step(params, blessing, parent_run, trigger)
         approvals_review(params, "the pipeline")   # decided in the MLflow UI, or timed out: the canary goes next

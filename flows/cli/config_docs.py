@@ -6,8 +6,10 @@ from flows.environment import enter_project
 
 
 def config_docs() -> None:
-    """Regenerate docs/configuration.md from the typed configuration."""
+    """Regenerate docs/configuration.md from the typed configuration, and the pipeline's diagram and step table in
+    the README and the docs from dvc.yaml."""
     root = enter_project()
-    from tasks.workspace.local_state import write_configuration_docs
+    from tasks.workspace.config_docs import write_generated_docs
 
-    console.print(f"wrote {write_configuration_docs(root).relative_to(root)}")
+    for written in write_generated_docs(root):
+        console.print(f"wrote {written.relative_to(root)}")

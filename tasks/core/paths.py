@@ -1,4 +1,5 @@
-"""Where each stage writes (dvc.yaml declares the same paths; a test keeps the two in step)."""
+"""Where each stage writes, for the code that reads and writes it: dvc.yaml declares the same paths (its outs and
+metrics), tests/unit/test_paths.py keeps the two in step, and tasks/stages/stage_list.py reads dvc.yaml itself."""
 from pathlib import Path
 
 DATA = Path("data")
@@ -57,15 +58,3 @@ PROFILE = DATA / "profile"
 PROFILE_REPORT = PROFILE / "report.json"
 RAW_MODEL = PROFILE / "model.onnx"   # the selected variant behind raw per-column inputs: what is registered
 LATENCY_PLOT = PROFILE / "latency.png"
-
-# dvc.yaml stage name -> the JSON file holding its headline figures.
-STAGE_METRICS = {
-    "source": SOURCE_FINGERPRINT,
-    "prepare": PREPARE_METRICS,
-    "validate": VALIDATE_REPORT,
-    "baseline": BASELINE_REPORT,
-    "train": TRAIN_METRICS,
-    "export": PARITY_REPORT,
-    "compress": COMPRESS_REPORT,
-    "profile": PROFILE_REPORT,
-}

@@ -6,9 +6,8 @@ from pydantic import BaseModel
 
 from tasks.core.sources import write_source_fingerprint
 from tasks.stages.overrides import applied_overrides, resolve
-from tasks.stages.repro import dvc_stages, stage_changes
-
-LIVE_STEPS = ("bless", "register", "canary")  # compared with the live registry, never cached
+from tasks.stages.repro import stage_changes
+from tasks.stages.stage_list import PREFECT_STEPS, dvc_stages
 
 
 class PlannedStep(BaseModel):
@@ -29,8 +28,8 @@ def plan_steps(stages: list[str], changes: dict[str, list[str]]) -> list[Planned
             rows.append(PlannedStep(step=stage, would="maybe run", why="if an upstream stage's outputs change"))
         else:
             rows.append(PlannedStep(step=stage, would="skip", why="deps, params and outs unchanged"))
-    rows += [PlannedStep(step=step, would="run", why="compares with the live registry every run")
-             for step in LIVE_STEPS]
+    rows += [PlannedStep(step=step.name, would="run", why="compares with the live registry every run")
+             for step in PREFECT_STEPS]
     return rows
 
 

@@ -22,7 +22,8 @@ from tasks.core.artifacts import read_json
 from tasks.core.errors import TorchshipError
 from tasks.core.params_spec import Params
 from tasks.registry.read import inside, model_version, refuse_climbing, registry_client
-from tasks.stages.repro import StageOutcome, dvc_stages, reproduce, run_dvc, stage_environment
+from tasks.stages.repro import StageOutcome, reproduce, run_dvc, stage_environment
+from tasks.stages.stage_list import dvc_stages
 
 LINEAGE = "lineage"   # artifact folder of the version's run
 LINEAGE_FILES = ("params.yaml", "dvc.lock", "data/source.json", "data/batches.dvc")

@@ -17,17 +17,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from tasks.core import paths
-from tasks.core.artifacts import read_json
 from tasks.core.env import CHECKPOINT_MIRROR_ENV, STAGE_RAN_ENV
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import Child, tee_lines
 from tasks.stages import run_cache
+from tasks.stages.stage_list import REFRESHED_BY_TORCHSHIP, headline, metrics_files
 
-# Always changed for DVC (it fingerprints the source for plain `dvc repro`); torchship's run and plan write
-# that fingerprint themselves first, so for them it is never a reason to run anything.
-REFRESHED_BY_TORCHSHIP = ("source",)
-DVC_FILE = Path("dvc.yaml")
 LOCK_FILE = Path("dvc.lock")
 
 
@@ -49,19 +44,6 @@ def read_lock(cwd: Path = Path(".")) -> dict:
 
     lock = cwd / LOCK_FILE
     return (YAML(typ="safe").load(lock.read_text()) or {}).get("stages") or {} if lock.exists() else {}
-
-
-def dvc_stages(cwd: Path = Path(".")) -> list[str]:
-    """dvc.yaml's stages, in order: the one stage list (tests/unit/test_paths.py checks the pipeline flow's
-    calls against it)."""
-    from ruamel.yaml import YAML
-
-    return list(YAML(typ="safe").load((cwd / DVC_FILE).read_text())["stages"])
-
-
-def pipeline_stages(cwd: Path = Path(".")) -> list[str]:
-    """The stages the pipeline runs through `dvc repro`, in order: all but the ones torchship refreshes itself."""
-    return [stage for stage in dvc_stages(cwd) if stage not in REFRESHED_BY_TORCHSHIP]
 
 
 def stage_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -174,7 +156,7 @@ def _what(change) -> str:
 def last_good_outputs(cwd: Path = Path(".")) -> Iterator[None]:
     """On any failure inside: put dvc.lock and the uncached metric files back and check the last good
     outputs out of the DVC cache, so a rejected batch never stays in data/ as if it were the training set."""
-    files = [LOCK_FILE, *paths.STAGE_METRICS.values()]
+    files = [LOCK_FILE, *metrics_files(cwd)]
     saved = {path: (cwd / path).read_bytes() if (cwd / path).exists() else None for path in files}
     try:
         yield
@@ -186,13 +168,6 @@ def last_good_outputs(cwd: Path = Path(".")) -> Iterator[None]:
             subprocess.run([sys.executable, "-m", "dvc", "checkout", "--force", "--quiet"], cwd=cwd,
                            capture_output=True, env=stage_environment())
         raise
-
-
-def headline(stage: str, cwd: Path = Path(".")) -> str:
-    path = paths.STAGE_METRICS.get(stage)
-    if path is None or not (cwd / path).exists():
-        return ""
-    return str(read_json(cwd / path).get("headline", ""))
 
 
 def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout, cwd: Path = Path("."),

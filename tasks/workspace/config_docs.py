@@ -1,13 +1,18 @@
-"""docs/configuration.md, generated from the typed configuration (`torchship config-docs`): every key, its
-type, default and meaning, so the docs can never drift from the code (a test compares them)."""
+"""The generated docs (`torchship config-docs`): docs/configuration.md from the typed configuration (every key, its
+type, default and meaning), and the pipeline's diagram and step table from the stage list (tasks/stages/diagram.py),
+so the docs can never drift from the code (tests compare them)."""
 from __future__ import annotations
 
 import dataclasses
 import inspect
+from pathlib import Path
 
 from pydantic import BaseModel
 
 from tasks.core.params_spec import Params
+from tasks.stages.diagram import write_blocks
+
+CONFIGURATION_DOCS = Path("docs") / "configuration.md"
 
 
 def configuration_markdown() -> str:
@@ -15,7 +20,7 @@ def configuration_markdown() -> str:
     from tasks.training.model_args import model_configs  # imports torch: only when the docs are built
 
     lines = ["# Configuration (`params.yaml`)", "",
-             "Generated from `tasks/config.py` by `torchship config-docs`; do not edit by hand.",
+             "Generated from `tasks/core/params_spec.py` by `torchship config-docs`; do not edit by hand.",
              "Override any key for one run with `torchship run --set section.key=value`.", ""]
     for section_name, section_field in Params.model_fields.items():
         section = section_field.annotation
@@ -51,3 +56,11 @@ def _config_table(key: str, config: type) -> list[str]:
         default = field.default_factory() if field.default is dataclasses.MISSING else field.default
         lines.append(f"| `{key}.{field.name}` | `{field.type}` | `{default!r}` | {field.metadata.get('doc', '')} |")
     return lines + [""]
+
+
+def write_generated_docs(root: Path) -> list[Path]:
+    """Write docs/configuration.md and the stage blocks of the docs anew; returns the files written."""
+    target = root / CONFIGURATION_DOCS
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(configuration_markdown())
+    return [target, *write_blocks(root)]

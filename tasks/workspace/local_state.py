@@ -1,16 +1,14 @@
-"""The project folder's local state: what `torchship clean` removes, and the generated configuration docs."""
+"""The project folder's local state: what `torchship clean` removes."""
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
 from tasks.core import paths
-from tasks.stages.repro import pipeline_stages
-from tasks.workspace.config_docs import configuration_markdown
+from tasks.stages.stage_list import pipeline_stages, stage_folder
 
 RUNTIME_DATA = (paths.QUARANTINE, paths.SERVE, paths.MONITOR, paths.BATCHES)   # data/batches.dvc is committed: kept
 KEPT = {".gitignore", ".gitkeep"}  # written by DVC / committed with the project: the folders stay tracked
-CONFIGURATION_DOCS = Path("docs") / "configuration.md"
 
 
 def local_state(root: Path, cache: bool = False) -> list[Path]:
@@ -28,7 +26,7 @@ def local_state(root: Path, cache: bool = False) -> list[Path]:
 def stage_folders(root: Path) -> list[Path]:
     """data/<stage>/ of each stage the pipeline runs (dvc.yaml's; the source stage writes data/source.json only,
     which clean keeps)."""
-    return [paths.DATA / stage for stage in pipeline_stages(root)]
+    return [stage_folder(stage) for stage in pipeline_stages(root)]
 
 
 def holds_files(path: Path) -> bool:
@@ -40,11 +38,3 @@ def remove_paths(targets: list[Path]) -> None:
     """Delete files and folders (what `local_state` listed and the user confirmed)."""
     for target in targets:
         shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink(missing_ok=True)
-
-
-def write_configuration_docs(root: Path) -> Path:
-    """Regenerate docs/configuration.md from the typed configuration; returns its path."""
-    target = root / CONFIGURATION_DOCS
-    target.parent.mkdir(exist_ok=True)
-    target.write_text(configuration_markdown())
-    return target

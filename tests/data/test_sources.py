@@ -1,4 +1,4 @@
-"""tasks/sources.py: the seeded synthetic generator, scikit-learn's sets, and the target rules."""
+"""tasks/core/sources.py: the seeded synthetic generator, scikit-learn's sets, and the target rules."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Issue 21's journey on the team stack, on loopback: hosts that share nothing but the servers, the bucket and the
+"""The team's journey on the team stack, on loopback: hosts that share nothing but the servers, the bucket and the
 git remote. Each host is a Unix user of its own with a private HOME (tests/helpers/hosts.py); the stack is
 `torchship stack up --workers 0` (PostgreSQL, moto's S3 with its checks on, `mlflow server` with basic auth,
 `prefect server` with its auth string), the one test_stack.py checks next (tests/conftest.py team_stack).

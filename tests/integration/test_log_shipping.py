@@ -1,6 +1,6 @@
 """The service ships its request log and feedback to a bucket (serve.ship_to), and the monitor reads its window
 there: a real `python -m serving` on a registry of its own (SQLite, one version: a small linear raw-input graph,
-tests/helpers.linear_raw_graph, registered as torchship's register step does), moto's S3 server on 127.0.0.1 with
+tests.helpers.linear_raw_graph, registered as torchship's register step does), moto's S3 server on 127.0.0.1 with
 credential checks on (started as `torchship stack` starts it), three runs of the service on one host folder:
 
 1. wrong keys: refused with an error that names what to set (and no key), the service keeps answering, the rows stay

@@ -11,8 +11,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from tasks.registry.read import download_onnx
-from tasks.stages.plan import LIVE_STEPS
-from tasks.stages.repro import pipeline_stages
+from tasks.stages.stage_list import PREFECT_STEPS, pipeline_stages
 from tests.conftest import REPO
 from tests.helpers import dvc_clean, light_run_flags, project_registry, workspace_restored
 
@@ -24,7 +23,7 @@ STAGES = pipeline_stages(REPO)
 
 def test_first_run_registers_a_champion_with_lineage(tiny_pipeline, tmp_path):
     project, first = tiny_pipeline
-    for step in STAGES + list(LIVE_STEPS):
+    for step in STAGES + [step.name for step in PREFECT_STEPS]:
         assert step in first.stdout
     # The closing line: what this run did to the registry.
     assert f"Registry: registered v1 of {MODEL}; aliases moved: champion none → v1." in " ".join(first.stdout.split())
