@@ -12,10 +12,10 @@ from torch import nn
 from models import build_model
 from models.ensemble import FoldEnsemble
 from models.tabular import FeatureLayout
-from tasks.contract import Schema
 from tasks.core.artifacts import write_atomic
 from tasks.core.errors import TorchshipError
 from tasks.core.params_spec import TrainParams
+from tasks.core.schema_spec import Schema
 from tasks.training.model_args import chosen_model_kwargs
 
 
