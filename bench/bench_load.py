@@ -10,7 +10,7 @@ server's tree, and the open file descriptors of the process holding the listenin
 
 Servers: torchship's service as `torchship serve` runs it (serve defaults: champion, validation, metrics, request
 log on, micro-batching), and the baseline, bench/minimal_onnx_app.py (FastAPI + ONNX Runtime on the same ONNX
-bytes) under the same load: its RSS growth beside ours, as a ratio. Goal (issue #13): torchship's RSS growth
+bytes) under the same load: its RSS growth beside ours, as a ratio. Goal: torchship's RSS growth
 <= 5%, open descriptors within +-2, zero 5xx (wrk counts every non-2xx/3xx answer: zero of those is zero 5xx).
 
 Run: python bench/bench_load.py [--seconds 60] [--project DIR] [--tiny] (--tiny: the tests' tiny params for a

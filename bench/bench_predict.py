@@ -98,7 +98,7 @@ def main() -> None:
     from mlflow import MlflowClient
 
     from serving.batch_scoring import CHUNK_ROWS
-    from tasks.core.registry import download_onnx
+    from tasks.registry.read import download_onnx
 
     work = Path(tempfile.mkdtemp(prefix="bench-predict-"))
     root = refreshed(args.project.resolve()) if args.project else prepare("default", work / "project", tiny=True)

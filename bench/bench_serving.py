@@ -100,7 +100,7 @@ def champion(root: Path) -> tuple[str, str, Path, dict]:
     from mlflow import MlflowClient
 
     from tasks.contract import load_schema
-    from tasks.core.registry import download_onnx
+    from tasks.registry.read import download_onnx
 
     client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow' / 'mlflow.db'}")
     name = client.search_registered_models()[0].name

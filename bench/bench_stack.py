@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import save  # noqa: E402
+from flows.cli.stack.lifecycle import stack_down, stack_status  # noqa: E402
+from flows.cli.stack.state import StackPaths  # noqa: E402
 from tasks.core.env import STACK_DIR_ENV  # noqa: E402
-from tasks.ops.stack import stack_down, stack_status  # noqa: E402
-from tasks.ops.stack_state import StackPaths  # noqa: E402
 
 GOAL_FIRST_UP_S = 60.0
 IDLE_S = 10   # the servers settle (Prefect's services start their loops) before memory is read

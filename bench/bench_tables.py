@@ -21,7 +21,7 @@ and a checkpoint per epoch: on breast cancer before the inner-split change, 11-1
 in process). On a 2-core machine that other work shares, --threads 1: two torch threads collapse when another
 process takes a core (iris, one seed at load 4: train 140 s at 2 threads, 15 s at 1).
 
-Goal (issue #23): within 1 point of that baseline on every table on the bless metric (mean over seeds), and bless
+Goal: within 1 point of that baseline on every table on the bless metric (mean over seeds), and bless
 serves something in every seed. Tables under 1,000 rows run 10 seeds, the rest 3. Needs the bench extra
 (palmerpenguins, statsmodels). Run:
     python bench/bench_tables.py [--tables iris,wine,...] [--small-seeds 10] [--large-seeds 3]
@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import save  # noqa: E402
 from bench.public_tables import TABLES  # noqa: E402
 from tasks.config import load_params  # noqa: E402
-from tasks.ops.lineage import git_state  # noqa: E402
+from tasks.stages.lineage import git_state  # noqa: E402
 
 METRICS = ("f1_macro", "accuracy")   # the bless metric first
 GOAL_POINTS = 1.0

@@ -34,11 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import save  # noqa: E402
+from flows.cli.stack.lifecycle import shell_env, stack_down, stack_status  # noqa: E402
+from flows.cli.stack.servers import BUCKET  # noqa: E402
+from flows.cli.stack.state import StackPaths  # noqa: E402
 from tasks.core.env import STACK_DIR_ENV  # noqa: E402
 from tasks.core.procs import sigterm_raises  # noqa: E402
-from tasks.ops.stack import shell_env, stack_down, stack_status  # noqa: E402
-from tasks.ops.stack_parts import BUCKET  # noqa: E402
-from tasks.ops.stack_state import StackPaths  # noqa: E402
 from tests.helpers.stack import evaluated  # noqa: E402  (what `eval "$(torchship stack env)"` exports)
 
 GOAL_RATIO = 1.3
@@ -81,7 +81,7 @@ def run_pipeline(folder: Path, rows: int, stack_env: dict[str, str] | None) -> d
         sets = ["--set", f"tracking.uri={tracking}", "--set", "tracking.artifacts=null"]
         env.update({k: v for k, v in stack_env.items() if k != "__lines__"})
         # a DVC remote of its own per run: the team topology restores a stage from the remote's run cache when an
-        # earlier run finished it (tasks/ops/shared_runs.py), which would spare the second stack run work
+        # earlier run finished it (tasks/stages/run_cache.py), which would spare the second stack run work
         for command in (["dvc", "remote", "add", "-d", "-f", "stack", f"s3://{BUCKET}/dvc-{folder.name}"],
                         ["git", "commit", "-qam", "DVC remote: the team's bucket"]):
             subprocess.run(command, cwd=project.root, env=env, check=True, capture_output=True, timeout=60)

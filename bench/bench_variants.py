@@ -30,11 +30,12 @@ from bench.common import save  # noqa: E402
 from tasks.config import read_params_file  # noqa: E402
 from tasks.contract import load_schema  # noqa: E402
 from tasks.core.holdout import load_holdout  # noqa: E402
+from tasks.core.runtime import onnx_runner  # noqa: E402
 from tasks.core.timing import time_interleaved  # noqa: E402
 from tasks.training.weights import load_trained  # noqa: E402
 from tasks.variants.exporters import export_onnx  # noqa: E402
 from tasks.variants.quantize import quantize_onnx  # noqa: E402
-from tasks.variants.runners import compiled_runner, eager_runner, onnx_runner  # noqa: E402
+from tasks.variants.runners import compiled_runner, eager_runner  # noqa: E402
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 5))
 CALLS = int(os.environ.get("BENCH_CALLS", 2000))

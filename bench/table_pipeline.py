@@ -18,10 +18,10 @@ import torch
 from models import build_model
 from tasks.baseline import baseline_outputs
 from tasks.bless import predict_labels
-from tasks.blessing.quality import HoldoutPredictions, baseline_gap, gate_baselines, gate_predictions, judge_candidate
-from tasks.config import Params, TrainParams
+from tasks.bless.quality import HoldoutPredictions, baseline_gap, gate_baselines, gate_predictions, judge_candidate
 from tasks.contract import Schema, encode_features, encode_target
 from tasks.core.metrics import classification_metrics
+from tasks.core.params_spec import Params, TrainParams
 from tasks.prepare import prepare_tables
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.calibration import calibrate_single

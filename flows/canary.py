@@ -10,13 +10,15 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.environment import server_configured
-from flows.slot import workspace_slot
 from tasks import canary
-from tasks.canarying.link import TOKEN_ENV, ServiceLink
-from tasks.config import Params, load_params
+from tasks.canary.client import ServiceClient
+from tasks.config import load_params
+from tasks.core.env import TOKEN_ENV
 from tasks.core.errors import ConfigError
+from tasks.core.params_spec import Params
 from tasks.core.verdicts import CanaryOutcome, CanaryReport, StepVerdict, VariantFigures
-from tasks.ops.rebuild import pull_champion_splits
+from tasks.stages.rebuild import pull_champion_splits
+from tasks.workspace.lock import workspace_lock
 
 ROLLBACK_EVENT = "torchship.canary.rolled-back"
 
@@ -78,7 +80,7 @@ def record_decision(report: CanaryReport, model_name: str) -> None:
                             "outcome": report.outcome.value, "action": report.action})
 
 
-def live_link(url: str, request_log: str | None, default_log: str) -> ServiceLink:
+def live_link(url: str, request_log: str | None, default_log: str) -> ServiceClient:
     """The running service at `url`; its admin token from TORCHSHIP_ADMIN_TOKEN (never a flow parameter: those are
     stored in Prefect's database)."""
     token = os.environ.get(TOKEN_ENV)
@@ -89,13 +91,13 @@ def live_link(url: str, request_log: str | None, default_log: str) -> ServiceLin
     if not log:
         raise ConfigError("the canary reads the service's request log (serve.request_log in params.yaml is empty): "
                           "pass --request-log with the path the service writes to")
-    return ServiceLink(url.rstrip("/"), token, Path(log))
+    return ServiceClient(url.rstrip("/"), token, Path(log))
 
 
 @task(name="pull-prepared-data", retries=2, retry_delay_seconds=10)   # I/O on the registry and the DVC remote
 def pull_prepared(params: Params) -> None:
     """On a fresh clone (a worker's, a serving host's): the champion's splits and schema, which the monitor, the
-    batch door and the canary's replay read. Nothing to do where they are already present."""
+    batch gate and the canary's replay read. Nothing to do where they are already present."""
     if (outcome := pull_champion_splits(params)) is not None:
         get_run_logger().info(outcome)
 
@@ -107,9 +109,9 @@ def canary_flow(params_file: str = "params.yaml", url: str | None = None, reques
     default, on a service started for the occasion with replayed holdout rows. Smoke-tests the champion alone
     on that service when there is no challenger (embedded only)."""
     params = load_params(params_file)
-    link = live_link(url, request_log, params.serve.request_log) if url else None
+    service = live_link(url, request_log, params.serve.request_log) if url else None
     pull_prepared(params)   # a serving host's clone has no data/prepare/ (the schema, the replayed holdout)
-    with workspace_slot("the canary", params.retrain.workspace_wait_s):
-        report = task(name="canary")(canary.run)(params, None, link, record_step)
+    with workspace_lock("the canary", params.retrain.workspace_wait_s):
+        report = task(name="canary")(canary.run)(params, None, service, record_step)
     record_decision(report, params.data.registered_model_name())
     return report

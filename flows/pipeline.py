@@ -1,28 +1,31 @@
-"""The pipeline flow, step by step as in the diagram: the DVC stages in dvc.yaml's order (DVC skips what is
-unchanged), then bless -> register -> canary against the live registry. Each step lives in tasks/<step>.py."""
+"""The `pipeline` deployment's flow, step by step as in the diagram: the DVC stages in dvc.yaml's order (DVC skips
+what is unchanged), then bless -> register -> canary against the live registry. Each step lives in tasks/<step>."""
 from __future__ import annotations
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.canary import record_decision, record_step
-from flows.slot import workspace_slot
 from tasks import bless, canary, register, validate
-from tasks.config import Params, load_params
+from tasks.config import load_params
 from tasks.core import paths, sources, tracking
 from tasks.core.artifacts import read_json
+from tasks.core.params_spec import Params
 from tasks.core.verdicts import BlessOutcome
-from tasks.ops import batch_index, reproduce
-from tasks.ops.approvals import review_approvals
-from tasks.ops.lineage import git_state
-from tasks.ops.summary import PipelineSummary, summarize
+from tasks.monitoring import batch_index
+from tasks.registry.approvals import review_approvals
+from tasks.stages import repro
+from tasks.stages.lineage import git_state
+from tasks.stages.stage_list import pipeline_stages
+from tasks.stages.summary import PipelineSummary, summarize
+from tasks.workspace.lock import workspace_lock
 
 
 @task(name="dvc-stage", task_run_name="{stage}")
-def dvc_stage(stage: str, parent_run: str) -> reproduce.StageOutcome:
+def dvc_stage(stage: str, parent_run: str) -> repro.StageOutcome:
     """Let DVC decide skip-or-run from hashes; the stage nests its MLflow run under the pipeline's."""
     try:
-        outcome = reproduce.reproduce(stage, env={tracking.PARENT_RUN_ENV: parent_run})
+        outcome = repro.reproduce(stage, env={tracking.PARENT_RUN_ENV: parent_run})
     finally:
         if stage == "validate" and paths.VALIDATE_REPORT.exists():  # the gate's table, pass or fail
             create_markdown_artifact(key="data-contract-gate", markdown=validate.report_markdown(
@@ -52,7 +55,7 @@ def check_source(params: Params) -> None:
     target = sources.resolve_target(params.data, params.contract, params.images)
     sources.check_source(params.data, target, params.images)
     sources.write_source_fingerprint(params.data, images=params.images)
-    reproduce.record_stage("source")   # as `dvc repro` would have left it: plain `dvc status` stays clean
+    repro.record_stage("source")   # as `dvc repro` would have left it: plain `dvc status` stays clean
 
 
 @task(name="publish-summary")
@@ -63,22 +66,17 @@ def publish_summary(params: Params, parent_run: str, summary: PipelineSummary) -
 
 @flow(name="torchship-pipeline", log_prints=True)
 def pipeline(params_file: str = "params.yaml", trigger: dict[str, str] | None = None) -> PipelineSummary:
-    """dvc.yaml's stages, one call each in its order (tests/unit/test_paths.py checks), then bless -> register ->
-    approvals (promotion.approval: decisions made since, timeouts) -> canary.
+    """dvc.yaml's stages in its order (the source fingerprint refreshed first), then the Prefect-only steps, one call
+    each in PREFECT_STEPS' order (tests/unit/test_paths.py checks): bless -> register -> approvals
+    (promotion.approval: decisions made since, timeouts) -> canary.
     `trigger`: tags naming why this run happened (a retrain's window), put on the run and a new version."""
     params = load_params(params_file)
     pull_batches(params)
     check_source(params)
     run_tags = {**git_state(), "data_source": params.data.source, **(trigger or {})}
-    with (workspace_slot("the pipeline run", params.retrain.workspace_wait_s),
-          tracking.pipeline_run(params.tracking, run_tags) as parent_run, reproduce.last_good_outputs()):
-        stages = [dvc_stage("prepare", parent_run),
-                  dvc_stage("validate", parent_run),
-                  dvc_stage("baseline", parent_run),
-                  dvc_stage("train", parent_run),
-                  dvc_stage("export", parent_run),
-                  dvc_stage("compress", parent_run),
-                  dvc_stage("profile", parent_run)]
+    with (workspace_lock("the pipeline run", params.retrain.workspace_wait_s),
+          tracking.pipeline_run(params.tracking, run_tags) as parent_run, repro.last_good_outputs()):
+        stages = [dvc_stage(stage, parent_run) for stage in pipeline_stages()]   # dvc.yaml's, in its order
         blessing = bless_step(params, parent_run)
         registration = register_step(params, blessing, parent_run, trigger)
         approvals_review(params, "the pipeline")   # decided in the MLflow UI, or timed out: the canary goes next

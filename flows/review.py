@@ -11,7 +11,7 @@ from prefect import flow
 from flows.environment import server_configured
 from tasks.config import load_params
 from tasks.core.errors import TorchshipError
-from tasks.ops.approvals import decide_by_hand
+from tasks.registry.approvals import decide_by_hand
 
 CANARY_DEPLOYMENT = "torchship-canary/canary"
 DECIDED = {"approve": "approved", "reject": "rejected"}

@@ -1,31 +1,44 @@
 """Model definitions and the name -> constructor registry (torch only: no I/O, no tracking).
 
 Each model file declares what is known about its model beside it: a `Config` dataclass (its hyper-parameters,
-their defaults and rules: `train.model_args.<name>`) and a `default_lr`."""
+their defaults and rules: `train.model_args.<name>`), a `default_lr`, and `MODELS`, the name(s) `train.model`
+selects it by. The registry is every model file's `MODELS`, found here: a new model family is its file, and no
+list elsewhere names it."""
 from __future__ import annotations
 
 import importlib
+import pkgutil
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from models.cnn import ImageLayout, ImagePreprocessor, ImageResNet, ResNetConfig
-from models.ensemble import FoldEnsemble
-from models.ft_transformer import FTTransformer, FTTransformerConfig
-from models.linear import LinearConfig, SoftmaxLinear
-from models.periodic import PeriodicMLP, PeriodicMLPConfig
-from models.tabular import FeatureLayout, MLPConfig, TabularMLP, TabularPreprocessor
-
-MODELS: dict[str, Callable[..., nn.Module]] = {
-    "linear": SoftmaxLinear,
-    "mlp": TabularMLP,
-    "mlp_plr": PeriodicMLP,
-    "ft_transformer": FTTransformer,
-    "resnet": ImageResNet,
-}
 # AdamW's usual peak learning rate, for a `package.module:Class` model that declares no `default_lr` of its own.
 FALLBACK_LR = 1e-3
+# A model file says so at its top level; only those are imported (a user's own file here stays unimported until
+# `train.model` names it). tasks/stages/code_graph.py reads the same mark for each stage's code deps.
+REGISTERS = re.compile(r"^MODELS\b", re.M)
+
+
+def registered_models() -> dict[str, Callable[..., nn.Module]]:
+    """name -> class, by name, from the `MODELS` of every module of this package that declares one; a name two files
+    claim is refused."""
+    found: dict[str, Callable[..., nn.Module]] = {}
+    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
+        if not REGISTERS.search((Path(__file__).parent / f"{module_info.name}.py").read_text()):
+            continue
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        for name, model in getattr(module, "MODELS", {}).items():
+            if name in found:
+                raise ValueError(f"model name '{name}' is registered twice: {found[name].__module__} and "
+                                 f"{module.__name__}")
+            found[name] = model
+    return dict(sorted(found.items()))
+
+
+MODELS = registered_models()
 
 
 def model_class(name: str) -> Callable[..., nn.Module]:
@@ -43,8 +56,8 @@ def model_class(name: str) -> Callable[..., nn.Module]:
     return MODELS[name]
 
 
-def build_model(name: str, layout: FeatureLayout, **kwargs: Any) -> nn.Module:
-    """Construct a model by name, called as Class(layout, **kwargs)."""
+def build_model(name: str, layout: Any, **kwargs: Any) -> nn.Module:
+    """Construct a model by name, called as Class(layout, **kwargs) (layout: models.tabular.FeatureLayout)."""
     return model_class(name)(layout, **kwargs)
 
 
@@ -56,9 +69,3 @@ def model_modality(name: str) -> str:
 def default_lr(name: str) -> float:
     """The model's own peak learning rate (`default_lr` on its class), else FALLBACK_LR."""
     return float(getattr(model_class(name), "default_lr", FALLBACK_LR))
-
-
-__all__ = ["FALLBACK_LR", "FTTransformer", "FTTransformerConfig", "FeatureLayout", "FoldEnsemble", "ImageLayout",
-           "ImagePreprocessor", "ImageResNet", "LinearConfig", "ResNetConfig",
-           "MLPConfig", "MODELS", "PeriodicMLP", "PeriodicMLPConfig", "SoftmaxLinear", "TabularMLP",
-           "TabularPreprocessor", "build_model", "default_lr", "model_class", "model_modality"]

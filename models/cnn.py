@@ -124,3 +124,6 @@ class ImageResNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.logits_and_embedding(x)[0]
+
+
+MODELS = {"resnet": ImageResNet}   # the name(s) `train.model` selects (gathered by models/__init__.py)

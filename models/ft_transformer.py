@@ -105,3 +105,6 @@ class FTTransformer(nn.Module):
         for block in self.blocks:
             h = block(h)
         return self.head(self.norm(h[:, 0]))
+
+
+MODELS = {"ft_transformer": FTTransformer}   # the name(s) `train.model` selects (gathered by models/__init__.py)

@@ -38,3 +38,6 @@ class SoftmaxLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(self.preprocess(x))
+
+
+MODELS = {"linear": SoftmaxLinear}   # the name(s) `train.model` selects (gathered by models/__init__.py)

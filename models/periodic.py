@@ -77,3 +77,6 @@ class PeriodicMLP(nn.Module):
         numbers, embedded = self.preprocess.parts(x)
         parts = ([self.periodic(numbers)] if self.periodic is not None else []) + embedded
         return self.body(torch.cat(parts, dim=1))
+
+
+MODELS = {"mlp_plr": PeriodicMLP}   # the name(s) `train.model` selects (gathered by models/__init__.py)

@@ -106,3 +106,6 @@ class TabularMLP(nn.Module):
     def classify(self, features: torch.Tensor) -> torch.Tensor:
         """The network alone, on already preprocessed (B, D) inputs (to time it without the preprocessing)."""
         return self.body(features)
+
+
+MODELS = {"mlp": TabularMLP}   # the name(s) `train.model` selects (gathered by models/__init__.py)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from tasks.config import Params, ServeParams, load_params
+from tasks.config import load_params
 from tasks.core.env import DEFAULT_PARAMS, PARAMS_ENV, SERVE_SETTINGS_ENV, TELEMETRY_OFF, set_defaults
+from tasks.core.params_spec import Params, ServeParams
 
 # The serve params a flag may override for one run (`--request-log ""` turns the log off; `--ship-to ""` keeps it on
 # this host, as the canary's own service does: replayed rows are not production traffic).

@@ -1,7 +1,7 @@
 """Batch scoring: `torchship predict FILE --output OUT` scores a CSV or Parquet file with a registered version,
 by the service's own rules and bytes, in memory bounded by the chunk size rather than the file's size.
 
-- Same bytes: the version's model.onnx, checked against its `artifact_sha256` tag (tasks.core.registry
+- Same bytes: the version's model.onnx, checked against its `artifact_sha256` tag (tasks.registry.read
   .verified_onnx, as the service's registry watcher does), opened and warmed as the service opens it.
 - Same rules: each chunk of rows goes through the service's request decoder (serving/validation.py) as a request
   body would: its one-pass check, then the pydantic verdict that names row, field and rule. A CSV cell is given
@@ -288,7 +288,7 @@ def load_version(params, version: str | None = None, alias: str | None = None, c
     """The registered version (by number, or by alias: champion unless told) as the service loads it: verified
     bytes, opened and warmed."""
     from serving.variants import bytes_variant
-    from tasks.core.registry import CHAMPION, alias_version, registry_client, verified_onnx
+    from tasks.registry.read import CHAMPION, alias_version, registry_client, verified_onnx
 
     client = client or registry_client(params.tracking)
     name = params.data.registered_model_name()

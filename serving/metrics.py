@@ -27,7 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from tasks.core import paths
-from tasks.core.registry import CHALLENGER, CHAMPION
+from tasks.registry.read import CHALLENGER, CHAMPION
 
 # seconds; batch-1 ONNX is µs-ms. Up to 5 s so an SLO of a few seconds still has a bucket above it.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 5.0)

@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass, field
 
 from serving.metrics import FAILED_STATUSES, LATENCY_BUCKETS
-from tasks.config import MonitorParams, SloParams
 from tasks.core.errors import ConfigError
+from tasks.core.params_spec import MonitorParams, SloParams
 
 RATE = "$__rate_interval"      # Grafana's window: at least 4 scrapes (bench/bench_dashboard.py sets its own)
 ALERT_WINDOW = "5m"            # rate window of the paging rules: long enough that one slow second is not a page

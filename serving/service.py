@@ -22,11 +22,10 @@ from serving.shipper import log_shipper
 from serving.validation import BodyRefused, Rows, RowsRefused, validate_rows
 from serving.variants import NoChampion, Router, SharedShare, Variant, bytes_variant, file_variant
 from serving.watcher import RegistryWatcher
-from tasks.config import ServeParams, TrackingParams
-from tasks.core.params_spec import ImagesParams
-from tasks.core.registry import CHALLENGER, CHAMPION
+from tasks.core.params_spec import ImagesParams, ServeParams, TrackingParams
 from tasks.core.runtime import EMBEDDING
 from tasks.core.servelog import feedback_line, feedback_path, row_id, served_bytes, shadow_path
+from tasks.registry.read import CHALLENGER, CHAMPION
 
 log = logging.getLogger("torchship.serving")
 STOP_TIMEOUT_S = 10.0   # how long shutdown waits for the watcher (it may be downloading a version)

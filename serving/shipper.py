@@ -30,8 +30,8 @@ import threading
 from pathlib import Path
 
 from serving.request_log import RequestLog
-from tasks.config import ServeParams
 from tasks.core.bucket import BucketError, Location, put_bytes, s3_client
+from tasks.core.params_spec import ServeParams
 from tasks.core.servelog import FEEDBACK_KIND, SERVED_KIND, segment_key, shipped_path, stamp_of, unshipped_segments
 
 log = logging.getLogger("torchship.serving")

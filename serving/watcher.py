@@ -3,10 +3,10 @@
 Everything that talks to MLflow runs here, not in the serving process: importing MLflow and opening its store
 costs the server ~170 MiB of resident memory, and each poll holds the GIL for tens of milliseconds (p99 on the
 event loop). The child polls every `poll_seconds` (or when asked), and for each alias whose version moved sends
-the version's ONNX bytes, checked against its `artifact_sha256` tag (tasks.core.registry.verified_onnx), or
+the version's ONNX bytes, checked against its `artifact_sha256` tag (tasks.registry.read.verified_onnx), or
 the reason it was refused; the server only opens and warms what it receives. Each version is sent once until
 its alias moves or a poll asks to retry (/admin/reload). When an alias moved, the child also records the move in
-the alias history if nobody did (a move in the MLflow UI: tasks/core/alias_history.py), and says whether the
+the alias history if nobody did (a move in the MLflow UI: tasks/registry/history.py), and says whether the
 champion is one bless did not pass; a history it cannot write now is retried at the next poll, and never stops
 the serving.
 
@@ -23,8 +23,8 @@ import socket
 import threading
 from collections.abc import Callable
 
-from tasks.config import TrackingParams
-from tasks.core.registry import CHALLENGER, CHAMPION
+from tasks.core.params_spec import TrackingParams
+from tasks.registry.read import CHALLENGER, CHAMPION
 
 log = logging.getLogger("torchship.serving")
 ALIASES = (CHAMPION, CHALLENGER)
@@ -33,8 +33,8 @@ HISTORY_LOCK_WAIT_S = 2.0   # the registry lock is held for a move's few writes;
 
 def watch(tracking: dict, name: str, poll_seconds: float, conn) -> None:
     """The child's loop (until told to stop, or the server goes away)."""
-    from tasks.core.alias_history import champion_concern, record_outside_moves
-    from tasks.core.registry import alias_version, registry_client, verified_onnx
+    from tasks.registry.history import champion_concern, record_outside_moves
+    from tasks.registry.read import alias_version, registry_client, verified_onnx
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s")
     logging.getLogger("mlflow").setLevel(logging.WARNING)

@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.config import CompressParams, Params
 from tasks.contract import Schema, encode_features, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file, write_json_atomic
@@ -27,10 +26,11 @@ from tasks.core.errors import TorchshipError
 from tasks.core.gate import GateResult
 from tasks.core.holdout import Holdout, load_holdout
 from tasks.core.metrics import bootstrap_drop, classification_metrics, predict
+from tasks.core.params_spec import CompressParams, Params
 from tasks.core.runtime import Runner, onnx_runner
 from tasks.images.graph import probe_images
 from tasks.images.shards import read_pixels
-from tasks.ops.stage import stage_main
+from tasks.stages.entry import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.exporters import export_onnx
 from tasks.variants.parity import probe_labels, probe_rows, publish_variant

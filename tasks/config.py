@@ -1,5 +1,5 @@
-"""The one typed configuration, loaded from params.yaml: one section per stage (the sections are specs in
-tasks/core/params_spec.py; this module reads and validates the file into them)."""
+"""The one typed configuration, loaded from params.yaml: this module reads and validates the file into the sections,
+whose specs (and their one import path) are tasks/core/params_spec.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,37 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from tasks.core.errors import ConfigError
-from tasks.core.params_spec import (
-    AUTO,
-    BaselineParams,
-    BlessParams,
-    CanaryParams,
-    CompressParams,
-    DataParams,
-    DistillParams,
-    ExportParams,
-    MonitorParams,
-    NotifyParams,
-    Params,
-    PrepareParams,
-    ProfileParams,
-    PromotionParams,
-    RetrainParams,
-    RuntimeParams,
-    Section,
-    ServeParams,
-    SloParams,
-    TrackingParams,
-    TrainParams,
-    ValidateParams,
-)
-
-# The specs are re-exported: `tasks.config` stays the one place stages, flows and serving take their sections from.
-__all__ = ["AUTO", "BaselineParams", "BlessParams", "CanaryParams", "CompressParams", "DataParams", "DistillParams",
-           "ExportParams", "MonitorParams", "NotifyParams", "Params", "PrepareParams", "ProfileParams",
-           "PromotionParams", "RetrainParams", "RuntimeParams", "Section", "ServeParams", "SloParams",
-           "TrackingParams", "TrainParams", "ValidateParams", "PARAMS_FILE", "load_params", "parse_params",
-           "read_params_file"]
+from tasks.core.params_spec import Params
 
 PARAMS_FILE = "params.yaml"
 

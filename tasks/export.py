@@ -11,17 +11,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tasks.config import Params
 from tasks.contract import encode_target, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
+from tasks.core.params_spec import Params
+from tasks.core.runtime import onnx_runner
 from tasks.images.graph import probe_images
 from tasks.images.shards import read_metadata, read_pixels
-from tasks.ops.stage import stage_main
+from tasks.stages.entry import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.exporters import export_onnx, export_program
 from tasks.variants.parity import probe_labels, probe_rows, publish_variant
-from tasks.variants.runners import compiled_runner, onnx_runner, pt2_runner
+from tasks.variants.runners import compiled_runner, pt2_runner
 
 log = logging.getLogger("torchship.export")
 

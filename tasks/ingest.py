@@ -1,4 +1,4 @@
-"""ingest: the door for new labelled batches (production data for retraining). A batch is judged by the
+"""ingest: the gate for new labelled batches (production data for retraining). A batch is judged by the
 committed contract before it joins the training set; a failing batch is moved to quarantine with its report
 and the training set stays as it was. Accepted batches are read by `prepare` after the source."""
 from __future__ import annotations
@@ -6,14 +6,14 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from tasks.config import Params
 from tasks.contract import load_schema
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
 from tasks.core.gate import GateResult
+from tasks.core.params_spec import Params
 from tasks.core.quarantine import quarantine_move
-from tasks.monitoring.batch_door import accept_batch, contract_from_schema, judge_batch
-from tasks.ops import batch_index
+from tasks.monitoring import batch_index
+from tasks.monitoring.batch_gate import accept_batch, contract_from_schema, judge_batch
 
 log = logging.getLogger("torchship.ingest")
 

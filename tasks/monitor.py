@@ -11,16 +11,13 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
-from tasks.config import Params
 from tasks.contract import Schema
 from tasks.core import paths
-from tasks.core.alias_history import champion_concern, notice_outside_moves
 from tasks.core.artifacts import write_json_atomic
 from tasks.core.gate import GateResult
 from tasks.core.holdout import load_holdout
-from tasks.core.notify import champion_notice, notify_once
+from tasks.core.params_spec import Params
 from tasks.core.quarantine import unique_stamp
-from tasks.core.registry import CHAMPION, alias_version, open_version, registry_client
 from tasks.core.runtime import EMBEDDING, IMAGE_INPUT, decide, decision_threshold, predict_proba
 from tasks.images.shards import read_metadata, read_pixels
 from tasks.images.watch import STATISTICS
@@ -28,6 +25,9 @@ from tasks.monitoring.drift import PREDICTION, DriftFindings, judge, measure_dri
 from tasks.monitoring.estimate import Holdout, expected_accuracy, fit_reliability
 from tasks.monitoring.segments import log_source
 from tasks.monitoring.window import Window, read_window
+from tasks.registry.history import champion_concern, notice_outside_moves
+from tasks.registry.notifications import champion_notice, notify_once
+from tasks.registry.read import CHAMPION, alias_version, open_version, registry_client
 
 log = logging.getLogger("torchship.monitor")
 

@@ -10,13 +10,12 @@ from dataclasses import dataclass
 import pandas as pd
 from sklearn.model_selection import train_test_split
 
-from tasks.config import Params, PrepareParams
 from tasks.contract import Schema, build_schema, class_labels, label_strings, parse_table, parse_with_contract
 from tasks.core import paths
 from tasks.core.artifacts import write_atomic, write_json_atomic
 from tasks.core.contract_spec import Contract
 from tasks.core.errors import DataError
-from tasks.core.params_spec import MAX_NON_NUMERIC_SHARE
+from tasks.core.params_spec import MAX_NON_NUMERIC_SHARE, Params, PrepareParams
 from tasks.core.problems import Problem
 from tasks.core.quarantine import quarantine_copy
 from tasks.core.sources import is_image_data, read_source, resolve_target, source_path
@@ -25,7 +24,7 @@ from tasks.images.contract import ImageContract
 from tasks.images.prepare import PreparedImages, prepare_images
 from tasks.images.shards import ROW_GROUP, write_split
 from tasks.images.sources import list_images
-from tasks.ops.stage import stage_main
+from tasks.stages.entry import stage_main
 
 log = logging.getLogger("torchship.prepare")
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tasks.config import ExportParams, Params, ProfileParams
 from tasks.contract import load_schema, schema_from_metadata
 from tasks.core import paths
 from tasks.core.artifacts import read_json, sha256_file, write_bytes_atomic, write_json_atomic
@@ -19,16 +18,17 @@ from tasks.core.gate import GateResult
 from tasks.core.holdout import Holdout, load_holdout
 from tasks.core.machine import load_during
 from tasks.core.metrics import evaluate
+from tasks.core.params_spec import ExportParams, Params, ProfileParams
 from tasks.core.plots import plot_latency
-from tasks.core.runtime import Runner, decision_threshold, onnx_metadata, open_onnx
+from tasks.core.runtime import Runner, decision_threshold, onnx_metadata, onnx_runner, open_onnx
 from tasks.core.timing import time_interleaved
 from tasks.images.graph import compose_image_model, probe_images
-from tasks.ops.stage import stage_main
+from tasks.stages.entry import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.parity import check_image_raw_parity, check_raw_parity, raw_probe_rows
 from tasks.variants.preprocess import compose_raw_model
 from tasks.variants.quantize import BATCH_DEPENDENT
-from tasks.variants.runners import compiled_runner, eager_runner, onnx_runner
+from tasks.variants.runners import compiled_runner, eager_runner
 
 log = logging.getLogger("torchship.profile")
 

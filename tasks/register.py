@@ -8,16 +8,18 @@ import time
 from importlib.metadata import version as installed_version
 from pathlib import Path
 
-from tasks.config import Params
 from tasks.contract import load_schema
 from tasks.core import paths
-from tasks.core.alias_history import run_actor
-from tasks.core.approval import REQUESTED_TAG
 from tasks.core.artifacts import read_json
 from tasks.core.env import HTTP_RETRIES_ENV, MLFLOW_HTTP_RETRY, http_retry_window_s
 from tasks.core.errors import TorchshipError
 from tasks.core.holdout import load_holdout
-from tasks.core.registry import (
+from tasks.core.params_spec import Params
+from tasks.core.verdicts import OUTCOME_TAG, Blessing, Registration, RegistrationOutcome
+from tasks.registry.approvals import REQUESTED_TAG, announce_waiting, request_approval
+from tasks.registry.history import run_actor
+from tasks.registry.model_card import model_card_html, model_card_markdown
+from tasks.registry.read import (
     CHALLENGER,
     CHAMPION,
     SHA_TAG,
@@ -29,12 +31,9 @@ from tasks.core.registry import (
     server_unreachable,
     store_busy,
 )
-from tasks.core.verdicts import OUTCOME_TAG, Blessing, Registration, RegistrationOutcome
-from tasks.ops.approvals import announce_waiting, request_approval
-from tasks.ops.lineage import lineage_tags
-from tasks.ops.passport import passport_html, passport_markdown
-from tasks.ops.rebuild import METRIC_TAG, METRICS, log_lineage, push_data
-from tasks.ops.registry import promote, recorded_move, reject
+from tasks.registry.write import promote, recorded_move, reject
+from tasks.stages.lineage import lineage_tags
+from tasks.stages.rebuild import METRIC_TAG, METRICS, log_lineage, push_data
 
 log = logging.getLogger("torchship.register")
 # Waits between attempts when the store is busy (each attempt itself waits up to MLflow's 20 s SQLite busy
@@ -105,7 +104,7 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
                                      onnx_execution_providers=["CPUExecutionProvider"],
                                      pip_requirements=served_requirements(),
                                      save_as_external_data=False)   # one file, byte-identical to the candidate
-        pending = {**tags, UNFINISHED_TAG: "artifacts logged; tags, passport and aliases not yet written"}
+        pending = {**tags, UNFINISHED_TAG: "artifacts logged; tags, model card and aliases not yet written"}
         version = str(mlflow.register_model(info.model_uri, name, tags=pending).version)
         version = drop_duplicates(client, name, blessing.candidate_sha256, version)
         held = pending
@@ -120,13 +119,13 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     for key, value in tags.items():
         if held.get(key) != value:
             client.set_model_version_tag(name, version, key, value)
-    description = passport_markdown(params, blessing, tags, version)
-    mlflow.log_text(description, "passport.md")
-    mlflow.log_text(passport_html(description), "passport.html")
+    description = model_card_markdown(params, blessing, tags, version)
+    mlflow.log_text(description, "model_card.md")
+    mlflow.log_text(model_card_html(description), "model_card.html")
     run_kind = "retrain" if (trigger or {}).get("trigger") == "retrain" else "pipeline"
     active = mlflow.active_run()
-    proof = (f"bless {blessing.gate.status} ({blessing.outcome}); passport: runs:/"
-             f"{active.info.run_id if active else '?'}/passport.md; v{version} tag bless_reasons")
+    proof = (f"bless {blessing.gate.status} ({blessing.outcome}); model card: runs:/"
+             f"{active.info.run_id if active else '?'}/model_card.md; v{version} tag bless_reasons")
     outcome, action = apply_aliases(client, name, version, blessing, run_actor(run_kind), proof,
                                     params.promotion.approval == "required")
     if outcome is RegistrationOutcome.AWAITING_APPROVAL:
@@ -167,7 +166,7 @@ def apply_aliases(client, name: str, version: str, blessing: Blessing, actor: st
                   evidence: str = "", approval: bool = False) -> tuple[RegistrationOutcome, str]:
     """Not blessed -> tagged rejected (a first model too: never a champion worse than the baselines);
     no champion yet -> champion; else challenger (the canary decides), or, with `approval` (promotion.approval
-    required), no alias but `awaiting approval` (tasks/ops/approvals.py). Under the registry's alias lock, and
+    required), no alias but `awaiting approval` (tasks/registry/approvals.py). Under the registry's alias lock, and
     only if the aliases are still what bless judged against: when another pipeline moved them meanwhile, this
     version keeps no alias and says so (no lost update). Each move goes in the alias history as `actor`'s
     (default: a pipeline run). Returns what happened, typed and in words."""

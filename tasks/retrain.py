@@ -1,6 +1,6 @@
 """retrain: turn the labelled production window into a training batch. Rows with feedback labels (newer than
 what an earlier retrain used) are screened row by row (bad rows to quarantine with a report), the rest are
-judged at the contract's batch door, stored under data/batches/ and snapshotted by DVC (`dvc add`; on the team
+judged at the contract's batch gate, stored under data/batches/ and snapshotted by DVC (`dvc add`; on the team
 topology into the shared batch index, under the model's registry lock), so dvc.lock and the new version's lineage
 name the data the retrain saw. The flow then re-runs the pipeline: the normal gates bless or reject the result
 and the canary decides; a retrain never promotes by itself."""
@@ -13,15 +13,15 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel
 
-from tasks.config import Params
 from tasks.contract import Schema, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
 from tasks.core.gate import GateResult
+from tasks.core.params_spec import Params
 from tasks.core.quarantine import quarantine_folder
-from tasks.monitoring.batch_door import accept_batch, contract_from_schema, judge_rows
+from tasks.monitoring import batch_index
+from tasks.monitoring.batch_gate import accept_batch, contract_from_schema, judge_rows
 from tasks.monitoring.window import LABEL, Window
-from tasks.ops import batch_index
 
 log = logging.getLogger("torchship.retrain")
 BATCH_NAME = "retrain-window"
@@ -73,7 +73,7 @@ def quarantine_rows(rows: pd.DataFrame, gate: GateResult, name: str) -> Path:
 
 
 def take_window(params: Params, window: Window, since: float, until: float) -> RetrainBatch:
-    """The core: screen, judge and store the labelled window; nothing joins the training set unless the door
+    """The core: screen, judge and store the labelled window; nothing joins the training set unless the gate
     passes, and nothing is lost (refused rows are kept in data/quarantine/ with the reason per row)."""
     schema = load_schema(paths.SCHEMA)
     table = labelled_rows(window, schema.target, since, until)
@@ -140,5 +140,5 @@ def take_labelled(params: Params, window: Window, since: float, until: float) ->
 
 def keep_batch(params: Params, store: Callable[[], Path]) -> Path:
     """Store the accepted batch and snapshot data/batches/ with DVC, so dvc.lock and the version's lineage name it;
-    on the team topology into the shared batch index (tasks/ops/batch_index.py)."""
+    on the team topology into the shared batch index (tasks/monitoring/batch_index.py)."""
     return batch_index.keep_batch(params.tracking, params.data.registered_model_name(), store)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 
-from tasks.config import Params
 from tasks.core import paths
+from tasks.core.params_spec import Params
 from tasks.core.sources import write_source_fingerprint
-from tasks.ops.stage import stage_main
+from tasks.stages.entry import stage_main
 
 log = logging.getLogger("torchship.source")
 

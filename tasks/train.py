@@ -6,11 +6,11 @@ killed job re-run, or a worker restarted by `torchrun --max_restarts`, continues
 """
 from __future__ import annotations
 
-from tasks.config import Params
 from tasks.contract import load_schema
 from tasks.core import paths
 from tasks.core.metrics import balances_classes
-from tasks.ops.stage import stage_main
+from tasks.core.params_spec import Params
+from tasks.stages.entry import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.job import TrainingJob, run_job, split_rows
 from tasks.training.weights import model_spec

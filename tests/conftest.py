@@ -258,7 +258,7 @@ def make_project(target: Path, overrides: dict | None = None, tiny: bool = True,
                  prefect: PrefectServer | None = None) -> Project:
     """Copy the git-tracked files, apply the tiny params (unless `tiny` is off: benchmarks) and the
     overrides, and commit, like a fresh clone."""
-    from tasks.ops.overrides import merge
+    from tasks.stages.overrides import merge
 
     files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.decode()
     for name in filter(None, files.split("\0")):
@@ -315,8 +315,8 @@ def team_stack():
     import shutil
     import tempfile
 
-    from tasks.ops.stack import stack_down
-    from tasks.ops.stack_state import StackPaths
+    from flows.cli.stack.lifecycle import stack_down
+    from flows.cli.stack.state import StackPaths
     from tests.helpers.stack import require_parts
 
     require_parts()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from models import ImagePreprocessor
+from models.cnn import ImagePreprocessor
 
 
 class TinyCNN(nn.Module):

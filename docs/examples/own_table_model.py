@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from models import TabularPreprocessor
+from models.tabular import TabularPreprocessor
 
 
 class ResidualMLP(nn.Module):

@@ -1,5 +1,6 @@
-"""The `torchship` command line: one module per command group. Each command parses its arguments, calls one
-function in tasks/ (or the pipeline flow, or the service) and renders the result."""
+"""The `torchship` command line: one module per command, named after it (a pair of commands that share their code
+share a module: status and history, approve and reject; promote, rollback and rebaseline). Each command parses its
+arguments, calls one function in tasks/ (or a flow, or the service) and renders the result."""
 from __future__ import annotations
 
 from importlib.metadata import version as package_version
@@ -7,7 +8,28 @@ from importlib.metadata import version as package_version
 import typer
 from typer.core import TyperGroup
 
-from flows.cli import canary, data, loop, observability, pipeline, predict, registry, servers, stack, workspace
+from flows.cli import (
+    approve,
+    canary,
+    clean,
+    config_docs,
+    contract,
+    demo,
+    deploy,
+    dvc_deps,
+    ingest,
+    monitor,
+    observability,
+    plan,
+    predict,
+    promote,
+    rebuild,
+    run,
+    serve,
+    stack,
+    status,
+    ui,
+)
 from flows.cli.output import console, fail
 from tasks.core.errors import TorchshipError
 
@@ -40,17 +62,15 @@ def main(version: bool = typer.Option(False, "--version", callback=show_version,
     """torchship command line."""
 
 
-for command in (pipeline.run, pipeline.plan, servers.ui, servers.serve, registry.status, registry.history,
-                registry.promote, registry.rollback, registry.approve, registry.reject,
-                registry.rebaseline, registry.rebuild,
-                workspace.clean, data.ingest, loop.monitor, loop.deploy, predict.predict,
-                observability.observability):
+for command in (run.run, plan.plan, ui.ui, serve.serve, status.status, status.history, promote.promote,
+                promote.rollback, approve.approve, approve.reject, promote.rebaseline, rebuild.rebuild, clean.clean,
+                ingest.ingest, monitor.monitor, deploy.deploy, predict.predict, observability.observability):
     app.command()(command)
 app.command()(canary.canary)
-app.add_typer(data.contract_app, name="contract")
-app.add_typer(loop.demo_app, name="demo")
+app.add_typer(contract.contract_app, name="contract")
+app.add_typer(demo.demo_app, name="demo")
 app.add_typer(stack.stack_app, name="stack")
-app.command("config-docs", hidden=True)(workspace.config_docs)
-app.command("dvc-deps", hidden=True)(workspace.dvc_deps)
+app.command("config-docs", hidden=True)(config_docs.config_docs)
+app.command("dvc-deps", hidden=True)(dvc_deps.dvc_deps)
 
 __all__ = ["app"]

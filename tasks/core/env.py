@@ -33,7 +33,8 @@ JOB_ENV = {
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",   # a bar per tiny download is noise in the run summary
     **COMPILE_THREADS,
     **MLFLOW_HTTP_RETRY,
-    # Heartbeats let the server mark a run Crashed when its machine dies (tasks/ops/crash_watch.py keeps the value).
+    # Heartbeats let the server mark a run Crashed when its machine dies (tasks/workspace/crash_watch.py keeps the
+    # value).
     # Every command sends them, not only deployed runs: `torchship run` against a server that has the watch would
     # otherwise beat at Prefect's default, slower than the watch's silence, and be marked Crashed while it works.
     HEARTBEAT_ENV: "30",
@@ -49,8 +50,9 @@ QUIET = {
 }
 UNBUFFERED = {"PYTHONUNBUFFERED": "1"}   # a child's log lines reach its log file as they are printed
 
-# Concurrency leases on disk, not in the memory of whichever process ran the ephemeral API (flows/slot.py), nor
-# only in a server's memory: a restart would lose them while their slots stay taken, for good (the registry lock).
+# Concurrency leases on disk, not in the memory of whichever process ran the ephemeral API
+# (tasks/workspace/lock.py), nor only in a server's memory: a restart would lose them while their slots stay taken,
+# for good (the registry lock).
 FILE_LEASES = "prefect.server.concurrency.lease_storage.filesystem"
 LEASE_STORAGE_ENV = "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE"
 # How often a Prefect server gives back the slots of expired leases (Prefect's default: 15 s; the stack's: 5 s).

@@ -1,5 +1,5 @@
 """The Great Expectations suite of the data contract, run on in-memory frames: one narrow batch per
-column, pass/fail first, counts only for failing groups. Used by the validate stage and the ingest door."""
+column, pass/fail first, counts only for failing groups. Used by the validate stage and the ingest gate."""
 from __future__ import annotations
 
 import shutil

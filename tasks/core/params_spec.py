@@ -165,10 +165,11 @@ AUTO = "auto"
 class TrainParams(Section):
     """The model and its training under torchrun; `adapt` fits batch, epochs and patience to the table."""
 
-    model: str = Field(AUTO, description="The teacher: `auto` (below `cv_max_rows` training rows: `linear` or `mlp`, "
-                                         "whichever scores better out of fold; else by rows: `mlp` below "
+    model: str = Field(AUTO, description="The teacher: `auto` (below `cv_max_rows` training rows: `linear` or "
+                                         "`mlp_plr`, whichever scores better out of fold; else by rows: `mlp` below "
                                          "`train.ft_min_rows`, `ft_transformer` from it; the summary says which and "
-                                         "why), `ft_transformer`, `mlp`, `linear` (softmax regression), or "
+                                         "why), a model's name (each file in models/ declares its own in `MODELS`; "
+                                         "the `train.model_args.<name>` sections below list them), or "
                                          "`package.module:Class` for your own nn.Module "
                                          "(called as Class(layout, **model_args[that name])). The served model is "
                                          "usually its distilled student (see `distill`).")

@@ -1,17 +1,18 @@
-"""Where each stage writes (dvc.yaml declares the same paths; a test keeps the two in step)."""
+"""Where each stage writes, for the code that reads and writes it: dvc.yaml declares the same paths (its outs and
+metrics), tests/unit/test_paths.py keeps the two in step, and tasks/stages/stage_list.py reads dvc.yaml itself."""
 from pathlib import Path
 
 DATA = Path("data")
 SOURCE_FINGERPRINT = DATA / "source.json"
 QUARANTINE = DATA / "quarantine"
 BATCHES = DATA / "batches"           # labelled batches accepted by `torchship ingest` (prepare reads them)
-BATCHES_DVC = DATA / "batches.dvc"   # their DVC snapshot: the accepted-batch index (tasks/ops/batch_index.py)
+BATCHES_DVC = DATA / "batches.dvc"   # their DVC snapshot: the accepted-batch index (tasks/monitoring/batch_index.py)
 SERVE = DATA / "serve"               # the service's request log and feedback (format: tasks/core/servelog.py)
 MONITOR = DATA / "monitor"           # drift reports and summaries, the trigger decisions, retrain windows
 MONITOR_REPORTS = MONITOR / "reports"
 MONITOR_LATEST = MONITOR / "latest.json"
 DECISIONS = MONITOR / "decisions.jsonl"
-WINDOWS = MONITOR / "windows"        # labelled windows a retrain took (before the batch door)
+WINDOWS = MONITOR / "windows"        # labelled windows a retrain took (before the batch gate)
 
 PREPARE = DATA / "prepare"
 TRAIN_SPLIT = PREPARE / "train.parquet"
@@ -57,15 +58,3 @@ PROFILE = DATA / "profile"
 PROFILE_REPORT = PROFILE / "report.json"
 RAW_MODEL = PROFILE / "model.onnx"   # the selected variant behind raw per-column inputs: what is registered
 LATENCY_PLOT = PROFILE / "latency.png"
-
-# dvc.yaml stage name -> the JSON file holding its headline figures.
-STAGE_METRICS = {
-    "source": SOURCE_FINGERPRINT,
-    "prepare": PREPARE_METRICS,
-    "validate": VALIDATE_REPORT,
-    "baseline": BASELINE_REPORT,
-    "train": TRAIN_METRICS,
-    "export": PARITY_REPORT,
-    "compress": COMPRESS_REPORT,
-    "profile": PROFILE_REPORT,
-}

@@ -17,10 +17,10 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
-from tasks.config import MonitorParams
 from tasks.contract import Schema
 from tasks.core.artifacts import write_atomic
 from tasks.core.gate import GateResult
+from tasks.core.params_spec import MonitorParams
 from tasks.core.runtime import EMBEDDING
 from tasks.images.watch import (
     EMBEDDING_METHOD,

@@ -2,7 +2,7 @@
 
 Teams that wire drift to retraining by hand retrain in loops, on a handful of labels, or all day. Each guard
 here is one rule with its reason in words; `decide_retrain` is pure (history and clock passed in), so each rule has a
-test. The workspace's one-writer rule is a Prefect concurrency limit, taken by the flows (flows/slot.py)."""
+test. The workspace's one-writer rule is a Prefect concurrency limit, taken by the flows (tasks/workspace/lock.py)."""
 from __future__ import annotations
 
 import time
@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from tasks.config import RetrainParams, ServeParams
 from tasks.core.gate import GateResult
+from tasks.core.params_spec import RetrainParams, ServeParams
 from tasks.monitoring.window import Window
 
 Outcome = Literal["fired", "suppressed", "no drift", "retrained"]

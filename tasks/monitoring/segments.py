@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from tasks.config import ServeParams
 from tasks.core.bucket import Location, get_text, list_keys, s3_client
 from tasks.core.errors import TorchshipError
+from tasks.core.params_spec import ServeParams
 from tasks.core.servelog import (
     FEEDBACK_KIND,
     SERVED_KIND,

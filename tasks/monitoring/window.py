@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.config import MonitorParams
 from tasks.core.errors import TorchshipError
+from tasks.core.params_spec import MonitorParams
 from tasks.monitoring.estimate import PROBABILITIES
 from tasks.monitoring.segments import LogSource, Segment, local_source
 

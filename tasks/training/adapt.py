@@ -13,7 +13,7 @@ import math
 from pydantic import BaseModel
 
 from models import default_lr
-from tasks.config import AUTO, TrainParams
+from tasks.core.params_spec import AUTO, TrainParams
 
 MIN_BATCHES_PER_EPOCH = 16
 MIN_BATCH = 32

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from models import FoldEnsemble
+from models.ensemble import FoldEnsemble
 from tasks.training.loop import predict_logits
 
 # Above this, the served probabilities are off by more than two points on average: worth a temperature.

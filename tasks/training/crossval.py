@@ -17,9 +17,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from models import FeatureLayout, FoldEnsemble, build_model
-from tasks.config import TrainParams
+from models import build_model
+from models.ensemble import FoldEnsemble
+from models.tabular import FeatureLayout
 from tasks.core.metrics import classification_metrics
+from tasks.core.params_spec import TrainParams
 from tasks.training.adapt import FittedTraining
 from tasks.training.calibration import calibrate, tempered
 from tasks.training.decision import decision_headline, fit_class_weighting, fit_threshold

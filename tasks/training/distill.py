@@ -6,13 +6,12 @@ starts in each process; `train_student` launches it.
 """
 from __future__ import annotations
 
-from tasks.config import Params, TrainParams
 from tasks.contract import load_schema
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file
 from tasks.core.metrics import balances_classes
-from tasks.core.params_spec import PretrainedParams
-from tasks.ops.stage import stage_main
+from tasks.core.params_spec import Params, PretrainedParams, TrainParams
+from tasks.stages.entry import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.job import TrainingJob, launch, run_job, split_rows
 from tasks.training.weights import model_spec

@@ -11,8 +11,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tasks.config import TrainParams
 from tasks.core.env import LOCAL_RANK_ENV
+from tasks.core.params_spec import TrainParams
 
 
 def torchrun_command(params: TrainParams, module: str = "tasks.train", log_dir: str | None = None) -> list[str]:

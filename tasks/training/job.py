@@ -23,14 +23,14 @@ import torch.distributed as dist
 from torch import nn
 
 from models import build_model
-from tasks.config import Params, TrainParams
-from tasks.contract import Schema, encode_features, encode_target, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file
+from tasks.core.encoding import encode_features, encode_target
 from tasks.core.env import FAULT_ENV, LOCAL_RANK_ENV, OMP_THREADS_ENV, RESTART_COUNT_ENV, UNBUFFERED
 from tasks.core.errors import TorchshipError
-from tasks.core.params_spec import ImageAugment, PretrainedParams
+from tasks.core.params_spec import ImageAugment, Params, PretrainedParams, TrainParams
 from tasks.core.procs import Child, running, tee_lines
+from tasks.core.schema_spec import Schema, load_schema
 from tasks.training import checkpoint
 from tasks.training.adapt import FittedTraining
 from tasks.training.calibration import calibrate_single

@@ -12,8 +12,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tasks.config import TrainParams
 from tasks.core.metrics import classification_metrics
+from tasks.core.params_spec import TrainParams
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.distributed import full_state, load_full_state
 

@@ -1,5 +1,5 @@
 """A training job's checkpoints mirrored to the shared store, so a job killed with its machine resumes on another
-(the team topology: tasks/ops/shared_runs.py; `dvc repro` sets CHECKPOINT_MIRROR_ENV for the stage, never for a
+(the team topology: tasks/stages/run_cache.py; `dvc repro` sets CHECKPOINT_MIRROR_ENV for the stage, never for a
 rebuild). The job's launcher, outside torchrun, does it: before torchrun starts it fetches the job's copy when this
 tree has no checkpoint; while the job runs it sends what changed, at most every INTERVAL_S (checkpoint files before
 the manifest that names them, so the store's manifest never names a file it lacks); once the job succeeded it drops
@@ -92,7 +92,7 @@ def mirror_for(stage: str, folder: Path, fingerprint: Callable[[], str], echo=No
     job's data, which a launcher that mirrors nothing need not have."""
     if not os.environ.get(CHECKPOINT_MIRROR_ENV):
         return None
-    from tasks.ops.shared_runs import remote_store
+    from tasks.stages.run_cache import remote_store
 
     try:
         fs, root = remote_store()

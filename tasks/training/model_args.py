@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from models import MODELS
-from tasks.config import AUTO, TrainParams
 from tasks.core.errors import ConfigError
+from tasks.core.params_spec import AUTO, TrainParams
 
 FIX_MODEL_ARGS = " Fix it in params.yaml or your --set, see docs/configuration.md."
 

@@ -6,7 +6,7 @@ The rules, per modality (what `forward` receives and must return):
 - constructed as `Class(layout, **train.model_args[name])`; an nn.Module with trainable parameters;
 - tables: `forward(x)`, x (B, F) float32: numbers as they are, NaN where missing, category codes 1..K (0 = unknown
   or missing); images: x (B, H, W, C) uint8 pixels at the model's size (normalising them is the module's job:
-  models.ImagePreprocessor does it);
+  models.cnn.ImagePreprocessor does it);
 - returns one tensor (B, n_classes) of floating logits, finite for every input, rows with missing values included;
 - in eval mode a row's answer does not depend on the rows batched with it;
 - gradients reach its parameters;
@@ -25,8 +25,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from models import FeatureLayout, build_model
+from models import build_model
 from models.cnn import ImageLayout
+from models.tabular import FeatureLayout
 from tasks.core.errors import ConfigError
 from tasks.core.params_spec import Params
 
@@ -95,8 +96,8 @@ def probe_model(name: str, kwargs: dict, probe: Probe, export: bool = True) -> N
                       f"{n_classes} here)", f"It returned {got}.")
     if not torch.isfinite(output).all():
         bad = sorted({int(i) for i in torch.nonzero(~torch.isfinite(output))[:, 0]})
-        hint = (" A table module must handle NaN inputs itself: start with models.TabularPreprocessor (imputes, "
-                "standardises, embeds)." if inputs.is_floating_point() else "")
+        hint = (" A table module must handle NaN inputs itself: start with models.tabular.TabularPreprocessor "
+                "(imputes, standardises, embeds)." if inputs.is_floating_point() else "")
         raise _refuse(name, "finite logits for every input (rows with missing values included)",
                       f"Rows {bad} of the probe gave NaN or inf for {probe.what}.{hint}")
     output.float().logsumexp(1).sum().backward()

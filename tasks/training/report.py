@@ -8,13 +8,13 @@ import pandas as pd
 import torch
 from torch import nn
 
-from tasks.config import Params, TrainParams
-from tasks.contract import Schema
 from tasks.core import paths
 from tasks.core.artifacts import write_atomic, write_json_atomic
 from tasks.core.metrics import balances_classes, classification_metrics, confusion
+from tasks.core.params_spec import Params, TrainParams
 from tasks.core.plots import plot_confusion, plot_learning_curves, plot_roc_pr
 from tasks.core.runtime import decide
+from tasks.core.schema_spec import Schema
 from tasks.training.adapt import FittedTraining
 from tasks.training.crossval import cross_validation_headline
 from tasks.training.decision import decision_headline

@@ -9,11 +9,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from models import FeatureLayout, FoldEnsemble, ImageLayout, build_model
-from tasks.config import TrainParams
-from tasks.contract import Schema
+from models import build_model
+from models.cnn import ImageLayout
+from models.ensemble import FoldEnsemble
+from models.tabular import FeatureLayout
 from tasks.core.artifacts import write_atomic
 from tasks.core.errors import TorchshipError
+from tasks.core.params_spec import TrainParams
+from tasks.core.schema_spec import Schema
 from tasks.training.model_args import chosen_model_kwargs
 
 

@@ -10,8 +10,8 @@ from torch import nn
 
 from tasks.contract import Schema
 from tasks.core.artifacts import write_atomic
-from tasks.core.runtime import THRESHOLD_KEY
-from tasks.images.graph import EMBEDDING, ServedImageModel
+from tasks.core.runtime import EMBEDDING, THRESHOLD_KEY
+from tasks.images.graph import ServedImageModel
 
 MAX_BATCH = 1 << 16
 

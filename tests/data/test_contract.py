@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.config import ValidateParams
+from tasks.core.params_spec import ValidateParams
 from tasks.contract import (
     Feature,
     Schema,

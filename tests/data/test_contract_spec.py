@@ -5,12 +5,12 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from tasks.config import PrepareParams, ValidateParams
+from tasks.core.params_spec import PrepareParams, ValidateParams
 from tasks.contract import parse_table, parse_with_contract
 from tasks.core.contract_spec import ColumnRule, suggest_contract
 from tasks.core.errors import DataError
 from tasks.prepare import prepare_tables
-from tasks.validate import validate_frames
+from tasks.core.expectations import validate_frames
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +71,9 @@ def test_infinite_numbers_are_refused_by_column_and_line(customers):
 
 
 def test_ingest_door_gate_lists_every_problem(customers, suggested, tmp_path):
-    """The batch door's gate JSON has one reason per problem: a ragged row and text in two numeric columns."""
-    from tasks.config import Params
-    from tasks.monitoring.batch_door import judge_batch
+    """The batch gate's gate JSON has one reason per problem: a ragged row and text in two numeric columns."""
+    from tasks.core.params_spec import Params
+    from tasks.monitoring.batch_gate import judge_batch
 
     path = tmp_path / "batch.csv"
     customers.head(50).to_csv(path, index=False)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.config import MonitorParams, RetrainParams
+from tasks.core.params_spec import MonitorParams, RetrainParams
 from tasks.contract import Feature, Schema
 from tasks.core.runtime import THRESHOLD_KEY, decide, decision_threshold
 from tasks.core.servelog import served_line

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.config import DataParams, PrepareParams
+from tasks.core.params_spec import DataParams, PrepareParams
 from tasks.core.errors import DataError
 from tasks.core.sources import fingerprint_source
 from tasks.prepare import prepare_tables

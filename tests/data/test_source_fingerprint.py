@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tasks.config import DataParams
+from tasks.core.params_spec import DataParams
 from tasks.core.sources import fingerprint_source, write_source_fingerprint
 
 

@@ -1,4 +1,4 @@
-"""tasks/sources.py: the seeded synthetic generator, scikit-learn's sets, and the target rules."""
+"""tasks/core/sources.py: the seeded synthetic generator, scikit-learn's sets, and the target rules."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.config import DataParams
+from tasks.core.params_spec import DataParams
 from tasks.core.errors import ConfigError
 from tasks.core.sources import (
     SYNTHETIC_TARGET,

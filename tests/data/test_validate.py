@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tasks.config import PrepareParams, ValidateParams
+from tasks.core.params_spec import PrepareParams, ValidateParams
 from tasks.core.errors import GateFailed
 from tasks.core.expectations import validate_frames
 from tasks.prepare import prepare_tables

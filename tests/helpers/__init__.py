@@ -23,12 +23,19 @@ def snapshot(project, model: str, files: tuple[str, ...] = GUARDED_FILES) -> tup
     return hashes, project.registry(model)
 
 
-# What DVC does not cache (it cannot check these out again): params, the lock and the metric files.
-UNCACHED = ("params.yaml", "dvc.lock", "data/source.json", "data/prepare/metrics.json", "data/validate/report.json",
-            "data/baseline/report.json",
-            "data/train/metrics.json", "data/train/history.csv", "data/export/parity.json",
-            "data/compress/report.json", "data/profile/report.json")
-UNCACHED_FOLDERS = ("data/train/checkpoints", "data/compress/checkpoints")   # resume state: DVC outs, never cached
+def uncached_outputs() -> list[str]:
+    """What dvc.yaml tells DVC not to cache (it cannot check these out again): metrics, plots, resume state."""
+    from tasks.stages.stage_list import entry_path, read_dvc_stages
+
+    return [entry_path(entry) for stage in read_dvc_stages(REPO).values() for key in ("outs", "metrics", "plots")
+            for entry in stage.get(key, [])
+            if isinstance(entry, dict) and next(iter(entry.values())).get("cache") is False]
+
+
+REPO = Path(__file__).resolve().parents[2]
+# What DVC does not cache, and params and the lock beside them; the folders among them: resume state.
+UNCACHED = ("params.yaml", "dvc.lock", *(path for path in uncached_outputs() if Path(path).suffix))
+UNCACHED_FOLDERS = tuple(path for path in uncached_outputs() if not Path(path).suffix)
 # The closed loop's state: served rows, feedback, drift reports, decisions, retrain batches and their snapshot.
 LOOP_STATE = ("data/serve", "data/monitor", "data/batches", "data/batches.dvc")
 
@@ -73,8 +80,8 @@ def light_run_flags() -> list[str]:
 
 def project_registry(project):
     """An MLflow client on the project's registry (its SQLite file)."""
-    from tasks.config import TrackingParams
-    from tasks.core.registry import registry_client
+    from tasks.core.params_spec import TrackingParams
+    from tasks.registry.read import registry_client
 
     return registry_client(TrackingParams(uri=f"sqlite:///{project.root / 'mlflow' / 'mlflow.db'}"))
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from flows.cli.stack.state import StackPaths
 from tasks.core.env import STACK_DIR_ENV
-from tasks.ops.stack_state import StackPaths
 from tests.conftest import BIN, REPO
 
 HTTP_TIMEOUT_S = 60   # httpx's default 5 s: a server's first answer after `up` took longer at load 10 on 2 cores

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from tasks.canarying.link import KEY_HEADER
+from tasks.core.env import KEY_HEADER
 from tasks.images.decode import encode_png
 
 

@@ -13,15 +13,16 @@ import time
 import pytest
 
 from serving.service import Service, ServiceSettings
-from tasks.canarying.progressive import promote_or_roll_back
-from tasks.config import CanaryParams, Params, ServeParams
-from tasks.core.alias_history import alias_lock, read_history, record_decision
+from tasks.canary.progressive import promote_or_roll_back
 from tasks.core.gate import GateResult
-from tasks.core.registry import aliases, registry_client
+from tasks.core.params_spec import CanaryParams, Params, ServeParams
 from tasks.core.verdicts import Blessing, BlessOutcome, StepVerdict, VariantFigures
 from tasks.monitor import notice_moves
-from tasks.ops.alias_moves import roll_back
 from tasks.register import apply_aliases
+from tasks.registry.history import read_history, record_decision
+from tasks.registry.lock import alias_lock
+from tasks.registry.moves import roll_back
+from tasks.registry.read import aliases, registry_client
 from tests.conftest import REPO
 from tests.integration.test_cli_inprocess import MODEL, cli, project_with_registry  # noqa: F401 (cli: a fixture)
 
@@ -78,8 +79,8 @@ def moves(client) -> list[tuple[str, str | None, str | None]]:
 
 def test_register_canary_promote_hand_move_rollback_entry_by_entry(cli, project):  # noqa: F811
     folder, params, client = project
-    apply_aliases(client, MODEL, "1", blessed(None), "pipeline run one", "bless pass; passport of v1")
-    apply_aliases(client, MODEL, "2", blessed("1"), "pipeline run two", "bless pass; passport of v2")
+    apply_aliases(client, MODEL, "1", blessed(None), "pipeline run one", "bless pass; model card of v1")
+    apply_aliases(client, MODEL, "2", blessed("1"), "pipeline run two", "bless pass; model card of v2")
     passed = StepVerdict(phase="100%", share=1.0, status="pass", reasons=["all within bounds"],
                          champion=VariantFigures(version="1"), challenger=VariantFigures(version="2"))
     promote_or_roll_back(client, MODEL, "2", [passed], CanaryParams())
@@ -107,7 +108,7 @@ def test_register_canary_promote_hand_move_rollback_entry_by_entry(cli, project)
     assert reasons[2] == reasons[3] == "canary: 1 steps passed up to 100%"
     assert reasons[4] == "by hand: the team prefers v3" and "MLflow UI" in reasons[5]
     assert reasons[6] == "rollback: v4 replaced, v3 was champion before it"
-    assert entries[0].evidence == "bless pass; passport of v1" and "canary.*" in entries[2].evidence
+    assert entries[0].evidence == "bless pass; model card of v1" and "canary.*" in entries[2].evidence
     assert "v3 tags bless" in entries[4].evidence
 
     shown = cli(folder, "history")
@@ -149,9 +150,9 @@ def test_a_move_by_another_process_is_recorded_by_the_running_service_and_rollba
 OBSERVER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from tasks.config import TrackingParams
-    from tasks.core.alias_history import record_outside_moves
-    from tasks.core.registry import registry_client
+    from tasks.core.params_spec import TrackingParams
+    from tasks.registry.history import record_outside_moves
+    from tasks.registry.read import registry_client
     uri, name, go, who = sys.argv[1:]
     client = registry_client(TrackingParams(uri=uri))
     client.get_registered_model(name)          # warm: both observers start from the same line
@@ -180,7 +181,7 @@ def test_with_no_service_two_observers_record_a_move_once_and_rollback_follows_t
     assert moves(client) == [("champion", None, "1"), ("champion", "1", "3"), ("champion", "3", "2")]
     assert "observer" in read_history(client, MODEL)[-1].actor
     with alias_lock(client, MODEL):   # a decision that moves no alias joins the sequence (an approval, by a person)
-        record_decision(client, MODEL, "approval", "alice", "reviewed the passport", version="4")
+        record_decision(client, MODEL, "approval", "alice", "reviewed the model card", version="4")
     notice_moves(params)
     assert len(read_history(client, MODEL)) == 4 and read_history(client, MODEL)[-1].kind == "approval"
     assert roll_back(params).restored == "3"   # no `previous` tag anywhere: the history alone knows

@@ -10,16 +10,21 @@ import time
 import pytest
 from ruamel.yaml import YAML
 
-from tasks.config import Params
-from tasks.core.alias_history import os_user, read_history
-from tasks.core.approval import APPROVAL_TAG, DECIDED_TAG
 from tasks.core.errors import TorchshipError
 from tasks.core.gate import GateResult
-from tasks.core.registry import aliases, registry_client
+from tasks.core.params_spec import Params
 from tasks.core.verdicts import Blessing, BlessOutcome, CanaryOutcome, CanaryReport, RegistrationOutcome
-from tasks.ops.approvals import approved_challenger_without_canary, decide_by_hand, review_approvals
-from tasks.ops.status import registry_status
 from tasks.register import apply_aliases
+from tasks.registry.approvals import (
+    APPROVAL_TAG,
+    DECIDED_TAG,
+    approved_challenger_without_canary,
+    decide_by_hand,
+    review_approvals,
+)
+from tasks.registry.history import os_user, read_history
+from tasks.registry.read import aliases, registry_client
+from tasks.registry.status import registry_status
 from tests.integration.test_cli_inprocess import MODEL, cli, project_with_registry  # noqa: F401 (cli: a fixture)
 
 pytestmark = pytest.mark.integration
@@ -84,14 +89,14 @@ def test_the_canary_starts_only_when_a_person_approves(cli, project, monkeypatch
     assert status.exit_code == 0, status.output
     assert "v2 awaits approval" in " ".join(status.stdout.split()) and started == []
 
-    approved = cli(folder, "approve", "2", "--reason", "read the passport")
+    approved = cli(folder, "approve", "2", "--reason", "read the model card")
     assert approved.exit_code == 0, approved.output
     assert started == [{"champion": "1", "challenger": "2"}]          # the canary started once, on v2
     assert client.get_model_version(MODEL, "2").tags[APPROVAL_TAG] == f"approved:{os_user()}"
     entries = read_history(client, MODEL)
     assert [(e.kind, e.alias, e.to_version) for e in entries[-3:]] == [
         ("approval", None, "2"), ("approval", None, "2"), ("move", "challenger", "2")]
-    assert entries[-2].reason == f"approved by {os_user()}: read the passport"
+    assert entries[-2].reason == f"approved by {os_user()}: read the model card"
     assert entries[-2].actor.startswith(f"torchship approve by {os_user()}@")
     again = cli(folder, "approve", "2", "--reason", "twice")          # settled: no second canary, no entry
     assert again.exit_code == 0 and "already decided" in again.stdout and len(started) == 1
@@ -177,9 +182,9 @@ def test_the_prefect_ui_form_decides_and_an_approval_starts_the_canary(project, 
     assert client.get_model_version(MODEL, "3").tags[APPROVAL_TAG] == "waiting"
     review.fn("3", "reject", " dana ", "too slow on the dashboard")
     assert client.get_model_version(MODEL, "3").tags[APPROVAL_TAG] == "rejected:dana" and started == []
-    review.fn("2", "approve", "erin", "passport read")
+    review.fn("2", "approve", "erin", "model card read")
     assert started == [{"champion": "1", "challenger": "2"}]
     entries = [e for e in read_history(client, MODEL) if e.kind == "approval"]
     assert [e.reason for e in entries[-2:]] == ["rejected by dana: too slow on the dashboard",
-                                                "approved by erin: passport read"]
+                                                "approved by erin: model card read"]
     assert all(e.actor == "the Prefect UI form" for e in entries[-2:])

@@ -1,4 +1,4 @@
-"""The accepted-batch index shared through the registry (tasks/ops/batch_index.py), on two clones that share only
+"""The accepted-batch index shared through the registry (tasks/monitoring/batch_index.py), on two clones that share only
 a registry and a DVC remote: a batch accepted on one is pulled by the other, which never saw it; two accepting at
 once both land (the registry lock makes read-index, add, push, move-index one step). A SQLite registry stands in
 for the tracking server here (its lock is the file lock); the journey test runs the same code on the stack."""
@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tasks.config import TrackingParams
 from tasks.core import paths
-from tasks.ops import batch_index
+from tasks.core.params_spec import TrackingParams
+from tasks.monitoring import batch_index
 
 pytestmark = pytest.mark.integration
 MODEL = "batch-index-model"

@@ -26,18 +26,19 @@ from onnx import helper, numpy_helper
 
 from tasks import canary
 from tasks.bless import fetch_champion, holdout_predictions
-from tasks.blessing.quality import assess_quality
-from tasks.canarying.link import ServiceLink
-from tasks.config import CanaryParams, TrackingParams, load_params
+from tasks.bless.quality import assess_quality
+from tasks.canary.client import ServiceClient
+from tasks.config import load_params
 from tasks.contract import load_schema
-from tasks.core.alias_history import read_history
 from tasks.core.artifacts import sha256_file
 from tasks.core.holdout import load_holdout
+from tasks.core.params_spec import CanaryParams, TrackingParams
 from tasks.core.procs import free_port, http_ok, start_child, wait_until_ready
-from tasks.core.registry import CHALLENGER, CHAMPION, registry_client
 from tasks.core.verdicts import Blessing, BlessOutcome, CanaryOutcome, RegistrationOutcome
-from tasks.ops.approvals import decide
 from tasks.register import apply_aliases
+from tasks.registry.approvals import decide
+from tasks.registry.history import read_history
+from tasks.registry.read import CHALLENGER, CHAMPION, registry_client
 from tests.helpers import registry_restored
 from tests.helpers.slow_models import cpu_hog, slowed, through
 from tests.helpers.traffic import LiveTraffic
@@ -51,7 +52,7 @@ RULES = CanaryParams(steps=[0.5, 1.0], min_samples=20, step_max_s=60, poll_s=0.2
 
 @pytest.fixture(scope="module")
 def live(tiny_pipeline, tmp_path_factory):
-    """(project, link, params, MLflow client) of a running service; stopped by PID afterwards, and the registry put
+    """(project, service, params, MLflow client) of a running service; stopped by PID afterwards, and the registry put
     back as it was (aliases, tags of the old versions, no added versions)."""
     project, _ = tiny_pipeline
     folder = tmp_path_factory.mktemp("canary")
@@ -69,7 +70,7 @@ def live(tiny_pipeline, tmp_path_factory):
     with registry_restored(client, MODEL):
         try:
             wait_until_ready(child, http_ok(f"{url}/ready"), timeout=90)
-            yield project, ServiceLink(url, TOKEN, request_log), params, client
+            yield project, ServiceClient(url, TOKEN, request_log), params, client
         finally:
             child.stop()
     assert "Traceback" not in child.output_tail(50_000), child.output_tail()
@@ -82,7 +83,7 @@ def holdout(project) -> tuple[pd.DataFrame, pd.Series]:
 
 
 def champion_model(client) -> onnx.ModelProto:
-    from tasks.core.registry import verified_onnx
+    from tasks.registry.read import verified_onnx
 
     champion = client.get_model_version_by_alias(MODEL, CHAMPION).version
     return onnx.load_from_string(verified_onnx(client, MODEL, champion))
@@ -180,32 +181,32 @@ def bless_quality(client, project, candidate: Path, params) -> Blessing:
                     champion_version=champion.version, champion_metrics=quality.details["champion"], stages=[quality])
 
 
-def run_canary(project, link, params, traffic: bool = True):
-    """The canary on the service at `link`, while LiveTraffic runs (`traffic`)."""
+def run_canary(project, service, params, traffic: bool = True):
+    """The canary on the service at `service`, while LiveTraffic runs (`traffic`)."""
     features, truth = holdout(project)
     schema = load_schema(project.root / "data/prepare/schema.json")
     rows = pd.concat([features, truth.rename(schema.target)], axis=1)
     if not traffic:
-        return canary.run_canary(params, rows, schema, link)
-    with LiveTraffic(link.url, features, truth):
-        return canary.run_canary(params, rows, schema, link)
+        return canary.run_canary(params, rows, schema, service)
+    with LiveTraffic(service.url, features, truth):
+        return canary.run_canary(params, rows, schema, service)
 
 
 @pytest.mark.parametrize("fault, reason", [("erroring", "error rate"), ("slow", "p95 latency"),
                                            ("shifted", "PSI of the predicted classes")])
 def test_a_faulty_challenger_is_rolled_back_at_its_first_step_and_the_champion_is_unchanged(
         live, fault, reason, tmp_path, monkeypatch):
-    project, link, params, client = live
+    project, service, params, client = live
     monkeypatch.chdir(project.root)   # the registry's artifact paths are relative to the project
     champion = client.get_model_version_by_alias(MODEL, CHAMPION).version
     model = champion_model(client)
     features = holdout(project)[0]
     most_often_set = features.select_dtypes("number").notna().mean().idxmax()
     faulty = {"erroring": lambda: erroring(model, most_often_set), "slow": lambda: slowed(model, SLOW_PRODUCTS),
-              "shifted": lambda: shifted(model, *least_predicted_class(link.url, features))}[fault]()
+              "shifted": lambda: shifted(model, *least_predicted_class(service.url, features))}[fault]()
     version = register_challenger(client, faulty, tmp_path)
     with cpu_hog() if fault == "slow" else contextlib.nullcontext():   # slower than the champion on a busy box too
-        report = run_canary(project, link, params)
+        report = run_canary(project, service, params)
     # Latency is judged once the challenger answers (a shadow's time is not an answer's): from the first traffic step.
     first = "50%" if fault == "slow" else "shadow"
     assert [(s.phase, s.status) for s in report.steps][-1] == (first, "fail"), \
@@ -222,18 +223,18 @@ def test_a_faulty_challenger_is_rolled_back_at_its_first_step_and_the_champion_i
     assert CHALLENGER not in client.get_registered_model(MODEL).aliases
     tags = client.get_model_version(MODEL, version).tags
     assert reason in tags["rejected"] and tags[f"canary.{first.replace('%', 'pct')}"].startswith("fail")
-    assert httpx.get(f"{link.url}/health").json()["challenger_share"] == 0.0   # the traffic is back
+    assert httpx.get(f"{service.url}/health").json()["challenger_share"] == 0.0   # the traffic is back
 
 
 def test_a_challenger_as_fast_as_the_champion_is_not_rolled_back_on_latency_beside_a_cpu_hog(
         live, tmp_path, monkeypatch):
     """The champion's own graph as challenger, the box kept busy throughout: whatever the hog does to a step's
     p95, it does to both variants, and a latency failure must reproduce on fresh requests before it stands."""
-    project, link, params, client = live
+    project, service, params, client = live
     monkeypatch.chdir(project.root)
     version = register_challenger(client, champion_model(client), tmp_path)
     with cpu_hog():
-        report = run_canary(project, link, params)
+        report = run_canary(project, service, params)
     assert report.outcome is CanaryOutcome.PROMOTED, [(s.phase, s.status, s.reasons) for s in report.steps]
     assert str(client.get_model_version_by_alias(MODEL, CHAMPION).version) == version
 
@@ -243,17 +244,17 @@ def test_a_challenger_bless_measured_better_waits_for_approval_then_the_canary_p
     """What the canary is for: a retrained version better than the champion reaches all traffic. The champion
     serving is a worse copy of the trained network (a person put it there in the MLflow UI), the challenger is
     the network itself; promotion.approval is required, so nothing routes to it until a person approves."""
-    project, link, params, client = live
+    project, service, params, client = live
     monkeypatch.chdir(project.root)
     network = champion_model(client)
     features = holdout(project)[0]
     column = features.select_dtypes("number").notna().mean().idxmax()
-    classes = least_predicted_class(link.url, features)[0]
+    classes = least_predicted_class(service.url, features)[0]
     start, old = len(read_history(client, MODEL)), str(client.get_model_version_by_alias(MODEL, CHAMPION).version)
     worse = register_challenger(client, confused(onnx.ModelProto.FromString(network.SerializeToString()), column,
                                                  classes, share=0.3), tmp_path / "worse", alias=None)
     client.set_registered_model_alias(MODEL, CHAMPION, worse)          # a hand move, as the MLflow UI makes it
-    assert served_champion(link.url, worse), httpx.get(f"{link.url}/health").json()
+    assert served_champion(service.url, worse), httpx.get(f"{service.url}/health").json()
 
     better = register_challenger(client, network, tmp_path / "better", alias=None)
     client.set_model_version_tag(MODEL, better, "parent_version", worse)   # what bless judged it against
@@ -262,12 +263,12 @@ def test_a_challenger_bless_measured_better_waits_for_approval_then_the_canary_p
     outcome, action = apply_aliases(client, MODEL, better, blessing, "pipeline run (test)", approval=True)
     assert outcome is RegistrationOutcome.AWAITING_APPROVAL, action
     assert CHALLENGER not in client.get_registered_model(MODEL).aliases                 # no traffic reaches it
-    assert httpx.get(f"{link.url}/health").json()["challenger"] is None
+    assert httpx.get(f"{service.url}/health").json()["challenger"] is None
 
     approved = decide(client, MODEL, better, "approved", "reviewer", "torchship approve (test)",
                       "bless measured it better", params.promotion.approval_timeout_s)
     assert approved.canary_due, approved.action
-    report = run_canary(project, link, params)
+    report = run_canary(project, service, params)
     assert [(s.phase, s.status) for s in report.steps] == [("shadow", "pass"), ("50%", "pass"), ("100%", "pass")], \
         [s.reasons for s in report.steps]
     assert report.outcome is CanaryOutcome.PROMOTED, report.action
@@ -277,7 +278,7 @@ def test_a_challenger_bless_measured_better_waits_for_approval_then_the_canary_p
     # judged sooner): in some step both variants have labelled rows and their accuracies are compared
     assert any(s.champion.labelled and s.challenger.labelled and "accuracy" in s.reasons[0] for s in report.steps), \
         [s.reasons for s in report.steps]
-    assert served_champion(link.url, better), httpx.get(f"{link.url}/health").json()
+    assert served_champion(service.url, better), httpx.get(f"{service.url}/health").json()
     assert "previous" in client.get_model_version(MODEL, worse).tags
     assert {f"canary.{p}" for p in ("shadow", "50pct", "100pct")} <= set(client.get_model_version(MODEL, better).tags)
     history = read_history(client, MODEL)[start:]
@@ -289,7 +290,7 @@ def test_a_challenger_bless_measured_better_waits_for_approval_then_the_canary_p
 
 
 def test_a_candidate_with_another_input_signature_is_not_canaried(live, tmp_path, monkeypatch):
-    project, link, params, client = live
+    project, service, params, client = live
     monkeypatch.chdir(project.root)
     champion = client.get_model_version_by_alias(MODEL, CHAMPION).version
     model = champion_model(client)
@@ -298,7 +299,7 @@ def test_a_candidate_with_another_input_signature_is_not_canaried(live, tmp_path
     schema["features"][0]["name"] += " (renamed)"   # what a new table's candidate would carry
     entry.value = json.dumps(schema)
     version = register_challenger(client, model, tmp_path)
-    report = run_canary(project, link, params, traffic=False)
+    report = run_canary(project, service, params, traffic=False)
     assert report.outcome is CanaryOutcome.NOT_COMPARABLE, report.action
     assert report.action.startswith(f"not run: v{version}'s input signature differs from champion v{champion}'s")
     assert report.gate.status == "fail" and report.steps == []
@@ -308,16 +309,16 @@ def test_a_candidate_with_another_input_signature_is_not_canaried(live, tmp_path
 
 
 def test_a_step_without_enough_traffic_ends_the_canary_inconclusive(live, tmp_path, monkeypatch):
-    project, link, params, client = live
+    project, service, params, client = live
     monkeypatch.chdir(project.root)
     version = register_challenger(client, champion_model(client), tmp_path)
     quiet = params.model_copy(update={"canary": RULES.model_copy(update={"step_max_s": 1.0})})
-    report = run_canary(project, link, quiet, traffic=False)
+    report = run_canary(project, service, quiet, traffic=False)
     assert [(s.phase, s.status) for s in report.steps] == [("shadow", "short")]   # no client sent anything
     assert report.outcome is CanaryOutcome.INCONCLUSIVE and report.gate.status == "warn", report.action
     assert report.action.startswith("inconclusive at step shadow")
     assert "0 of the 20 requests" in report.steps[0].reasons[0]
     assert str(client.get_registered_model(MODEL).aliases[CHALLENGER]) == version   # not rejected: no evidence
     assert "canary_inconclusive" in client.get_model_version(MODEL, version).tags
-    assert httpx.get(f"{link.url}/health").json()["challenger_share"] == 0.0
+    assert httpx.get(f"{service.url}/health").json()["challenger_share"] == 0.0
     client.delete_registered_model_alias(MODEL, CHALLENGER)

@@ -14,9 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tasks.core.procs import Child, http_ok, start_child, wait_until_ready
+from tasks.core.procs import Child, free_port, http_ok, start_child, wait_until_ready
 from tests.conftest import BIN, make_project
-from tests.helpers import free_port
 
 pytestmark = pytest.mark.integration
 MODEL = "synthetic-churn"

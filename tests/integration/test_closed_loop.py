@@ -27,11 +27,11 @@ HOLD = """
 import time, sys
 from pathlib import Path
 from prefect import flow
-from flows.slot import workspace_slot
+from tasks.workspace.lock import workspace_lock
 
 @flow
 def hold():
-    with workspace_slot("a test holder", 5):
+    with workspace_lock("a test holder", 5):
         Path("held").write_text("yes")
         while not Path("release").exists():
             time.sleep(0.1)
@@ -55,7 +55,7 @@ def test_a_held_workspace_drops_the_retrain_and_refuses_a_pipeline_run(tiny_pipe
                     time.sleep(0.2)
                 refused = project.torchship("run")
                 retrain = subprocess.run(
-                    [str(BIN / "python"), "-c", "from flows.loop import retrain\nprint(retrain(labels_until=1.0))"],
+                    [str(BIN / "python"), "-c", "from flows.retrain import retrain\nprint(retrain(labels_until=1.0))"],
                     cwd=project.root, env=project_env(project, api), capture_output=True, text=True, timeout=120)
                 (project.root / "release").write_text("now")
                 holder.process.wait(timeout=60)
@@ -75,9 +75,10 @@ def test_the_workspace_limit_is_made_once_and_found_after_without_a_server_error
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.slot import ensure_limit, slot_name
+    from tasks.core.prefect_limits import ensure_limit
+    from tasks.workspace.lock import workspace_limit_name
 
-    name = slot_name(prefect_server.log.parent / "a-workspace")
+    name = workspace_limit_name(prefect_server.log.parent / "a-workspace")
     with temporary_settings({PREFECT_API_URL: prefect_server.api_url()}):
         for _ in range(2):
             ensure_limit(name)

@@ -16,7 +16,7 @@ import uuid
 import httpx
 import pytest
 
-from flows.loop import DRIFT_EVENT
+from flows.monitor import DRIFT_EVENT
 from tests.conftest import BIN, make_project, start_prefect_server, stop_prefect_server
 from tests.reliability.test_runbooks import fix_commands
 
@@ -59,7 +59,7 @@ def runs_of(api: httpx.Client, name: str, reasons: set[str] | None = None) -> li
 
 
 def drift_events(model: str, count: int, reason: str) -> list[dict]:
-    """Drift events as the monitor emits them (flows/loop.py), each its own id."""
+    """Drift events as the monitor emits them (flows/monitor.py), each its own id."""
     now = dt.datetime.now(dt.UTC)
     return [{"id": str(uuid.uuid4()), "occurred": (now + dt.timedelta(milliseconds=i)).isoformat(),
              "event": DRIFT_EVENT, "resource": {"prefect.resource.id": f"torchship.model.{model}",

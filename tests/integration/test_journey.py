@@ -1,4 +1,4 @@
-"""Issue 21's journey on the team stack, on loopback: hosts that share nothing but the servers, the bucket and the
+"""The team's journey on the team stack, on loopback: hosts that share nothing but the servers, the bucket and the
 git remote. Each host is a Unix user of its own with a private HOME (tests/helpers/hosts.py); the stack is
 `torchship stack up --workers 0` (PostgreSQL, moto's S3 with its checks on, `mlflow server` with basic auth,
 `prefect server` with its auth string), the one test_stack.py checks next (tests/conftest.py team_stack).
@@ -56,19 +56,19 @@ from pathlib import Path
 
 import pytest
 
+from flows.cli.stack.servers import BUCKET
+from flows.cli.stack.state import StackPaths, read_env_file
 from tasks.config import load_params
-from tasks.core.approval import REQUESTED_TAG
 from tasks.core.env import FAULT_ENV, TOKEN_ENV
 from tasks.core.prefect_limits import dead_holder_bound_s
 from tasks.core.procs import free_port
-from tasks.core.registry import UNFINISHED_TAG
 from tasks.core.sources import SYNTHETIC_TARGET, generate_customers
+from tasks.monitoring.demo import DemoTraffic
 from tasks.monitoring.segments import bucket_source
 from tasks.monitoring.window import read_feedback, read_lines
-from tasks.ops import crash_watch
-from tasks.ops.demo import DemoTraffic
-from tasks.ops.stack_parts import BUCKET
-from tasks.ops.stack_state import StackPaths, read_env_file
+from tasks.registry.approvals import REQUESTED_TAG
+from tasks.registry.read import UNFINISHED_TAG
+from tasks.workspace import crash_watch
 from tests.conftest import REPO, TEAM_STACK_GROUP, make_project
 from tests.helpers import LIGHT_RUN
 from tests.helpers.command_lines import CommandLines
@@ -166,7 +166,7 @@ def docs_pull_steps(remote: str) -> str:
 
 def light_params() -> dict:
     """LIGHT_RUN as params (a deployment's run takes no --set)."""
-    from tasks.ops.overrides import merge, parse_assignment
+    from tasks.stages.overrides import merge, parse_assignment
 
     params: dict = {}
     for keys, value in map(parse_assignment, LIGHT_RUN):
@@ -289,7 +289,7 @@ def publish_the_teams_second_commit(host: Host, project: Path, remote: Path, env
 def push_params(host: Host, project: Path, remote: Path, env: dict[str, str], settings: list[str], message: str
                 ) -> str:
     """Host A commits `settings` to params.yaml and pushes; the commit."""
-    from tasks.ops.overrides import resolve, write_params
+    from tasks.stages.overrides import resolve, write_params
 
     raw, _ = resolve(settings, base_file=str(project / "params.yaml"))
     write_params(raw, str(project / "params.yaml"))
@@ -433,9 +433,9 @@ def assert_retrained_version(env: dict[str, str], version: str) -> None:
 ACCEPT_A_BATCH = """
 from tasks.config import load_params
 from tasks.core import paths
-from tasks.core.registry import registry_client
+from tasks.registry.read import registry_client
 from tasks.core.sources import generate_customers
-from tasks.ops.batch_index import shared_snapshot
+from tasks.monitoring.batch_index import shared_snapshot
 from tasks.retrain import keep_batch
 params = load_params()
 def store():
@@ -556,11 +556,11 @@ def registry_lock_held(host: Host, project: Path, env: dict[str, str]) -> Iterat
         holder.wait(timeout=120)
 
 
-# Holds the registry lock as tasks/core/registry_lock.py takes it on the stack, until a line comes on stdin.
+# Holds the registry lock as tasks/registry/lock.py takes it on the stack, until a line comes on stdin.
 HOLD_THE_REGISTRY_LOCK = """
 import sys
 from tasks.core.prefect_limits import held_slot
-from tasks.core.registry_lock import limit_name
+from tasks.registry.lock import limit_name
 with held_slot(limit_name("synthetic-churn"), 120):
     print("held", flush=True)
     sys.stdin.readline()

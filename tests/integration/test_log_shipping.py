@@ -1,6 +1,6 @@
 """The service ships its request log and feedback to a bucket (serve.ship_to), and the monitor reads its window
 there: a real `python -m serving` on a registry of its own (SQLite, one version: a small linear raw-input graph,
-tests/helpers.linear_raw_graph, registered as torchship's register step does), moto's S3 server on 127.0.0.1 with
+tests.helpers.linear_raw_graph, registered as torchship's register step does), moto's S3 server on 127.0.0.1 with
 credential checks on (started as `torchship stack` starts it), three runs of the service on one host folder:
 
 1. wrong keys: refused with an error that names what to set (and no key), the service keeps answering, the rows stay
@@ -27,17 +27,17 @@ import numpy as np
 import onnx
 import pytest
 
+from flows.cli.stack import servers as parts
 from serving.shipper import host_name
-from tasks.config import MonitorParams
 from tasks.contract import Feature, Schema
 from tasks.core.bucket import BucketError, Location, list_keys
 from tasks.core.env import AWS_ENDPOINT_ENV, AWS_KEY_ID_ENV, AWS_REGION_ENV, AWS_SECRET_ENV, PARAMS_ENV, TELEMETRY_OFF
+from tasks.core.params_spec import MonitorParams
 from tasks.core.procs import Child, free_port, http_ok, start_child, wait_until_ready
-from tasks.core.registry import SHA_TAG
 from tasks.core.servelog import served_files
 from tasks.monitoring.segments import bucket_source
 from tasks.monitoring.window import read_lines, read_window
-from tasks.ops import stack_parts as parts
+from tasks.registry.read import SHA_TAG
 from tests.conftest import REPO
 from tests.helpers import linear_raw_graph
 

@@ -10,17 +10,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tasks.config import Params
 from tasks.core.env import WEBHOOK_URL_ENV
 from tasks.core.gate import GateResult
-from tasks.core.notify import Notice, notify_once
-from tasks.core.registry import registry_client
+from tasks.core.params_spec import Params
 from tasks.core.verdicts import CanaryOutcome, CanaryReport, StepVerdict, VariantFigures
 from tasks.monitor import notice_moves
 from tasks.monitoring import guards
-from tasks.monitoring.notices import announce_decision
-from tasks.ops.approvals import review_approvals
-from tasks.ops.status import registry_status
+from tasks.monitoring.trigger_notifications import announce_decision
+from tasks.registry.approvals import review_approvals
+from tasks.registry.notifications import Notice, notify_once
+from tasks.registry.read import registry_client
+from tasks.registry.status import registry_status
 from tests.integration.test_approval import awaiting
 from tests.integration.test_cli_inprocess import MODEL, project_with_registry
 

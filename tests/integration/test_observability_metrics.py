@@ -11,7 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from serving.app import create_app
 from serving.observability import metric_names, observability_files
 from serving.service import ServiceSettings
-from tasks.config import ServeParams, TrackingParams, load_params
+from tasks.config import load_params
+from tasks.core.params_spec import ServeParams, TrackingParams
 from tests.conftest import REPO
 from tests.helpers import holdout_rows
 

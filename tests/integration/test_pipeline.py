@@ -10,9 +10,8 @@ import subprocess
 import pytest
 from ruamel.yaml import YAML
 
-from tasks.core.registry import download_onnx
-from tasks.ops.plan import LIVE_STEPS
-from tasks.ops.reproduce import pipeline_stages
+from tasks.registry.read import download_onnx
+from tasks.stages.stage_list import PREFECT_STEPS, pipeline_stages
 from tests.conftest import REPO
 from tests.helpers import dvc_clean, light_run_flags, project_registry, workspace_restored
 
@@ -25,7 +24,7 @@ STAGES = pipeline_stages(REPO)
 
 def test_first_run_registers_a_champion_with_lineage(tiny_pipeline, tmp_path):
     project, first = tiny_pipeline
-    for step in STAGES + list(LIVE_STEPS):
+    for step in STAGES + [step.name for step in PREFECT_STEPS]:
         assert step in first.stdout
     # The closing line: what this run did to the registry.
     assert f"Registry: registered v1 of {MODEL}; aliases moved: champion none → v1." in " ".join(first.stdout.split())
@@ -44,19 +43,19 @@ def test_first_run_registers_a_champion_with_lineage(tiny_pipeline, tmp_path):
     served = download_onnx(client, MODEL, champion, tmp_path)
     assert hashlib.sha256(served.read_bytes()).hexdigest() == tags["artifact_sha256"]
     version = client.get_model_version(MODEL, champion)
-    passport = f"{version.description}\n{sorted(a.path for a in client.list_artifacts(version.run_id))}"
+    card = f"{version.description}\n{sorted(a.path for a in client.list_artifacts(version.run_id))}"
     for section in ("### Data", "### Training", "### Quality on the holdout", "### Gates", "### Serving benchmark",
-                    "### Lineage", "logistic regression (scikit-learn)", "'passport.html'"):
-        assert section in passport, passport
+                    "### Lineage", "logistic regression (scikit-learn)", "'model_card.html'"):
+        assert section in card, card
     assert tags["bless"] == "pass" and tags["bless_outcome"] == "first model"   # typed: what rebaseline reads
     first_entry = json.loads(project.python(   # the alias history's first entry: this run's move, by its flow run
-        "from tasks.config import load_params\nfrom tasks.core.alias_history import read_history\n"
-        "from tasks.core.registry import registry_client\n"
+        "from tasks.config import load_params\nfrom tasks.registry.history import read_history\n"
+        "from tasks.registry.read import registry_client\n"
         f"print(read_history(registry_client(load_params().tracking), '{MODEL}')[0].model_dump_json())"
     ).strip().splitlines()[-1])
     assert (first_entry["alias"], first_entry["from_version"], first_entry["to_version"]) == ("champion", None, "1")
     assert re.fullmatch(r"pipeline run [0-9a-f-]{36}", first_entry["actor"]), first_entry["actor"]
-    assert "passport.md" in first_entry["evidence"] and "first model" in first_entry["reason"]
+    assert "model_card.md" in first_entry["evidence"] and "first model" in first_entry["reason"]
 
 
 def summary_row(stdout: str, step: str) -> tuple[str, str]:

@@ -1,4 +1,4 @@
-"""The registry lock on the team topology (tasks/core/registry_lock.py): a real `prefect server` (the session's) and a
+"""The registry lock on the team topology (tasks/registry/lock.py): a real `prefect server` (the session's) and a
 real `mlflow server` (on SQLite) on 127.0.0.1, and real processes. Two processes moving `champion` at once never
 overlap inside the lock and lose no update; a holder SIGKILLed inside the lock frees it within the stated bound; a
 live holder keeps it past its lease (renewed); without a Prefect server, alias moves are refused and nothing moves.
@@ -22,10 +22,10 @@ import pytest
 from tasks.core.gate import GateResult
 from tasks.core.prefect_limits import LEASE_S, REPOSSESSOR_LOOP_S, dead_holder_bound_s, take_slot
 from tasks.core.procs import Child, free_port, http_ok, start_child, wait_until_ready
-from tasks.core.registry import CHAMPION, aliases
-from tasks.core.registry_lock import RegistryLockError, alias_lock, limit_name
 from tasks.core.verdicts import Blessing, BlessOutcome
 from tasks.register import apply_aliases
+from tasks.registry.lock import RegistryLockError, alias_lock, limit_name
+from tasks.registry.read import CHAMPION, aliases
 from tests.conftest import BIN, REPO
 
 pytestmark = pytest.mark.integration
@@ -38,7 +38,7 @@ NO_ARTIFACT = "s3://nowhere/no-artifact"   # a version needs a source; a server 
 HOLDER = textwrap.dedent("""
     import sys, time
     from mlflow import MlflowClient
-    from tasks.core.registry_lock import alias_lock
+    from tasks.registry.lock import alias_lock
     uri, model, hold_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
     with alias_lock(MlflowClient(uri, uri), model, timeout=30):
         print("inside", time.time(), flush=True)
@@ -48,7 +48,7 @@ HOLDER = textwrap.dedent("""
 WAITER = textwrap.dedent("""
     import sys, time
     from mlflow import MlflowClient
-    from tasks.core.registry_lock import alias_lock
+    from tasks.registry.lock import alias_lock
     uri, model, wait_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
     print("waiting", time.time(), flush=True)
     with alias_lock(MlflowClient(uri, uri), model, timeout=wait_s):
@@ -58,8 +58,8 @@ MOVER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from mlflow import MlflowClient
-    from tasks.core.registry import CHAMPION, aliases
-    from tasks.ops.registry import promote, recorded_move
+    from tasks.registry.read import CHAMPION, aliases
+    from tasks.registry.write import promote, recorded_move
     uri, model, who, moves, trace, go = sys.argv[1:]
     client = MlflowClient(uri, uri)
     client.get_registered_model(model)                     # warm: both movers start from the same line
@@ -196,7 +196,7 @@ def test_two_processes_moving_at_once_never_overlap_and_lose_no_update(servers):
     assert len(steps) == 4 * MOVES
     for enter, leave in zip(steps[::2], steps[1::2], strict=True):   # each holder leaves before another enters
         assert enter.split()[0] == "enter" and leave == enter.replace("enter", "leave"), steps
-    from tasks.core.alias_history import read_history
+    from tasks.registry.history import read_history
 
     history = read_history(client, MODEL)
     assert [entry.seq for entry in history] == list(range(1, 2 * MOVES + 2))   # no entry overwritten by another

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tasks.config import Params
 from tasks.core.gate import GateResult
-from tasks.core.registry import CHALLENGER, CHAMPION, aliases, registry_client
+from tasks.core.params_spec import Params
 from tasks.core.verdicts import Blessing, BlessOutcome, RegistrationOutcome
 from tasks.register import apply_aliases
+from tasks.registry.read import CHALLENGER, CHAMPION, aliases, registry_client
 
 pytestmark = pytest.mark.integration
 NAME = "race"
@@ -43,8 +43,8 @@ RACER = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
     from tests.integration.test_registry_races import NAME, blessed
-    from tasks.config import TrackingParams
-    from tasks.core.registry import registry_client
+    from tasks.core.params_spec import TrackingParams
+    from tasks.registry.read import registry_client
     from tasks.register import apply_aliases
     uri, version, go = sys.argv[1:]
     client = registry_client(TrackingParams(uri=uri))

@@ -16,7 +16,7 @@ import onnx
 import pytest
 
 from tasks.core.procs import free_port, http_ok, start_child, wait_until_ready
-from tasks.core.registry import CHAMPION, registry_client
+from tasks.registry.read import CHAMPION, registry_client
 from tests.helpers import champion_bytes, holdout_rows, register_by_hand
 
 pytestmark = pytest.mark.integration
@@ -54,7 +54,7 @@ def served(tiny_pipeline, tmp_path_factory):
 
 
 def registry_client_of(project):
-    from tasks.config import TrackingParams
+    from tasks.core.params_spec import TrackingParams
 
     return registry_client(TrackingParams(uri=f"sqlite:///{project.root / 'mlflow' / 'mlflow.db'}"))
 

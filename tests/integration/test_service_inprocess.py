@@ -13,12 +13,13 @@ import pandas as pd
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from serving.app import TOKEN_ENV, create_app
+from serving.app import create_app
 from serving.service import ServiceSettings
-from tasks.config import Params, ServeParams, TrackingParams
-from tasks.core.registry import CHALLENGER, CHAMPION, aliases, registry_client, verified_onnx
+from tasks.core.env import TOKEN_ENV
+from tasks.core.params_spec import Params, ServeParams, TrackingParams
 from tasks.core.runtime import decide, decision_threshold
 from tasks.core.servelog import feedback_path, shadow_path
+from tasks.registry.read import CHALLENGER, CHAMPION, aliases, registry_client, verified_onnx
 from tests.helpers import champion_bytes, holdout_rows, promote_by_hand
 
 with warnings.catch_warnings():  # starlette 1.x asks for httpx2 behind its TestClient; httpx still works

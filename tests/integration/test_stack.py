@@ -27,11 +27,11 @@ from pathlib import Path
 
 import pytest
 
+from flows.cli.stack.servers import BUCKET, HOST
+from flows.cli.stack.state import StackPaths, StackState, read_env_file, stop_group
 from tasks.core.env import HTTP_RETRIES_ENV
-from tasks.core.registry import UNFINISHED_TAG
-from tasks.ops.overrides import parse_assignment
-from tasks.ops.stack_parts import BUCKET, HOST
-from tasks.ops.stack_state import StackPaths, StackState, read_env_file, stop_group
+from tasks.registry.read import UNFINISHED_TAG
+from tasks.stages.overrides import parse_assignment
 from tests.conftest import REPO, TEAM_STACK_GROUP
 from tests.helpers.register_child import result, start_register_child
 from tests.helpers.stack import evaluated, mlflow_http, prefect_http, read, running, s3_client
@@ -99,7 +99,7 @@ def test_up_starts_every_part_and_a_second_up_changes_nothing(stack):
 # own with the shell's environment after eval: MLflow's tracking URI and active experiment are process-wide.
 LOG_A_RUN = """
 import json, sys, mlflow
-from tasks.config import TrackingParams
+from tasks.core.params_spec import TrackingParams
 from tasks.core.tracking import stage_run
 with stage_run(TrackingParams(**json.loads(sys.argv[1]), experiment="stack-test"), "stack-test") as run:
     mlflow.log_param("rows", 3)
@@ -148,7 +148,7 @@ def test_a_wrong_mlflow_or_prefect_password_is_refused(env):
 HOLD_THE_REGISTRY_LOCK = """
 import sys
 from mlflow import MlflowClient
-from tasks.core.registry_lock import alias_lock, limit_name
+from tasks.registry.lock import alias_lock, limit_name
 with alias_lock(MlflowClient(sys.argv[1], sys.argv[1]), "stack-model", timeout=30):
     print("held", limit_name("stack-model"))
 """

@@ -135,7 +135,7 @@ def link():
 def set_train(root: Path, **train) -> None:
     """Write train.* into the node's params.yaml, validated, as `torchship run --set` would."""
     from tasks.config import parse_params, read_params_file
-    from tasks.ops.overrides import merge, write_params
+    from tasks.stages.overrides import merge, write_params
 
     raw = merge(read_params_file(root / "params.yaml"), {"train": train})
     parse_params(raw, origin=str(root / "params.yaml"))

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from models import FeatureLayout
-from tasks.config import PrepareParams, TrainParams
+from models.tabular import FeatureLayout
 from tasks.contract import encode_features, encode_target
+from tasks.core.params_spec import PrepareParams, TrainParams
 from tasks.prepare import PreparedData, prepare_tables
 from tasks.training.loop import Split
 from tasks.training.weights import fit_layout

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.config import TrainParams
+from tasks.core.params_spec import TrainParams
 from tasks.training.adapt import MIN_BATCHES_PER_EPOCH, fit_training, fitted_settings
 from tasks.training.model_args import chosen_model_kwargs
 
@@ -56,7 +56,7 @@ def test_below_the_cv_threshold_auto_compares_families_on_fold_sized_schedules()
 
 
 def test_the_distilled_student_stays_one_network_on_a_small_table():
-    from tasks.config import Params
+    from tasks.core.params_spec import Params
     from tasks.training.distill import student_settings
 
     assert fit_training(student_settings(Params()), 300).folds == 1

@@ -14,10 +14,9 @@ import torch
 
 from models import build_model
 from tasks.baseline import baseline_models, baseline_outputs, baseline_report
-from tasks.bless import judge_candidate
-from tasks.blessing.quality import HoldoutPredictions, assess_quality, gate_baselines, gate_predictions
-from tasks.config import BaselineParams, BlessParams
+from tasks.bless.quality import HoldoutPredictions, assess_quality, gate_baselines, gate_predictions, judge_candidate
 from tasks.core.metrics import classification_metrics
+from tasks.core.params_spec import BaselineParams, BlessParams
 from tasks.core.verdicts import BlessOutcome
 from tasks.training.loop import Split, predict_logits, train_model
 from tasks.training.weights import model_spec
@@ -113,9 +112,9 @@ def test_a_candidate_trained_on_the_true_labels_is_blessed(encoded, tiny_train, 
 
 
 def test_on_a_small_table_the_gate_holds_the_candidate_to_the_baseline_cross_validation_picks():
-    """Like with like (issue #23): below baseline.cv_max_rows the gate's baseline is the one k-fold
+    """Like with like: below baseline.cv_max_rows the gate's baseline is the one k-fold
     cross-validation on the training split picks, not the best of four on a few dozen holdout rows."""
-    from tasks.config import PrepareParams
+    from tasks.core.params_spec import PrepareParams
     from tasks.core.sources import generate_customers
     from tasks.prepare import prepare_tables
 
@@ -151,7 +150,7 @@ def gate_of(predictions: HoldoutPredictions) -> dict:
 
 @pytest.mark.parametrize("behind", [1, 2])
 def test_a_candidate_one_or_two_holdout_rows_behind_the_baseline_is_served(behind):
-    """Issue #23: on a 40-row holdout one row is 2.5 points; the point rule refused such a candidate in a seed
+    """On a 40-row holdout one row is 2.5 points; the point rule refused such a candidate in a seed
     although over seeds it was within a point. The paired interval of the gap reaches below the gap: served."""
     predictions = holdout_with(40, 2, 2 + behind)
     report = assess_quality(predictions, RULES, baselines=gate_of(predictions))

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from models import FoldEnsemble
-from tasks.config import PrepareParams, TrainParams
+from models.ensemble import FoldEnsemble
 from tasks.contract import encode_features, encode_target
 from tasks.core.metrics import classification_metrics
+from tasks.core.params_spec import PrepareParams, TrainParams
 from tasks.core.runtime import open_onnx, predict_proba
 from tasks.core.sources import load_sklearn
 from tasks.prepare import prepare_tables
@@ -175,7 +175,7 @@ def test_the_train_report_records_the_choice_in_metrics_headline_and_mlflow(wine
 
     from mlflow import MlflowClient
 
-    from tasks.config import Params, TrackingParams
+    from tasks.core.params_spec import Params, TrackingParams
     from tasks.training.report import report_training
 
     prepared, _, val, _ = wine
@@ -207,10 +207,10 @@ def test_the_averaging_graph_passes_the_bless_latency_gate_against_one_network_a
     import pandas as pd
 
     from models import build_model
-    from tasks.blessing.performance import assess_performance
-    from tasks.config import Params
+    from tasks.bless.performance import assess_performance
     from tasks.contract import Feature, Schema
     from tasks.core.machine import describe_machine
+    from tasks.core.params_spec import Params
     from tasks.core.runtime import decide, predict_labels
     from tasks.core.timing import confirmed, time_interleaved
     from tasks.variants.quantize import quantize_onnx, quantize_onnx_static

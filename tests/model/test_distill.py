@@ -7,8 +7,8 @@ import torch
 
 from models import build_model
 from tasks.compress import accuracy_budget
-from tasks.config import CompressParams
 from tasks.core.metrics import bootstrap_drop, predict
+from tasks.core.params_spec import CompressParams
 from tasks.training.loop import Split, distillation_loss, predict_logits, train_model
 from tasks.training.weights import model_spec
 from tasks.variants.runners import eager_runner
@@ -68,9 +68,9 @@ def test_a_distilled_student_stays_close_to_its_teacher(teacher, encoded, tiny_t
 
 
 def test_static_int8_calibrated_on_raw_rows_keeps_the_predictions(teacher, encoded, tmp_path):
+    from tasks.core.runtime import onnx_runner
     from tasks.variants.exporters import export_onnx
     from tasks.variants.quantize import quantize_onnx_static
-    from tasks.variants.runners import onnx_runner
 
     fp32, int8 = tmp_path / "m.onnx", tmp_path / "m.int8-static.onnx"
     export_onnx(teacher, encoded.prepared.schema, "legacy", fp32)

@@ -12,9 +12,9 @@ from onnx import numpy_helper
 
 from models import build_model
 from tasks.core.params_spec import ExportParams, TrainParams
-from tasks.core.runtime import onnx_runner, open_onnx
+from tasks.core.runtime import EMBEDDING, onnx_runner, open_onnx
 from tasks.core.schema_spec import ImageShape, Schema
-from tasks.images.graph import EMBEDDING, compose_image_model, probe_images
+from tasks.images.graph import compose_image_model, probe_images
 from tasks.images.sources import packaged_digits
 from tasks.training.loop import Split, train_model
 from tasks.training.weights import fit_image_layout

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from models import ImageLayout, ImageResNet, build_model
-from models.cnn import widths_for
+from models import build_model
+from models.cnn import ImageLayout, ImageResNet, widths_for
 from tasks.core.params_spec import BaselineParams
 from tasks.images.baseline import MAJORITY, PIXELS, PROBE, downsampled, fit_and_predict, gate_baseline
 from tasks.images.sources import packaged_digits, render_shapes
@@ -52,7 +52,7 @@ def test_the_image_model_meets_the_contract():
 BROKEN = '''
     import torch
     from torch import nn
-    from models import ImagePreprocessor
+    from models.cnn import ImagePreprocessor
 
 
     class NoNaN(nn.Module):

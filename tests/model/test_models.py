@@ -7,7 +7,9 @@ import math
 import pytest
 import torch
 
-from models import FALLBACK_LR, MODELS, FeatureLayout, ImageLayout, TabularMLP, build_model, default_lr, model_modality
+from models import FALLBACK_LR, MODELS, build_model, default_lr, model_modality
+from models.cnn import ImageLayout
+from models.tabular import FeatureLayout, TabularMLP
 
 LAYOUT = FeatureLayout(numeric_index=[0, 2], categorical_index=[1, 3], cardinalities=[3, 5],
                        numeric_mean=[10.0, -1.0], numeric_std=[2.0, 0.5], n_classes=4)

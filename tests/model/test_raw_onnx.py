@@ -13,8 +13,8 @@ import torch
 from onnx import TensorProto, helper
 
 from models import build_model
-from tasks.config import ExportParams
 from tasks.contract import Feature, Schema, category_lookup, encode_features, normalise_category
+from tasks.core.params_spec import ExportParams
 from tasks.core.runtime import open_onnx, predict_proba, takes_raw_rows
 from tasks.training.weights import model_spec
 from tasks.variants.exporters import export_onnx

@@ -16,16 +16,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.config import Params, load_params
+from tasks.config import load_params
+from tasks.contract_suggestion import suggested_contract
 from tasks.core.errors import DataError, GateFailed
 from tasks.core.expectations import validate_frames
-from tasks.core.procs import http_ok, running, start_child, wait_until_ready
+from tasks.core.params_spec import Params
+from tasks.core.procs import free_port, http_ok, running, start_child, wait_until_ready
 from tasks.core.sources import load_source
-from tasks.ops.overrides import resolve
-from tasks.ops.proposal import propose_contract
 from tasks.prepare import prepare_tables
+from tasks.stages.overrides import resolve
 from tests.conftest import REPO, copy_project
-from tests.helpers import free_port, light_run_flags, snapshot
+from tests.helpers import light_run_flags, snapshot
 
 pytestmark = pytest.mark.integration
 MODEL = "customers"
@@ -121,7 +122,7 @@ def committed(tmp_path_factory) -> Params:
     folder = tmp_path_factory.mktemp("contract-inprocess")
     reference = folder / "customers.csv"
     _reference().to_csv(reference, index=False)
-    proposal = propose_contract(load_params(REPO / "params.yaml").data, str(reference), TARGET, margin=0.1)
+    proposal = suggested_contract(load_params(REPO / "params.yaml").data, str(reference), TARGET, margin=0.1)
     (folder / "contract.yaml").write_text(_review(proposal))
     _, params = resolve([f"data.source={reference}", f"data.target={TARGET}"],
                         params_file=str(folder / "contract.yaml"), base_file=str(REPO / "params.yaml"))

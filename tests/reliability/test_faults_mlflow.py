@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.config import TrackingParams
-from tasks.core.registry import SHA_TAG, aliases, registry_client
+from tasks.core.params_spec import TrackingParams
+from tasks.registry.read import SHA_TAG, aliases, registry_client
 from tests.helpers.register_child import result, start_register_child, wait_for
 
 pytestmark = pytest.mark.reliability

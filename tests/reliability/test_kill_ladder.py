@@ -21,7 +21,7 @@ import psutil
 import pytest
 from ruamel.yaml import YAML
 
-from tasks.ops.reproduce import pipeline_stages
+from tasks.stages.stage_list import pipeline_stages
 from tests.conftest import BIN, REPO, Project, make_project
 from tests.helpers import dvc_clean
 

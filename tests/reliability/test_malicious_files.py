@@ -84,7 +84,7 @@ def peak_mib_of(code: str) -> tuple[str, float]:
 
 def load_source_code(path: Path, limit_mb: float) -> str:
     """What the prepare stage does first: read the source (here, through check and load as they run)."""
-    return ("from tasks.config import DataParams\nfrom tasks.core.errors import DataError\n"
+    return ("from tasks.core.params_spec import DataParams\nfrom tasks.core.errors import DataError\n"
             "from tasks.core.sources import check_source, load_source\n"
             f"data = DataParams(source={str(path)!r}, target='y', max_source_mb={limit_mb})\n"
             "try:\n    check_source(data, 'y'); load_source(data, with_batches=False); print('read')\n"
@@ -120,7 +120,7 @@ def test_a_parquet_file_declaring_more_than_the_limit_is_refused_from_its_metada
 
 
 def test_a_data_file_under_the_limit_is_read(tmp_path):
-    from tasks.config import DataParams
+    from tasks.core.params_spec import DataParams
     from tasks.core.sources import check_source, load_source
 
     table = tmp_path / "small.csv"
@@ -162,8 +162,8 @@ def test_a_path_in_a_request_field_is_just_data(tmp_path):
 def registry(tiny_pipeline):
     """(client, artifact store, a valid ONNX model's bytes) on the session project's registry, under a model and
     an experiment of their own that are deleted afterwards with the files planted beside the store."""
-    from tasks.config import TrackingParams
-    from tasks.core.registry import registry_client
+    from tasks.core.params_spec import TrackingParams
+    from tasks.registry.read import registry_client
     from tests.model.test_raw_onnx import SCHEMA, identity_graph
 
     project, _ = tiny_pipeline
@@ -189,7 +189,7 @@ def planted_version(client, source: str, payload: bytes) -> str:
 
 
 def test_a_model_version_whose_source_climbs_out_of_the_store_is_refused(registry):
-    from tasks.core.registry import ArtifactRefused, verified_onnx
+    from tasks.registry.read import ArtifactRefused, verified_onnx
 
     client, store, payload = registry
     outside = store.parent / "outside"
@@ -206,8 +206,8 @@ def test_a_model_version_whose_source_climbs_out_of_the_store_is_refused(registr
 
 
 def test_a_run_whose_artifact_folder_climbs_out_is_not_restored_by_a_rebuild(registry, tmp_path):
-    from tasks.core.registry import ArtifactRefused
-    from tasks.ops.rebuild import _restore_lineage
+    from tasks.registry.read import ArtifactRefused
+    from tasks.stages.rebuild import _restore_lineage
 
     client, store, _ = registry
     experiment = client.create_experiment(f"climbing-{uuid.uuid4().hex}", artifact_location=f"{store}/../elsewhere")

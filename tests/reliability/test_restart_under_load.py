@@ -35,8 +35,8 @@ def champion_probabilities(root: Path, rows: list[dict]) -> tuple[str, np.ndarra
     """The champion's version and its own ONNX output for `rows` (onnxruntime on the verified artifact)."""
     import pandas as pd
 
-    from tasks.config import TrackingParams
-    from tasks.core.registry import CHAMPION, alias_version, open_version, registry_client
+    from tasks.core.params_spec import TrackingParams
+    from tasks.registry.read import CHAMPION, alias_version, open_version, registry_client
 
     client = registry_client(TrackingParams(uri=f"sqlite:///{root / 'mlflow/mlflow.db'}"))
     version = str(alias_version(client, MODEL, CHAMPION).version)

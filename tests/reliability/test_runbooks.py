@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from tasks.core.procs import free_port, http_ok, start_child, wait_until_ready
-from tasks.core.registry import CHALLENGER, CHAMPION, SHA_TAG
+from tasks.registry.read import CHALLENGER, CHAMPION, SHA_TAG
 from tests.conftest import REPO
 from tests.helpers import holdout_rows, project_registry, registry_restored
 

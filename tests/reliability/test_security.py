@@ -125,8 +125,8 @@ def test_pickled_prefect_results_are_not_left_in_the_pipeline_run(tiny_pipeline)
 
 def test_every_server_binds_loopback_unless_configured(tmp_path):
     from serving.__main__ import parse_args, serve_params
-    from tasks.config import Params, TrackingParams
-    from tasks.ops.ui import ui_servers
+    from tasks.core.params_spec import Params, TrackingParams
+    from tasks.workspace.ui import ui_servers
 
     params = Params()
     assert serve_params(params.serve, parse_args(params, ["--model-name", "m"])).host == "127.0.0.1"
@@ -137,7 +137,7 @@ def test_every_server_binds_loopback_unless_configured(tmp_path):
 
 
 def test_the_rendezvous_defaults_to_loopback():
-    from tasks.config import TrainParams
+    from tasks.core.params_spec import TrainParams
     from tasks.training.distributed import torchrun_command
 
     assert TrainParams().rdzv_endpoint.split(":")[0] == "127.0.0.1"

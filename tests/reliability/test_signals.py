@@ -62,7 +62,7 @@ def test_a_command_holding_children_stops_them_on_either_signal(tmp_path, signum
 TRAIN_STAGE = """
 import sys
 from pathlib import Path
-from tasks.config import TrainParams
+from tasks.core.params_spec import TrainParams
 from tasks.training.job import TrainingJob, launch
 logs = Path(sys.argv[1])
 launch(TrainingJob(stage="t", train=TrainParams(nproc=1), spec={}, weights=logs / "w", checkpoints=logs / "c",
@@ -94,12 +94,12 @@ HOLDER = """
 import sys, time
 from pathlib import Path
 from prefect import flow
-from flows.slot import workspace_slot
+from tasks.workspace.lock import workspace_lock
 from tasks.core.procs import start_child
 
 @flow
 def hold():
-    with workspace_slot("a killed run", 5):
+    with workspace_lock("a killed run", 5):
         child = start_child("stage", [sys.executable, "-c", "import time; time.sleep(600)"], Path("stage.log"))
         Path("held").write_text(str(child.process.pid))
         time.sleep(600)
@@ -114,7 +114,7 @@ def test_a_run_killed_alone_leaves_nothing_working_once_the_next_takes_the_works
     write beside the next run; the next run stops it before it takes the workspace."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.slot import workspace_slot
+    from tasks.workspace.lock import workspace_lock
 
     api = prefect_server.api_url()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}, "PREFECT_API_URL": api,
@@ -131,7 +131,7 @@ def test_a_run_killed_alone_leaves_nothing_working_once_the_next_takes_the_works
         holder.wait(timeout=30)
         assert stage.is_running()                                    # orphaned, working on
         monkeypatch.chdir(tmp_path)
-        with temporary_settings({PREFECT_API_URL: api}), workspace_slot("the next run", 30):
+        with temporary_settings({PREFECT_API_URL: api}), workspace_lock("the next run", 30):
             assert not stage.is_running() or stage.status() == psutil.STATUS_ZOMBIE
     finally:
         for process in (holder, stage):

@@ -1,8 +1,8 @@
-"""The alias history's pure core (tasks/core/alias_history.py): what counts as an unrecorded move, which version
+"""The alias history's pure core (tasks/registry/history.py): what counts as an unrecorded move, which version
 a rollback restores, which champion raises a ticket, and entries that always fit one MLflow tag."""
 from __future__ import annotations
 
-from tasks.core.alias_history import (
+from tasks.registry.history import (
     ENTRY_CHARS,
     HistoryEntry,
     champion_concern,

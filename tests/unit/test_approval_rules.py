@@ -1,10 +1,10 @@
-"""The approval step's state machine (tasks/core/approval.py), pure: waiting -> approved | rejected | timed out ->
+"""The approval step's state machine (tasks/registry/approvals.py), pure: waiting -> approved | rejected | timed out ->
 settled, read from a version's tags."""
 from __future__ import annotations
 
 import pytest
 
-from tasks.core.approval import (
+from tasks.registry.approvals import (
     APPROVAL_TAG,
     DECIDED_TAG,
     UNNAMED,

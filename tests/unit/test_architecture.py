@@ -1,5 +1,5 @@
 """The layout rules of ARCHITECTURE.md, read from the source (every import, module-level or inside a
-function, through tasks/ops/code_graph.py): break one and a test names the file and the import."""
+function, through tasks/stages/code_graph.py): break one and a test names the file and the import."""
 from __future__ import annotations
 
 import shutil
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from tasks.ops.code_graph import REPO, import_cycles, imports_of, module_name, project_files, project_modules
-from tasks.ops.stage_deps import code_deps, stale_code_deps, write_code_deps
+from tasks.stages.code_deps import code_deps, stale_code_deps, write_code_deps
+from tasks.stages.code_graph import REPO, import_cycles, imports_of, module_name, project_files, project_modules
 
 PROJECT_PACKAGES = {"tasks", "models", "serving", "flows"}
 
@@ -21,13 +21,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("tasks.core", "tasks.images.decode", "tasks.images.sources", "tasks.images.shards")),   # on the specs
     ("loaders", ("tasks.config", "tasks.contract")),           # params.yaml and the data contract, loaded
     ("modalities", ("tasks.images",)),                         # one package per modality: read, check, serve...
-    ("shared", ("tasks.training", "tasks.variants", "tasks.blessing", "tasks.monitoring", "tasks.canarying",
-                "tasks.ops")),                                 # what several steps share, by concern
-    ("steps", ("tasks",)),                                     # tasks/<step>.py, one per stage or step
+    ("registry", ("tasks.registry",)),                         # the MLflow registry protocol, one package
+    ("shared", ("tasks.training", "tasks.variants", "tasks.monitoring", "tasks.stages",
+                "tasks.workspace")),                           # what several steps share, by concern
+    ("steps", ("tasks",)),                                     # tasks/<step>.py or tasks/<step>/, one per step
     ("serving", ("serving",)),                                 # the service (narrower still: see below)
-    ("flows", ("flows",)),                                     # Prefect flows and the CLI
+    ("flows", ("flows",)),                                     # Prefect flows, the CLI, the team-stack tool
 )
 SHARED_TOP_LEVEL = {"tasks.config", "tasks.contract"}   # the two top-level modules of tasks/ that are not steps
+# The registry modules the service reads through: aliases and downloads, and the alias history it records hand moves in
+SERVING_REGISTRY = ("tasks.registry.read", "tasks.registry.history", "tasks.registry.lock")
 
 
 def layer_of(module: str) -> int:
@@ -39,8 +42,12 @@ def layer_of(module: str) -> int:
 
 
 def step_modules() -> set[str]:
-    """tasks/<name>.py at the top: one per stage or step (what `ls tasks` shows)."""
-    return {f"tasks.{p.stem}" for p in (REPO / "tasks").glob("*.py") if p.stem != "__init__"} - SHARED_TOP_LEVEL
+    """tasks/<name>.py at the top, and tasks/<name>/ packages in no other layer (bless, canary): one per stage or
+    step (what `ls tasks` shows)."""
+    packages = {f"tasks.{p.parent.name}" for p in (REPO / "tasks").glob("*/__init__.py")}
+    layered = {prefix for _, prefixes in LAYERS[:-3] for prefix in prefixes}
+    return ({f"tasks.{p.stem}" for p in (REPO / "tasks").glob("*.py") if p.stem != "__init__"} - SHARED_TOP_LEVEL) | {
+        package for package in packages if not any(package == p or package.startswith(p + ".") for p in layered)}
 
 
 def violations(package: str, allowed) -> list[str]:
@@ -55,7 +62,7 @@ def violations(package: str, allowed) -> list[str]:
 
 
 def test_every_project_module_is_in_a_layer_and_the_layers_have_names():
-    assert [name for name, _ in LAYERS][:4] == ["models", "specs", "core", "loaders"]
+    assert [name for name, _ in LAYERS][:6] == ["models", "specs", "core", "loaders", "modalities", "registry"]
     assert {layer_of(module) for module in project_modules()} == set(range(len(LAYERS)))
     assert LAYERS[layer_of("tasks.core.errors")][0] == "specs"
     assert LAYERS[layer_of("tasks.core.paths")][0] == "core"
@@ -78,9 +85,13 @@ def test_there_is_no_import_cycle_among_project_modules():
 def test_a_step_never_imports_another_step():
     steps = step_modules()
     assert {"tasks.prepare", "tasks.train", "tasks.bless", "tasks.canary"} <= steps
+    assert not steps & {"tasks.registry", "tasks.stages", "tasks.core"}
+
+    def step_of(module: str) -> str | None:
+        return next((step for step in steps if module == step or module.startswith(step + ".")), None)
 
     def allowed(importer: str, imported: str) -> bool:
-        return not any(imported == step or imported.startswith(step + ".") for step in steps - {importer})
+        return step_of(imported) in (None, step_of(importer))
 
     assert violations("tasks", allowed) == []
 
@@ -100,17 +111,31 @@ def test_models_import_torch_only():
     assert outside == []
 
 
-def test_serving_imports_only_models_specs_core_the_loaders_and_the_modalities():
+def test_serving_imports_only_models_specs_core_loaders_modalities_and_the_registrys_read_side():
     def allowed(importer: str, imported: str) -> bool:
-        return imported.split(".")[0] == "serving" or LAYERS[layer_of(imported)][0] in {"models", "specs", "core",
-                                                                                         "loaders", "modalities"}
+        return (imported.split(".")[0] == "serving" or imported in SERVING_REGISTRY
+                or LAYERS[layer_of(imported)][0] in {"models", "specs", "core", "loaders", "modalities"})
 
     assert violations("serving", allowed) == []
 
 
+STACK_TOOL = "flows.cli.stack"   # the team-stack tool behind `torchship stack`: the benchmarks start and time it
+
+
 @pytest.mark.parametrize("package", ["tasks", "models", "serving", "bench"])
-def test_nothing_imports_flows(package):
-    assert violations(package, lambda importer, imported: imported.split(".")[0] != "flows") == []
+def test_nothing_imports_flows_but_the_benchmarks_of_the_team_stack_tool(package):
+    def allowed(importer: str, imported: str) -> bool:
+        return imported.split(".")[0] != "flows" or (package == "bench" and imported.startswith(STACK_TOOL + "."))
+
+    assert violations(package, allowed) == []
+
+
+def test_the_model_files_the_code_graph_finds_are_the_ones_the_registry_imports():
+    """models/__init__.py finds its model files at run time; each stage's code deps must name the same files."""
+    import models
+    from tasks.stages.code_graph import discovered_modules
+
+    assert set(discovered_modules("models")) == {model.__module__ for model in models.MODELS.values()}
 
 
 
@@ -155,3 +180,43 @@ def test_no_two_test_modules_share_a_name():
     for path in sorted((REPO / "tests").rglob("test_*.py")):
         names.setdefault(path.name, []).append(str(path.relative_to(REPO)))
     assert {name: found for name, found in names.items() if len(found) > 1} == {}
+
+
+FACADES = {"tasks.contract"}   # the data contract's loader re-exports the table specs until its modality moves
+
+
+def top_level_names(path) -> tuple[set[str], set[str]]:
+    """(names `path` defines at its top level, names it imports there)."""
+    import ast
+
+    defined, imported = set(), set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {name.id for target in targets for name in ast.walk(target) if isinstance(name, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+    return defined, imported
+
+
+def test_each_name_has_one_import_path():
+    """No module imports a name from a module that only imported it (a re-export, a façade, a shim): a name is
+    imported from where it is defined, so reading an import tells where to look."""
+    import ast
+
+    from tasks.stages.code_graph import module_path
+
+    through = []
+    for package in (*sorted(PROJECT_PACKAGES), "tests", "bench"):
+        for path in project_files(package):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not (isinstance(node, ast.ImportFrom) and node.module and not node.level
+                        and node.module not in FACADES and (source := module_path(node.module))):
+                    continue
+                defined, imported = top_level_names(source)
+                through += [f"{path.relative_to(REPO)}: from {node.module} import {alias.name}"
+                            for alias in node.names if alias.name in imported - defined
+                            and not module_path(f"{node.module}.{alias.name}")]
+    assert through == []

@@ -1,4 +1,4 @@
-"""tasks/core/registry.py verified_onnx: a version's artifact is served only if it hashes to the version's
+"""tasks/registry/read.py verified_onnx: a version's artifact is served only if it hashes to the version's
 artifact_sha256 tag; a changed file or a missing tag is refused; a version MLflow stored with its weights in a
 side file (its default, before register stored one file) is checked as the one file it was registered from."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tasks.core.registry import SHA_TAG, ArtifactRefused, verified_onnx
+from tasks.registry.read import SHA_TAG, ArtifactRefused, verified_onnx
 
 
 def model_bytes() -> bytes:

@@ -2,8 +2,8 @@
 registries make the index shared."""
 from __future__ import annotations
 
-from tasks.config import TrackingParams
-from tasks.ops.batch_index import dvc_file_text, is_shared, shared_snapshot, snapshot_of
+from tasks.core.params_spec import TrackingParams
+from tasks.monitoring.batch_index import dvc_file_text, is_shared, shared_snapshot, snapshot_of
 
 DVC_FILE = """outs:
 - md5: 3f1c8d2e0a9b4c5d6e7f8091a2b3c4d5.dir

@@ -1,5 +1,5 @@
-"""The progressive canary's pure core (tasks/canarying/analysis.py) and what it reads of a service
-(tasks/canarying/observe.py): PSI, the histogram quantile, the step verdict, the metrics delta, paired rows, the
+"""The progressive canary's pure core (tasks/canary/analysis.py) and what it reads of a service
+(tasks/canary/observe.py): PSI, the histogram quantile, the step verdict, the metrics delta, paired rows, the
 champion's smoke test, the pipeline's verdict from the canary's outcome; and the service's sticky split
 (serving/variants.py)."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ import math
 import pytest
 
 from serving.variants import Router, sticky_bucket
-from tasks.canarying.analysis import histogram_quantile, judge_smoke, judge_step, psi
-from tasks.canarying.observe import Scrape, StepLogs, smoke_figures, step_figures
-from tasks.config import CanaryParams
+from tasks.canary.analysis import histogram_quantile, judge_smoke, judge_step, psi
+from tasks.canary.observe import Scrape, StepLogs, smoke_figures, step_figures
 from tasks.core.gate import GateResult
+from tasks.core.params_spec import CanaryParams
 from tasks.core.verdicts import (
     Blessing,
     BlessOutcome,
@@ -162,7 +162,7 @@ def test_the_smoke_test_fails_on_the_error_rate_a_challenger_step_may_not_exceed
 @pytest.mark.parametrize("outcome, verdict", [(CanaryOutcome.SMOKE_TESTED, "v2 is challenger; the canary decides"),
                                               (CanaryOutcome.PROMOTED, "the canary's own words")])
 def test_the_pipeline_verdict_follows_the_canary_outcome_not_its_wording(outcome, verdict):
-    from tasks.ops.summary import summarize
+    from tasks.stages.summary import summarize
 
     passed = GateResult(gate="canary", status="pass")
     blessing = Blessing(gate=passed, outcome=BlessOutcome.BETTER, model_name="m", candidate_path="x",

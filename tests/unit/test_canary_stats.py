@@ -1,4 +1,4 @@
-"""The canary's quality statistics (tasks/core/paired.py, tasks/canarying/analysis.py): the exact paired test, the
+"""The canary's quality statistics (tasks/core/paired.py, tasks/canary/analysis.py): the exact paired test, the
 pairs a drop needs, the PSI permutation test, and a seeded simulation of whole canaries at the shipped params.yaml
 defaults, judged by the real judge_step: an equally accurate challenger is rolled back in at most 5% of 200 runs, a
 challenger 5 points less accurate in at least 95%. No servers: each step's labelled rows are drawn, paired."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tasks.canarying.analysis import judge_step, phase_name, requests_wanted, step_alpha
+from tasks.canary.analysis import judge_step, phase_name, requests_wanted, step_alpha
 from tasks.config import load_params
 from tasks.core.paired import binomial_upper_tail, paired_accuracy_drop, paired_psi_p_value, pairs_needed, psi_of_counts
 from tasks.core.verdicts import PairedRows, VariantFigures

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tasks.config import DataParams, Params, TrainParams, load_params, parse_params
+from tasks.config import load_params, parse_params
 from tasks.core.errors import ConfigError
-from tasks.ops.config_docs import configuration_markdown
+from tasks.core.params_spec import DataParams, Params, TrainParams
+from tasks.workspace.config_docs import configuration_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -122,7 +123,7 @@ def test_model_args_are_checked_against_their_models():
 def test_loading_params_never_imports_torch():
     """The models' Configs are checked apart from the params: most steps and the service load params without
     ever importing torch (seconds at every start)."""
-    code = ("import sys; from tasks.config import parse_params; import tasks.contract, tasks.core.registry; "
+    code = ("import sys; from tasks.config import parse_params; import tasks.contract, tasks.registry.read; "
             "parse_params({'train': {'model': 'mlp', 'model_args': {'mlp': {'hidden': [8]}}}}); "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('models')))")
     shown = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)

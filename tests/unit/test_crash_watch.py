@@ -1,9 +1,9 @@
-"""The automation that marks a dead machine's flow run Crashed (tasks/ops/crash_watch.py): Prefect's own model
+"""The automation that marks a dead machine's flow run Crashed (tasks/workspace/crash_watch.py): Prefect's own model
 accepts it, it watches only torchship's flows, and the heartbeat it counts on is the one deployed runs send."""
 from __future__ import annotations
 
 from tasks.core.env import HEARTBEAT_ENV, JOB_ENV, QUIET
-from tasks.ops import crash_watch
+from tasks.workspace import crash_watch
 
 
 def test_prefect_accepts_the_automation_and_it_crashes_only_silent_torchship_runs():

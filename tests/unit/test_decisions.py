@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.bless import judge_candidate
+from tasks.bless.quality import judge_candidate
 from tasks.compress import accuracy_budget
-from tasks.config import BlessParams, CompressParams
+from tasks.core.params_spec import BlessParams, CompressParams
 from tasks.core.verdicts import BlessOutcome
 
 

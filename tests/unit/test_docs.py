@@ -45,15 +45,15 @@ def _params() -> dict:
 
 
 def _lock() -> dict[str, float]:
-    """The registry lock's figures (tasks/core/registry_lock.py), as the docs quote them: whole seconds, up."""
+    """The registry lock's figures (tasks/registry/lock.py), as the docs quote them: whole seconds, up."""
     import math
 
     from prefect.concurrency._leases import _RENEWAL_FRACTION
     from prefect.settings.models.server.services import ServerServicesRepossessorSettings
 
+    from flows.cli.stack.servers import REPOSSESSOR_LOOP_S as STACK_LOOP_S
     from tasks.core.prefect_limits import LEASE_S, REPOSSESSOR_LOOP_S, dead_holder_bound_s
-    from tasks.core.registry_lock import SERVER_LOCK_WAIT_S
-    from tasks.ops.stack_parts import REPOSSESSOR_LOOP_S as STACK_LOOP_S
+    from tasks.registry.lock import SERVER_LOCK_WAIT_S
 
     assert ServerServicesRepossessorSettings.model_fields["loop_seconds"].default == REPOSSESSOR_LOOP_S
     return {"lease": LEASE_S, "renewed": LEASE_S * _RENEWAL_FRACTION, "wait": SERVER_LOCK_WAIT_S,
@@ -61,8 +61,8 @@ def _lock() -> dict[str, float]:
 
 
 def _crash_watch() -> dict[str, float]:
-    """The figures of tasks/ops/crash_watch.py the docs quote."""
-    from tasks.ops import crash_watch
+    """The figures of tasks/workspace/crash_watch.py the docs quote."""
+    from tasks.workspace import crash_watch
 
     return {"heartbeat": crash_watch.HEARTBEAT_S, "silence": crash_watch.SILENCE_S,
             "bound": crash_watch.crashed_within_s()}
@@ -242,3 +242,83 @@ def test_the_pipeline_benchmark_dry_run_runs_nothing(capsys):
     printed = capsys.readouterr().out
     assert "git clone" in printed and printed.count("make pipeline") == 2
     assert (result.read_bytes() if result.exists() else None) == before
+
+
+# A repository path as the docs name one: a top-level file, or a path under a code or docs folder. Data paths are
+# what the stages write (absent from a clone) and are checked against dvc.yaml by tests/unit/test_paths.py.
+REPO_PATH = re.compile(r"(?<![\w./-])((?:tasks|flows|serving|models|tests|bench|docs|\.ci)/[\w./-]*[\w/]|"
+                       r"(?:dvc|params|prefect)\.yaml|pyproject\.toml|Makefile)(?![\w<{*])")
+MODULE = re.compile(r"(?<![\w./])((?:tasks|flows|serving|models)(?:\.[a-z_]\w*)+)")
+ISSUE = re.compile(r"\bissues?\s*#?\d+|(?<![\w/&])#\d+\b(?![-\w])", re.I)
+
+
+def docstrings() -> list[tuple[str, str]]:
+    """(file, docstring) of every module, class and function in the project's code, benchmarks and tests."""
+    import ast
+
+    found = []
+    for folder in ("tasks", "flows", "serving", "models", "bench", "tests"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                        text := ast.get_docstring(node, clean=False)):
+                    found.append((rel(path), text))
+    return found
+
+
+def named_paths(text: str) -> list[str]:
+    return [match.rstrip(".") for match in REPO_PATH.findall(text)]
+
+
+def missing_module(dotted: str) -> bool:
+    """Whether `tasks.core.paths[.NAME]` names no project module (or a name the module does not hold). A doc link
+    (`serving.md`) and a placeholder (`tasks.x`) are no module names."""
+    parts = dotted.split(".")
+    if dotted.endswith(".md") or any(len(part) == 1 for part in parts):
+        return False
+    for end in range(len(parts), 0, -1):
+        base = REPO.joinpath(*parts[:end])
+        found = base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
+        if found.exists():
+            rest = parts[end:]
+            return bool(rest) and not re.search(rf"\b{rest[0]}\b", found.read_text())
+    return True
+
+
+def test_every_repository_path_and_module_the_docs_and_docstrings_name_exists():
+    texts = [(rel(path), strip_code_spans_of_output(path.read_text())) for path in doc_files()] + docstrings()
+    missing = sorted({f"{name}: {found}" for name, text in texts for found in named_paths(text)
+                      if not (REPO / found).exists()}
+                     | {f"{name}: {dotted}" for name, text in texts for dotted in MODULE.findall(text)
+                        if missing_module(dotted)})
+    assert not missing, "\n".join(missing)
+
+
+def strip_code_spans_of_output(text: str) -> str:
+    """The doc without the blocks bench/render_table.py renders (console output of a run: no paths to check)."""
+    return outside_blocks(text)
+
+
+def test_the_path_rule_catches_what_it_should():
+    assert named_paths("see `tasks/core/paths.py`, tasks/ops/reproduce.py and dvc.yaml.") == [
+        "tasks/core/paths.py", "tasks/ops/reproduce.py", "dvc.yaml"]
+    assert named_paths("tasks/<step>.py, tests/{unit,data}/, data/prepare/train.parquet, https://x.io/tasks/a") == []
+    assert missing_module("tasks.core.paths") is False and missing_module("tasks.core.paths.DATA") is False
+    assert missing_module("tasks.ops.reproduce") and missing_module("tasks.core.paths.NOPE")
+
+
+# The training engine's files are another branch's this round: its two docstrings that cite a number go with it.
+NOT_YET = ("tasks/training/crossval.py", "tasks/training/decision.py")
+
+
+def test_no_doc_or_docstring_cites_an_issue_number():
+    """A reader cannot see the tracker: the reason goes in the text, not a number pointing at it."""
+    texts = [(rel(path), path.read_text()) for path in doc_files()] + docstrings() + [
+        (name, (REPO / name).read_text()) for name in ("params.yaml", "dvc.yaml", "prefect.yaml", "Makefile")]
+    cited = [f"{name}: {match}" for name, text in texts for match in ISSUE.findall(text) if name not in NOT_YET]
+    assert not cited, cited
+
+
+def test_the_issue_rule_catches_what_it_should():
+    assert ISSUE.findall("as issue 21 found; see issue #23 and #40") == ["issue 21", "issue #23", "#40"]
+    assert ISSUE.findall("[shared state](docs/deploy.md#4-reaching-shared-state), color #ccc, v21, p99") == []

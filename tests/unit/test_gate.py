@@ -1,4 +1,4 @@
-"""tasks/gate.py: the one gate result type and the warn_blocks policy."""
+"""tasks/core/gate.py: the one gate result type and the warn_blocks policy."""
 from __future__ import annotations
 
 import pytest

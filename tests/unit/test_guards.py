@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tasks.config import RetrainParams
 from tasks.core.gate import GateResult
+from tasks.core.params_spec import RetrainParams
 from tasks.monitoring import guards
 from tasks.monitoring.window import Window, read_window
 
@@ -131,8 +131,8 @@ class FakeBucket:
 
 def test_with_a_shipped_log_the_decisions_are_one_object_each_in_the_bucket_in_time_order(monkeypatch):
     """The team topology: a monitor and a retrain in two fresh clones both see every decision."""
-    from tasks.config import ServeParams
     from tasks.core import bucket
+    from tasks.core.params_spec import ServeParams
 
     store = FakeBucket()
     monkeypatch.setattr(bucket, "s3_client", lambda: store)
@@ -147,7 +147,7 @@ def test_with_a_shipped_log_the_decisions_are_one_object_each_in_the_bucket_in_t
 
 
 def test_window_reads_newest_rows_across_rotated_files_and_joins_feedback(tmp_path):
-    from tasks.config import MonitorParams
+    from tasks.core.params_spec import MonitorParams
     from tasks.core.servelog import feedback_line, rotated_path, served_line
 
     log = tmp_path / "requests.jsonl"
@@ -166,8 +166,8 @@ def test_window_reads_newest_rows_across_rotated_files_and_joins_feedback(tmp_pa
 
 
 def test_an_empty_log_is_refused_with_what_to_do(tmp_path):
-    from tasks.config import MonitorParams
     from tasks.core.errors import TorchshipError
+    from tasks.core.params_spec import MonitorParams
 
     with pytest.raises(TorchshipError, match="torchship serve"):
         read_window(tmp_path / "requests.jsonl", MonitorParams())

@@ -13,11 +13,10 @@ import orjson
 import pytest
 import torch
 
-from models import ImageLayout, ImageResNet
+from models.cnn import ImageLayout, ImageResNet
 from serving.app import create_app
 from serving.service import Service, ServiceSettings
-from tasks.config import ServeParams, TrackingParams
-from tasks.core.params_spec import ImagesParams
+from tasks.core.params_spec import ImagesParams, ServeParams, TrackingParams
 from tasks.core.runtime import open_onnx
 from tasks.core.schema_spec import ImageShape, Schema
 from tasks.images.decode import encode_png

@@ -11,8 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from serving.request_log import RequestLog
-from tasks.config import MonitorParams, ServeParams
 from tasks.core.bucket import Location
+from tasks.core.params_spec import MonitorParams, ServeParams
 from tasks.core.servelog import (
     feedback_line,
     newest_possible_ts,

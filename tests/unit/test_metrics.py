@@ -1,4 +1,4 @@
-"""tasks/metrics.py: the numpy metrics against scikit-learn (the same thing computed two ways)."""
+"""tasks/core/metrics.py: the numpy metrics against scikit-learn (the same thing computed two ways)."""
 from __future__ import annotations
 
 import numpy as np

@@ -4,12 +4,12 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tasks.config import NotifyParams
 from tasks.core.env import WEBHOOK_URL_ENV
 from tasks.core.gate import GateResult
-from tasks.core.notify import Notice, notify_once, post_webhook, retried
+from tasks.core.params_spec import NotifyParams
 from tasks.monitoring.guards import Decision
-from tasks.monitoring.notices import decision_notice
+from tasks.monitoring.trigger_notifications import decision_notice
+from tasks.registry.notifications import Notice, notify_once, post_webhook, retried
 
 
 def decision(ts: float, outcome: str) -> Decision:

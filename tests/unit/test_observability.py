@@ -15,8 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from serving.metrics import Metrics
 from serving.observability import DASHBOARD_FILE, RULES_FILE, TESTS_FILE, alert_rules, metric_names, observability_files
-from tasks.config import MonitorParams, SloParams, load_params
+from tasks.config import load_params
 from tasks.core.errors import ConfigError
+from tasks.core.params_spec import MonitorParams, SloParams
 from tests.conftest import REPO
 
 COMMITTED = REPO / "docs" / "observability"

@@ -1,4 +1,4 @@
-"""tasks/ops/overrides.py: --set values are typed YAML, validated before anything is written, comments survive,
+"""tasks/stages/overrides.py: --set values are typed YAML, validated before anything is written, comments survive,
 and the files a run or a plan touches are put back on failure (Ctrl-C and SIGTERM included) or after a look."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tasks.core.errors import ConfigError
-from tasks.ops.overrides import applied_overrides, merge, parse_assignment, resolve, write_params
-from tasks.ops.shutdown import Terminated
+from tasks.core.procs import Terminated
+from tasks.stages.overrides import applied_overrides, merge, parse_assignment, resolve, write_params
 
 REPO = Path(__file__).resolve().parents[2]
 

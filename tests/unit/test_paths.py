@@ -1,76 +1,54 @@
-"""tasks/core/paths.py and the pipeline flow's steps stay in step with dvc.yaml (the one stage list)."""
+"""Where the stages write: each stage under its own folder, data/<stage>/, as dvc.yaml declares it (the one stage
+list), and tasks/core/paths.py's names for those files in step with it."""
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
-from ruamel.yaml import YAML
-
 from tasks.core import paths
-from tasks.ops import reproduce
-from tasks.ops.plan import LIVE_STEPS
+from tasks.stages.stage_list import entry_path, read_dvc_stages, stage_folder
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def dvc_stages() -> dict:
-    return YAML(typ="safe").load((REPO / "dvc.yaml").read_text())["stages"]
-
-
-def entry_path(entry) -> str:
-    """A dvc.yaml out is either 'path' or {'path': {options}}."""
-    return entry if isinstance(entry, str) else next(iter(entry))
 
 
 def layout_paths() -> set[str]:
     return {value.as_posix() for value in vars(paths).values() if isinstance(value, Path)}
 
 
-def test_every_output_and_metric_is_a_layout_constant():
-    declared = layout_paths()
-    outputs = [entry_path(e) for stage in dvc_stages().values() for key in ("outs", "metrics", "plots")
-               for e in stage.get(key, [])]
-    assert outputs  # the parse found something
-    assert sorted(set(outputs) - declared) == []
+def outputs(stage: dict) -> list[str]:
+    return [entry_path(e) for key in ("outs", "metrics", "plots") for e in stage.get(key, [])]
 
 
-def test_every_data_dependency_is_a_layout_constant():
-    deps = [d for stage in dvc_stages().values() for d in stage.get("deps", []) if d.startswith("data/")]
-    assert deps and sorted(set(deps) - layout_paths()) == []
+def test_each_stage_writes_under_its_own_folder():
+    stages = read_dvc_stages(REPO)
+    assert outputs(stages["prepare"])   # the parse found something
+    for name, stage in stages.items():
+        folder = paths.SOURCE_FINGERPRINT.parent if name == "source" else stage_folder(name)
+        outside = [out for out in outputs(stage) if Path(out).parent != folder and folder not in Path(out).parents]
+        assert outside == [], f"{name} writes outside {folder}/"
 
 
-def test_stage_metrics_point_at_each_stages_metrics_file():
-    stages = dvc_stages()
-    assert set(paths.STAGE_METRICS) == set(stages)
-    for name, path in paths.STAGE_METRICS.items():
-        assert path.as_posix() in [entry_path(e) for e in stages[name].get("metrics", [])]
+def test_every_data_dependency_is_what_a_stage_or_torchship_writes():
+    stages = read_dvc_stages(REPO)
+    written = {out for stage in stages.values() for out in outputs(stage)}
+    deps = {d for stage in stages.values() for d in stage.get("deps", []) if d.startswith("data/")}
+    assert deps and sorted(deps - written - {paths.SOURCE_FINGERPRINT.as_posix()}) == []
 
 
-def flow_calls() -> list[ast.Call]:
-    """The calls in the pipeline flow's body, in source order."""
-    tree = ast.parse((REPO / "flows" / "pipeline.py").read_text())
-    body = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "pipeline")
-    calls = [node for node in ast.walk(body) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)]
-    return sorted(calls, key=lambda call: (call.lineno, call.col_offset))
-
-
-def test_the_flow_calls_each_dvc_stage_once_in_dvc_yaml_order_then_the_prefect_only_steps():
-    """The flow keeps one explicit call per step (STYLE); dvc.yaml is the one stage list they must match."""
-    calls = flow_calls()
-    names = [call.func.id for call in calls]
-    asked_dvc = [call.args[0].value for call in calls if call.func.id == "dvc_stage"]
-    assert reproduce.dvc_stages(REPO) == list(dvc_stages())
-    assert asked_dvc == reproduce.pipeline_stages(REPO)
-    # the stage torchship refreshes itself (check_source writes the fingerprint and records the stage) comes first
-    refreshed = [stage for stage in reproduce.dvc_stages(REPO) if stage not in asked_dvc]
-    assert refreshed == list(reproduce.REFRESHED_BY_TORCHSHIP) == ["source"]
-    assert names.index("check_source") < names.index("dvc_stage")
-    prefect_only = [name.removesuffix("_step") for name in names if name.endswith("_step")]
-    assert prefect_only == list(LIVE_STEPS)
-    assert names.index("dvc_stage") < names.index(f"{LIVE_STEPS[0]}_step")
+def test_the_layout_names_the_files_dvc_yaml_declares():
+    """What code reads or writes under a stage's folder is a name in tasks/core/paths.py, and dvc.yaml declares it
+    (or it lies under one of the stage's declared folders); nothing in paths.py is a stage file dvc.yaml forgot."""
+    stages = read_dvc_stages(REPO)
+    declared = {out for stage in stages.values() for out in outputs(stage)}
+    stage_files = {p for p in layout_paths() if any(Path(p).parent == stage_folder(name) for name in stages)}
+    runtime = {paths.TRAIN_LOGS.as_posix(), paths.STUDENT_LOGS.as_posix()}   # each worker's output: no DVC out
+    assert sorted(f for f in stage_files - runtime if f not in declared
+                  and not any(Path(f).is_relative_to(d) for d in declared)) == []
+    for name in stages:
+        folder = getattr(paths, name.upper(), None)
+        assert folder is None or folder == stage_folder(name), name
 
 
 def test_each_stage_runs_its_own_module():
-    for name, stage in dvc_stages().items():
+    for name, stage in read_dvc_stages(REPO).items():
         assert stage["cmd"] == f"python -m tasks.{name}"
         assert f"tasks/{name}.py" in stage["deps"]

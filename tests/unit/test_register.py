@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from tasks.config import TrackingParams
 from tasks.core.env import HTTP_RETRIES_ENV, JOB_ENV, MLFLOW_HTTP_RETRY, http_retry_window_s
 from tasks.core.errors import TorchshipError
-from tasks.core.registry import SHA_TAG, UNFINISHED_TAG, find_version_by_sha, server_unreachable, store_busy
+from tasks.core.params_spec import TrackingParams
 from tasks.register import TrackingServerDown, server_down, settle_duplicates
+from tasks.registry.read import SHA_TAG, UNFINISHED_TAG, find_version_by_sha, server_unreachable, store_busy
 
 
 def test_the_retry_window_is_urllib3s_backoff_summed_with_full_jitter(monkeypatch):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from tasks.ops.status import RegistrySnapshot, registry_changes, version_row
+from tasks.registry.status import RegistrySnapshot, registry_changes, version_row
 
 
 def snap(versions: list[str], **aliases: str) -> RegistrySnapshot:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from tasks.core.prefect_limits import LEASE_S, REPOSSESSOR_LOOP_S, dead_holder_bound_s
-from tasks.core.registry_lock import (
+from tasks.registry.lock import (
     FILE,
     SERVER,
     UNLOCKED,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.config import TrainParams
+from tasks.core.params_spec import TrainParams
 from tasks.training.distributed import torchrun_command
 from tasks.training.launch import (
     address_toward,

@@ -1,4 +1,4 @@
-"""Stage results shared through the DVC remote (tasks/ops/shared_runs.py): which remotes count as shared, and a
+"""Stage results shared through the DVC remote (tasks/stages/run_cache.py): which remotes count as shared, and a
 stage run in one clone restored, not run, in a fresh clone that has only the remote, `cache: false` metric included."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tasks.ops.shared_runs import is_off_this_disk, share_stage
+from tasks.stages.run_cache import is_off_this_disk, share_stage
 
 STAGE = """stages:
   count:

@@ -9,14 +9,14 @@ import subprocess
 
 import pytest
 
-from tasks.config import TrackingParams
+from flows.cli.stack.lifecycle import shell_env, stack_restart
+from flows.cli.stack.servers import base_env
+from flows.cli.stack.state import GENERATED, StackPaths, StackState, load_secrets, read_env_file
 from tasks.core.env import AWS_KEY_ID_ENV, AWS_SECRET_ENV, MLFLOW_PASSWORD_ENV, PREFECT_AUTH_ENV
 from tasks.core.errors import TorchshipError
+from tasks.core.params_spec import TrackingParams
 from tasks.core.tracking import is_uri
-from tasks.ops.overrides import parse_assignment
-from tasks.ops.stack import shell_env, stack_restart
-from tasks.ops.stack_parts import base_env
-from tasks.ops.stack_state import GENERATED, StackPaths, StackState, load_secrets, read_env_file
+from tasks.stages.overrides import parse_assignment
 
 S3_KEYS = {AWS_KEY_ID_ENV: "AKIAEXAMPLEEXAMPLE12", AWS_SECRET_ENV: "abc+def/ghi"}
 

@@ -2,9 +2,9 @@
 not started; only the embedded default's servers get a command, bound to 127.0.0.1."""
 from __future__ import annotations
 
-from tasks.config import TrackingParams
 from tasks.core.env import MLFLOW_STORE_ENV, PREFECT_API_URL, PREFECT_UI_URL
-from tasks.ops.ui import ui_servers
+from tasks.core.params_spec import TrackingParams
+from tasks.workspace.ui import ui_servers
 
 
 def by_name(tracking: TrackingParams, environ: dict[str, str]) -> dict:
