@@ -39,8 +39,11 @@ from bench.common import save  # noqa: E402
 from tasks.core.env import MLFLOW_TRACKING_URI_ENV, TELEMETRY_OFF  # noqa: E402
 
 BIN = Path(sys.executable).parent
-TABLES = {"default": ("synthetic", []), "digits": ("sklearn:digits", ["data.source=sklearn:digits"])}
-SERVERS = ("torchship", "mlflow", "minimal", "torchship-2w")   # the last: serve.workers 2, for the stretch
+TABLES = {"default": ("synthetic", []), "digits": ("sklearn:digits", ["data.source=sklearn:digits"]),
+          # images (the digits as 8x8 PNG files): one image per request; `--tables images --save-as image_serving`
+          "images": ("images:digits", ["data.source=images:digits"])}
+SERVERS = ("torchship", "mlflow", "minimal", "torchship-2w")
+IMAGE = "png"   # the key of an image champion's request in champion()   # the last: serve.workers 2, for the stretch
 THREADS, CONNECTIONS, WARM_S = 2, 32, 3
 WRK_SCRIPT = r'''
 wrk.method = "POST"
@@ -95,7 +98,8 @@ def refreshed(root: Path) -> Path:
 
 
 def champion(root: Path) -> tuple[str, str, Path, dict]:
-    """(model name, champion version, its ONNX file, one holdout row as a client sends it)."""
+    """(model name, champion version, its ONNX file, one holdout row as a client sends it: for an image model
+    {"png": base64 of one holdout image as a PNG file, "pixels": its uint8 pixels as nested lists})."""
     import pandas as pd
     from mlflow import MlflowClient
 
@@ -107,6 +111,15 @@ def champion(root: Path) -> tuple[str, str, Path, dict]:
     version = str(client.get_model_version_by_alias(name, "champion").version)
     onnx_path = download_onnx(client, name, version, Path(tempfile.mkdtemp(prefix="bench-serving-")))
     schema = load_schema(root / "data/prepare/schema.json")
+    if schema.is_image:
+        import base64
+
+        from tasks.images.decode import encode_png
+        from tasks.images.shards import read_pixels
+
+        image = read_pixels(root / "data/prepare/holdout.parquet", schema.image.shape)[0]
+        return name, version, onnx_path, {IMAGE: base64.b64encode(encode_png(image)).decode(),
+                                          "pixels": image.tolist()}
     frame = pd.read_parquet(root / "data/prepare/holdout.parquet")[schema.feature_names].head(1)
     row = {k: (None if pd.isna(v) else v) for k, v in frame.iloc[0].to_dict().items()}
     return name, version, onnx_path, row
@@ -123,6 +136,9 @@ def server_command(server: str, root: Path, name: str, version: str, onnx_path: 
 
 
 def payload(server: str, row: dict) -> str:
+    """One request's body in each server's own shape (an image: a base64 PNG file, or MLflow's tensor input)."""
+    if IMAGE in row:
+        return json.dumps({"inputs": [row["pixels"]]} if server == "mlflow" else {"images": [row[IMAGE]]})
     return json.dumps({"dataframe_records": [row]} if server == "mlflow" else {"rows": [row]})
 
 
@@ -204,7 +220,7 @@ def run_table(table: str, root: Path, rounds: int, seconds: float) -> dict:
                       f"{figures['p50_us'] / 1e3:6.2f} ms  p99 {figures['p99_us'] / 1e3:6.2f} ms  rss "
                       f"{figures['rss_mib']:.0f} MiB (all {figures['tree_rss_mib']:.0f})  errors "
                       f"{figures['non2xx'] + figures['socket_errors']}", flush=True)
-    return {"model": f"{champ[0]} v{champ[1]}", "columns": len(champ[3]),
+    return {"model": f"{champ[0]} v{champ[1]}", "columns": 0 if IMAGE in champ[3] else len(champ[3]),
             "payload_bytes": len(payload("torchship", champ[3])),
             **{server: summarize(results[server]) for server in SERVERS}, "rounds": results}
 
@@ -237,6 +253,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--keep", type=Path, help="prepare the projects under this folder and keep them")
     parser.add_argument("--project", action="append", default=[], help="NAME=DIR: a project prepared before")
     parser.add_argument("--tiny", action="store_true", help="dry run on the tests' tiny params; not saved")
+    parser.add_argument("--save-as", default="serving", help="the result's name (bench/results/NAME.json)")
     return parser.parse_args()
 
 
@@ -258,7 +275,7 @@ def main() -> None:
     print(json.dumps({"goals": goals, "ratio": ratio, "met": met}, indent=2))
     if args.tiny:
         return
-    save("serving", "Serving at the HTTP floor: torchship's service vs mlflow models serve vs a minimal FastAPI + "
+    save(args.save_as, "Serving at the HTTP floor: torchship's service vs mlflow models serve vs a minimal FastAPI + "
          "ONNX Runtime app (same registered version, wrk, 32 connections)",
          {**{k: v for k, v in figures.items() if k.split()[1] == "torchship"}, "goals": goals,
           "serving_tables": {t: {server: d[server] for server in SERVERS} for t, d in tables.items()},

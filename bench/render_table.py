@@ -277,7 +277,62 @@ def render_team_pipeline(results: dict[str, dict]) -> list[str]:
                 for side, runs in f["runs"].items() for run in runs) + "."]
 
 
+def render_images(results: dict[str, dict]) -> list[str]:
+    """bench/bench_images.py: held-out accuracy of the served image model beside the pixel baselines, per set."""
+    result = _need(results, "images")
+    f = result["figures"]
+    lines = [f"**{result['title']}** ({_when(result)}; goal: {result['goal']}).", "",
+             "| set | holdout images | served accuracy | pixel logistic regression | served − pixels (95% CI) | "
+             "majority class |", "|---|---|---|---|---|---|"]
+    for name in ("digits", "shapes"):
+        q = f[name]
+        gap = q["logistic_regression_pixels"]["served_minus_baseline_accuracy"]
+        lines.append(f"| {name} | {q['holdout_images']:,} | {q['served']['accuracy']:.4f} | "
+                     f"{q['logistic_regression_pixels']['accuracy']:.4f} | {gap['difference']:+.4f} "
+                     f"({gap['low']:+.4f} to {gap['high']:+.4f}) | {q['majority_class']['accuracy']:.4f} |")
+    return lines
+
+
+def render_image_compression(results: dict[str, dict]) -> list[str]:
+    """bench/bench_images.py: the int8 and student variants' size and accuracy beside the fp32 teacher."""
+    result = _need(results, "images")
+    lines = [f"Compressed image models ({_when(result)}, `bench/bench_images.py`: each set's default run):", "",
+             "| set | variant | size KiB | holdout accuracy | within the budget |", "|---|---|---|---|---|"]
+    for name in ("digits", "shapes"):
+        for variant, v in result["figures"][name]["compression"].items():
+            size = f"{v['bytes'] / 1024:,.0f}" if v.get("bytes") else "-"
+            lines.append(f"| {name} | {variant} | {size} | {v['accuracy']:.4f} | "
+                         f"{'reference' if variant == 'fp32' else 'yes' if v['publishable'] else 'no'} |")
+    return lines
+
+
+def render_image_speed(results: dict[str, dict]) -> list[str]:
+    """bench/bench_images.py: the train stage against a plain loop, and the pipeline's time against the table's."""
+    result = _need(results, "images")
+    t, p = result["figures"]["training"], result["figures"]["pipeline"]
+    return [f"Image training ({_when(result)}, `bench/bench_images.py`, the shapes splits): the train stage "
+            f"{t['samples_per_s']:,} samples/s against a plain PyTorch loop of the same CNN's "
+            f"{t['plain_samples_per_s']:,} ({t['ratio']:.2f}×; goal ≥ 0.95×). The pipeline on `images:digits` took "
+            f"{p['digits_s']:.0f} s against {p['table_s']:.0f} s for the tabular default in the same run "
+            f"({p['ratio']:.2f}×; goal ≤ 1.5×)."]
+
+
+def render_image_serving(results: dict[str, dict]) -> list[str]:
+    """bench/bench_serving.py --tables images --save-as image_serving: one image per request, three servers."""
+    result = _need(results, "image_serving")
+    lines = [f"**One PNG per request** ({_when(result)}; `bench/bench_serving.py --tables images --save-as "
+             f"image_serving`; goal: {result['goal']}). Medians over rounds.", "",
+             "| server | images/s | p50 ms | p99 ms | RSS MiB: worker (all processes) | errors |",
+             "|---|---|---|---|---|---|"]
+    for server, f in result["figures"]["serving_tables"]["images"].items():
+        lines.append(f"| {server} | {f['requests_per_s']:,.0f} | {f['p50_us'] / 1e3:.2f} | {f['p99_us'] / 1e3:.2f} | "
+                     f"{f['rss_mib']:.0f} ({f.get('tree_rss_mib', f['rss_mib']):.0f}) | {f['errors']} |")
+    return lines
+
+
 RENDERERS: dict[str, Callable[[dict[str, dict]], list[str]]] = {
+    "images": render_images, "image-compression": render_image_compression, "image-speed": render_image_speed,
+    "image-serving": render_image_serving,
     "summary": render_summary, "serving": render_serving, "serving-ratios": render_serving_ratios,
     "workers": render_workers, "tables": render_tables, "bless": render_bless, "pipeline": render_pipeline,
     "headline": render_headline, "load": render_load, "estimate": render_estimate,

@@ -53,8 +53,9 @@ def served_classes(schema: Schema, session, rows: pd.DataFrame) -> tuple[np.ndar
 
 
 def reference_frame(schema: Schema, session, rows: int, seed: int) -> pd.DataFrame:
-    """A seeded sample of the training split with the serving version's answers on it (images: their statistics and
-    the serving version's embedding projection of them, the columns the request log keeps)."""
+    """A seeded sample of the training split with the serving version's answers on it (images: of the validation
+    split, their statistics and the serving version's embedding projection of them, the columns the request log
+    keeps)."""
     if schema.is_image:
         return image_reference(schema, session, rows, seed)
     train = sample(pd.read_parquet(paths.TRAIN_SPLIT), rows, seed)
@@ -63,9 +64,11 @@ def reference_frame(schema: Schema, session, rows: int, seed: int) -> pd.DataFra
 
 
 def image_reference(schema: Schema, session, rows: int, seed: int) -> pd.DataFrame:
-    metadata = read_metadata(paths.TRAIN_SPLIT, schema.target)
+    """The validation split, not the training one: a network's embeddings and answers on the images it fit are
+    not what it gives unseen images of the same distribution (clean traffic would look drifted)."""
+    metadata = read_metadata(paths.VAL_SPLIT, schema.target)
     picked = np.sort(np.random.default_rng(seed).permutation(len(metadata))[:rows])
-    pixels = read_pixels(paths.TRAIN_SPLIT, schema.image.shape)[picked]
+    pixels = read_pixels(paths.VAL_SPLIT, schema.image.shape)[picked]
     probabilities, embedding = session.run(["probabilities", EMBEDDING], {IMAGE_INPUT: pixels})
     decided = decide(probabilities, decision_threshold(session.get_modelmeta().custom_metadata_map))
     frame = metadata.iloc[picked][list(STATISTICS)].reset_index(drop=True)

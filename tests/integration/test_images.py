@@ -23,6 +23,7 @@ from tasks.core.procs import free_port, http_ok, running, start_child, wait_unti
 from tasks.images.decode import encode_png
 from tasks.images.shards import read_metadata, read_pixels
 from tasks.images.sources import shift_images
+from tasks.registry.approvals import WAITING
 from tests.conftest import BIN, make_project
 from tests.helpers.images import add_bad_files
 from tests.helpers.traffic import LiveTraffic
@@ -267,7 +268,7 @@ def test_the_drift_retrain_learns_from_ingested_images_and_the_live_canary_promo
     registry = project.registry(MODEL)
     assert set(registry["versions"]) == {"1", "2"}, (decision, registry)
     tags = registry["versions"]["2"]
-    assert tags.get("approval", "").startswith("awaiting"), tags   # blessed; a person approves before the canary
+    assert tags.get("approval") == WAITING, tags   # blessed, and a person approves before the canary
     assert "images.parquet" in tags.get("data_batches", ""), tags
     approved = project.torchship("approve", "2", "--reason", "retrained on the shifted stream", timeout=300)
     assert approved.returncode == 0, approved.stdout[-2000:] + approved.stderr[-2000:]
