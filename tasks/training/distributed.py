@@ -13,6 +13,7 @@ from torch import nn
 
 from tasks.config import TrainParams
 from tasks.core.env import LOCAL_RANK_ENV
+from tasks.training.collectives import broadcast_bytes
 
 
 def torchrun_command(params: TrainParams, module: str = "tasks.train", log_dir: str | None = None) -> list[str]:
@@ -122,7 +123,7 @@ def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, model_st
     set_optimizer_state_dict(model, optimizer, optimizer_state, options=options)
 
 
-def broadcast_state(state: dict | None, rank: int, world: int, device: torch.device) -> dict | None:
+def broadcast_state(state: dict | None, rank: int, world: int) -> dict | None:
     """Rank 0's `state` (tensors and primitives, or None) on every rank: sent as `torch.save` bytes and loaded
     weights-only, so nothing received is unpickled; a rank on another machine cannot read rank 0's disk."""
     if world == 1:
@@ -132,11 +133,7 @@ def broadcast_state(state: dict | None, rank: int, world: int, device: torch.dev
         buffer = io.BytesIO()
         torch.save(state, buffer)
         data = buffer.getvalue()
-    size = torch.tensor([len(data)], dtype=torch.int64, device=device)
-    dist.broadcast(size, src=0)
-    if int(size) == 0:
+    received = broadcast_bytes(data, rank)
+    if not received:
         return None
-    payload = (torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device) if rank == 0
-               else torch.empty(int(size), dtype=torch.uint8, device=device))
-    dist.broadcast(payload, src=0)
-    return state if rank == 0 else torch.load(io.BytesIO(payload.cpu().numpy().tobytes()), weights_only=True)
+    return state if rank == 0 else torch.load(io.BytesIO(received), weights_only=True)

@@ -33,6 +33,7 @@ from tasks.core.procs import Child, running, tee_lines
 from tasks.training import checkpoint
 from tasks.training.adapt import FittedTraining
 from tasks.training.calibration import calibrate_single
+from tasks.training.collectives import all_reduce
 from tasks.training.crossval import (
     StartFold,
     candidates_for,
@@ -148,7 +149,7 @@ class JobTrainer(Trainer):
         if self.rank == 0 and saved is None:
             checkpoint.clear(self.folder)
         # A collective: no rank starts before rank 0 has cleared stale checkpoints.
-        saved = broadcast_state(saved, self.rank, self.world, self.device)
+        saved = broadcast_state(saved, self.rank, self.world)
         if saved is not None:
             self.load_checkpoint_state(saved)
 
@@ -255,9 +256,12 @@ def validation_decision(model: nn.Module, val: Split, metric: str) -> dict | Non
 
 def summed_peak_rss_mb() -> float:
     """Peak resident memory summed over ranks (a collective: every rank takes part)."""
-    peak = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024], dtype=torch.float64)
-    dist.all_reduce(peak)
-    return float(peak)
+    return float(all_reduce(torch.tensor([own_peak_rss_mb()], dtype=torch.float64)))
+
+
+def own_peak_rss_mb() -> float:
+    """This process's peak resident memory (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def injected_fault(rank: int):
