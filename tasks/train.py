@@ -11,13 +11,15 @@ from tasks.core import paths
 from tasks.core.metrics import balances_classes
 from tasks.ops.stage import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
+from tasks.training.distributed import device_kind
 from tasks.training.job import TrainingJob, run_job, split_rows
 from tasks.training.weights import model_spec
 
 
 def teacher_job(params: Params) -> TrainingJob:
-    """The teacher's job with its settings fitted to the training split (model `auto`, batch, epochs)."""
-    fitted = fit_training(params.train, split_rows(paths.TRAIN_SPLIT))
+    """The teacher's job with its settings fitted to the training split and the device (model `auto`, batch, epochs,
+    lr)."""
+    fitted = fit_training(params.train, split_rows(paths.TRAIN_SPLIT), device_kind())
     settings = fitted_settings(params.train, fitted)
     return TrainingJob("train", settings, model_spec(settings), paths.MODEL_WEIGHTS, paths.CHECKPOINTS,
                        paths.TRAIN, paths.TRAIN_LOGS, fitted=fitted, balanced=balances_classes(params.bless.metric))

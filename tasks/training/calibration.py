@@ -78,8 +78,9 @@ def calibrate_single(model: nn.Module, spec: dict, features: torch.Tensor,
     """(the model to serve, its spec, the calibration figures) for one trained model checked on its validation rows:
     itself where they are calibrated, else the model inside a one-member FoldEnsemble that carries the temperature
     (the CV path's served module: softmax(log_softmax(z) / T) = softmax(z / T); `members: 1` rebuilds it)."""
-    log_probs = torch.log_softmax(predict_logits(model, features.cpu()), 1).numpy().astype(np.float64)
+    log_probs = torch.log_softmax(predict_logits(model, features), 1).cpu().numpy().astype(np.float64)
     calibration = calibrate(log_probs, labels)
     if calibration["temperature"] == 1.0:
         return model, spec, calibration
-    return FoldEnsemble([model], calibration["temperature"]).eval(), {**spec, "members": 1}, calibration
+    served = FoldEnsemble([model], calibration["temperature"]).to(features.device).eval()
+    return served, {**spec, "members": 1}, calibration

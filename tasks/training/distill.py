@@ -12,6 +12,7 @@ from tasks.core.artifacts import sha256_file
 from tasks.core.metrics import balances_classes
 from tasks.ops.stage import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
+from tasks.training.distributed import device_kind
 from tasks.training.job import TrainingJob, launch, run_job, split_rows
 from tasks.training.weights import model_spec
 
@@ -31,7 +32,7 @@ def student_settings(params: Params) -> TrainParams:
 
 def student_job(params: Params) -> TrainingJob:
     """The student's job, its schedule fitted to the training split like the teacher's."""
-    fitted = fit_training(student_settings(params), split_rows(paths.TRAIN_SPLIT))
+    fitted = fit_training(student_settings(params), split_rows(paths.TRAIN_SPLIT), device_kind())
     settings = fitted_settings(student_settings(params), fitted)
     return TrainingJob("distill", settings, model_spec(settings), paths.STUDENT_WEIGHTS, paths.STUDENT_CHECKPOINTS,
                        paths.STUDENT, paths.STUDENT_LOGS, module="tasks.training.distill",
