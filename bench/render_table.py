@@ -330,6 +330,54 @@ def render_image_serving(results: dict[str, dict]) -> list[str]:
     return lines
 
 
+def _cell(value, digits: int = 2) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "**no**"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}" if abs(value) < 1000 else f"{value:,.0f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def render_gpu(results: dict[str, dict]) -> list[str]:
+    """bench/gpu_check.py: the targets, then every variant (ran, or skipped and why), then where the default data's
+    stage spent its time outside the epochs. A CPU-mode file says so first: its figures are no GPU's."""
+    if "gpu" not in results:   # the goals, so that the page says what a GPU run will be judged on
+        sys.path.insert(0, str(ROOT))
+        from bench.gpu_report import TARGETS
+
+        return ["*bench/results/gpu.json: not measured yet: no GPU run of `bench/gpu_check.py` so far.* Its targets:",
+                "", "| target | goal |", "|---|---|", *(f"| {what} | {goal} |" for what, goal, _ in TARGETS.values())]
+    result = results["gpu"]
+    machine = result["machine"]
+    where = (f"{machine.get('cuda')}, {machine.get('gpu_memory_gib')} GiB, torch {machine['torch']}, CUDA "
+             f"{machine.get('cuda_runtime')}" if result["mode"] == "gpu" else
+             f"**CPU mode only** (a tiny MLP on 3,000 rows: the plumbing, no GPU figure), torch {machine['torch']}")
+    lines = [f"**{result['title']}** ({_when(result)}; {where}; {result['figures']['elapsed_s']:.0f} s).", "",
+             "| target | measured | goal | met |", "|---|---|---|---|"]
+    lines += [f"| {t['target']} | {_cell(t['measured'])} | {t['goal']} | {_cell(t['met'])} |"
+              for t in result["targets"]]
+    lines += ["", "| variant | status | batch | samples/s (steady) | epoch 1 / later | outside epochs, s | val F1 | "
+              "peak GPU MiB | notes |", "|---|---|---|---|---|---|---|---|---|"]
+    for v in result["variants"]:
+        f = v.get("figures", {})
+        rate = f.get("steady_samples_per_s", f.get("samples_per_s"))
+        notes = v.get("reason") or "; ".join(f.get("notes") or []) or f.get("headline") or ""
+        lines.append(f"| {v['name']} | {v['status']} | {_cell(f.get('batch_size', f.get('batch')))} | "
+                     f"{_cell(rate and round(rate))} | {_cell(f.get('first_epoch_ratio'))} | "
+                     f"{_cell(f.get('outside_epochs_s'), 1)} | {_cell(f.get('val_f1_at_argmax'), 4)} | "
+                     f"{_cell(f.get('peak_device_memory_mb'), 0)} | {_one_line(str(notes), 200)} |")
+    ran = {v["name"]: v for v in result["variants"] if v["status"] == "ran"}
+    for name in ("ddp-bf16", "ddp-fp32"):
+        if name in ran:
+            parts = ", ".join(f"{part} {seconds:.1f}" for part, seconds in ran[name]["figures"]
+                              ["outside_breakdown_s"].items())
+            lines += ["", f"Outside the epochs ({name}, seconds): {parts}."]
+            break
+    return lines
+
+
 RENDERERS: dict[str, Callable[[dict[str, dict]], list[str]]] = {
     "images": render_images, "image-compression": render_image_compression, "image-speed": render_image_speed,
     "image-serving": render_image_serving,
@@ -337,7 +385,7 @@ RENDERERS: dict[str, Callable[[dict[str, dict]], list[str]]] = {
     "workers": render_workers, "tables": render_tables, "bless": render_bless, "pipeline": render_pipeline,
     "headline": render_headline, "load": render_load, "estimate": render_estimate,
     "pipeline-output": render_pipeline_output, "stack": render_stack,
-    "team-pipeline": render_team_pipeline}
+    "team-pipeline": render_team_pipeline, "gpu": render_gpu}
 
 
 def render_block(name: str, results: dict[str, dict]) -> str:

@@ -27,7 +27,7 @@ from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.calibration import calibrate_single
 from tasks.training.crossval import candidates_for, cross_validate, cross_validation_rows, finish_cross_validation
 from tasks.training.job import validation_decision
-from tasks.training.loop import STOP_ON_F1, Split, Trainer
+from tasks.training.loop import STOP_ON_F1, Split, Trainer, predict_logits
 from tasks.training.weights import fit_layout, model_spec
 from tasks.variants.exporters import export_onnx
 
@@ -69,7 +69,7 @@ def train_teacher(params: Params, schema: Schema, train: Split, val: Split, bala
     model = build_model(spec["name"], layout, **spec["kwargs"])
     model.load_state_dict(state.best_state)
     model, _, calibration = calibrate_single(model, spec, val.features, val.labels.numpy())
-    decision = validation_decision(model, val, params.bless.metric)
+    decision = validation_decision(predict_logits(model, val.features), val, params.bless.metric)
     return model, decision, {"fitted": fitted.headline(), "calibration": calibration, "decision": decision}
 
 

@@ -12,14 +12,16 @@ from tasks.core.metrics import balances_classes
 from tasks.core.params_spec import Params
 from tasks.stages.entry import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
+from tasks.training.distributed import device_kind
 from tasks.training.job import TrainingJob, run_job, split_rows
 from tasks.training.weights import model_spec
 
 
 def teacher_job(params: Params) -> TrainingJob:
-    """The teacher's job with its settings fitted to the training split (model `auto`, batch, epochs)."""
+    """The teacher's job with its settings fitted to the training split and the device (model `auto`, batch, epochs,
+    lr)."""
     modality = load_schema(paths.SCHEMA).modality
-    fitted = fit_training(params.train, split_rows(paths.TRAIN_SPLIT), modality)
+    fitted = fit_training(params.train, split_rows(paths.TRAIN_SPLIT), device_kind(), modality)
     settings = fitted_settings(params.train, fitted)
     return TrainingJob("train", settings, model_spec(settings), paths.MODEL_WEIGHTS, paths.CHECKPOINTS,
                        paths.TRAIN, paths.TRAIN_LOGS, fitted=fitted, balanced=balances_classes(params.bless.metric),

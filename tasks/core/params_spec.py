@@ -191,14 +191,16 @@ class TrainParams(Section):
     cv_folds: int = Field(5, ge=2, le=20, description="Folds (= ensemble members) below `cv_max_rows`.")
     adapt: bool = Field(True, description="Fit the schedule to the table: shrink the batch so every epoch has at least "
                                           "16 optimizer steps (never below 32 rows), raise epochs to reach "
-                                          "`min_steps`, and stretch `patience` with them. `false` = exactly the values "
-                                          "below.")
+                                          "`min_steps`, and stretch `patience` with them; on a GPU, grow the batch "
+                                          "(up to 8,192) while an epoch keeps at least 128 steps, with the learning "
+                                          "rate scaled by the square root of the growth. `false` = exactly the "
+                                          "values below.")
     min_steps: int = Field(1000, ge=0, description="With `adapt`: optimizer steps a run gets at least (epochs are "
                                                    "raised to reach it, up to `max_epochs`).")
     max_epochs: int = Field(200, ge=1, description="With `adapt`: the most epochs `min_steps` may raise `epochs` to.")
     epochs: int = Field(8, ge=1, description="Epochs (at least, with `adapt`); early stopping may end sooner.")
     batch_size: int = Field(512, ge=1, description="Global batch size (split across processes); with `adapt`, the "
-                                                   "largest.")
+                                                   "largest on a CPU, the smallest on a GPU.")
     lr: float | None = Field(None, gt=0.0, description="Peak AdamW learning rate; null = the model's own (`default_lr` "
                                                        "in its file in models/; 1e-3 for yours without one).")
     weight_decay: float = Field(1e-4, ge=0.0, description="AdamW weight decay.")
@@ -220,7 +222,12 @@ class TrainParams(Section):
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="Autocast precision; falls back to fp32 "
                                                                            "where it would not pay (the reason is "
                                                                            "logged).")
-    compile: bool = Field(False, description="torch.compile the model for training.")
+    compile: bool = Field(False, description="torch.compile the model for training. `false`: nothing in the training "
+                                             "processes compiles (TORCH_COMPILE_DISABLE).")
+    compile_mode: Literal["default", "reduce-overhead"] = Field(
+        "default", description="With `compile`: torch.compile's mode; `reduce-overhead` also records CUDA graphs, "
+                               "which pay where a GPU waits on kernel launches. bench/gpu_check.py measures eager, "
+                               "`default` and `reduce-overhead` on a GPU (docs/performance.md).")
     checkpoint_every: int = Field(200, ge=0, description="Steps between checkpoints (0 = only at epoch ends).")
     collective_timeout_s: int = Field(300, ge=10, description="A rank stuck this long in a collective fails the job "
                                                               "instead of hanging it.")

@@ -27,6 +27,23 @@ def tee_lines(stream, tail: collections.deque, echo) -> None:
         echo.flush()
 
 
+def exit_without_teardown(code: int = 0) -> None:
+    """End this process now, as a normal exit would but without the interpreter unloading every module: threads that
+    are not daemons joined, exit handlers run, logs and output flushed, then os._exit. A training worker holds torch,
+    MLflow, pandas and scikit-learn, whose teardown took 1.5-3 s on 2 cores after the work was done."""
+    import atexit
+    import logging
+
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nobody listens on right now (the OS picks it)."""
     with socket.socket() as probe:

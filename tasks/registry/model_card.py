@@ -98,7 +98,8 @@ def model_card_markdown(params: Params, blessing: Blessing, tags: dict[str, str]
         f"{train.get('epochs_run', '?')} epochs (best {train.get('best_epoch', '?')}); "
         f"{train.get('strategy', '?')} × {train.get('world_size', '?')} "
         f"({train.get('backend', '?')}, {train.get('device', '?')}, {train.get('precision', '?')}); "
-        f"{train.get('train_seconds', 0):.0f} s\n- decision: {decision_line(train, classes)}\n"
+        f"{train.get('train_seconds', 0):.0f} s\n- trained on: {device_line(train)}\n"
+        f"- decision: {decision_line(train, classes)}\n"
         f"- machine: {machine()}\n\n"
         f"### Quality on the holdout\n{quality_table(blessing, baselines)}\n\n"
         f"### Gates\n- parity of the exports: {parity.get('headline', '?')}\n- accuracy budget of `{selected}`: "
@@ -134,6 +135,15 @@ def training_line(params: Params, train: dict) -> str:
     why = f" ({'; '.join(fitted['reasons'])})" if fitted["reasons"] else ""
     return (f"model `{fitted['model']}` {args}, batch {fitted['batch_size']}, up to {fitted['epochs']} epochs, "
             f"lr {fitted['lr']:g}{why}")
+
+
+def device_line(train: dict) -> str:
+    """What trained the model, how fast, and the peak memory it took (the GPU's own where there was one)."""
+    memory = (f"peak GPU memory {train['peak_device_memory_mb']:,.0f} MB" if train.get("peak_device_memory_mb")
+              is not None else f"peak resident memory {train.get('peak_rss_mb', 0):,.0f} MB summed over ranks")
+    notes = "".join(f"; {note}" for note in train.get("notes", []))
+    device = train.get("device_name", train.get("device", "?"))
+    return f"{device}, {train.get('samples_per_s', 0):,.0f} samples/s, {memory}{notes}"
 
 
 def decision_line(train: dict, classes: list[str]) -> str:

@@ -4,7 +4,13 @@ Counting epochs alone starves small tables: 1,257 training rows at batch 512 mak
 8 epochs, and digits then scores macro-F1 0.56 where a logistic regression reaches 0.98. Here the batch
 shrinks until an epoch has at least MIN_BATCHES_PER_EPOCH steps, epochs rise until the run has
 `train.min_steps`, and patience stretches with them; tables as large as the default data keep the values
-in params.yaml unchanged. Pure: the rows in, the effective settings and the reasons out.
+in params.yaml unchanged.
+
+On a GPU a step of this engine's models is bound by kernel launches, not arithmetic: 1M rows trained at 71,500
+samples/s at batch 512 on an H200, the rate of 70k rows. So on CUDA the batch grows, a power of two up
+to GPU_MAX_BATCH, while an epoch keeps at least GPU_MIN_STEPS_PER_EPOCH steps, and the learning rate grows with
+the square root of the batch (as for Adam-type optimizers); the default data (70k training rows) keeps batch 512.
+Pure: the rows and the device kind in, the effective settings and the reasons out.
 """
 from __future__ import annotations
 
@@ -17,6 +23,8 @@ from tasks.core.params_spec import AUTO, TrainParams
 
 MIN_BATCHES_PER_EPOCH = 16
 MIN_BATCH = 32
+GPU_MIN_STEPS_PER_EPOCH = 128
+GPU_MAX_BATCH = 8192
 
 
 class FittedTraining(BaseModel):
@@ -76,8 +84,17 @@ def pick_model(settings: TrainParams, train_rows: int, modality: str = "table") 
                               f"train.ft_min_rows {settings.ft_min_rows:,}")
 
 
-def fit_training(settings: TrainParams, train_rows: int, modality: str = "table") -> FittedTraining:
-    """The effective model, batch, epochs, patience and learning rate for `train_rows` training rows."""
+def gpu_batch(batch: int, train_rows: int) -> int:
+    """The batch on a GPU: the largest power of two <= GPU_MAX_BATCH that leaves an epoch >= GPU_MIN_STEPS_PER_EPOCH
+    steps, where that is larger than `batch`; else `batch`."""
+    fitting = 1 << max(0, (train_rows // GPU_MIN_STEPS_PER_EPOCH).bit_length() - 1)
+    return max(batch, min(GPU_MAX_BATCH, fitting))
+
+
+def fit_training(settings: TrainParams, train_rows: int, device: str = "cpu", modality: str = "table"
+                 ) -> FittedTraining:
+    """The effective model, batch, epochs, patience and learning rate for `train_rows` training rows on a `device`
+    of that kind ("cpu" or "cuda"), for a table's or images' model."""
     model, picked = pick_model(settings, train_rows, modality)
     reasons = [picked] if picked else []
     folds, families = cross_validation_plan(settings, train_rows, modality)
@@ -87,12 +104,17 @@ def fit_training(settings: TrainParams, train_rows: int, modality: str = "table"
     table_rows = train_rows
     if folds > 1:
         train_rows -= train_rows // folds   # a member trains on k-1 folds: fit its schedule to those rows
-    batch, epochs, patience = settings.batch_size, settings.epochs, settings.patience
+    batch, epochs, patience, lr_scale = settings.batch_size, settings.epochs, settings.patience, 1.0
     if settings.adapt:
         fitting = max(MIN_BATCH, 1 << max(0, (train_rows // MIN_BATCHES_PER_EPOCH).bit_length() - 1))
         if fitting < batch:
             reasons.append(f"batch {batch} -> {fitting} so an epoch has >= {MIN_BATCHES_PER_EPOCH} steps")
             batch = fitting
+        grown = gpu_batch(batch, train_rows) if device == "cuda" else batch
+        if grown > batch:
+            reasons.append(f"batch {batch} -> {grown} on a GPU: an epoch keeps >= {GPU_MIN_STEPS_PER_EPOCH} steps, and "
+                           "a small batch leaves the GPU waiting on kernel launches")
+            lr_scale, batch = math.sqrt(grown / batch), grown
         steps = max(1, math.ceil(train_rows / batch))
         needed = min(settings.max_epochs, math.ceil(settings.min_steps / steps))
         if needed > epochs:
@@ -102,6 +124,9 @@ def fit_training(settings: TrainParams, train_rows: int, modality: str = "table"
             reasons.append(f"patience {settings.patience} -> {patience} epochs")
             epochs = needed
     lr = settings.lr if settings.lr is not None else default_lr(model)   # each model file declares its own
+    if lr_scale != 1.0:
+        reasons.append(f"lr {lr:g} -> {lr * lr_scale:g} with the batch (square-root scaling)")
+        lr *= lr_scale
     candidates = {name: settings.lr if settings.lr is not None else default_lr(name) for name in families}
     return FittedTraining(model=model, batch_size=batch, epochs=epochs, patience=patience, lr=lr,
                           train_rows=table_rows, steps_per_epoch=max(1, math.ceil(train_rows / batch)),

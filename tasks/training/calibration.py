@@ -20,6 +20,7 @@ MAX_ECE = 0.02
 ECE_BINS = 15
 # log-spaced candidates: a grid is exact enough for one scalar, needs no optimiser, and cannot diverge.
 TEMPERATURES = np.exp(np.linspace(np.log(0.05), np.log(20.0), 601))
+COARSE = 30   # fit_temperature's first pass: every 30th candidate (0, 30, ..., 600: both ends included)
 
 
 def tempered(log_probs: np.ndarray, temperature: float) -> np.ndarray:
@@ -43,15 +44,20 @@ def expected_calibration_error(probabilities: np.ndarray, labels: np.ndarray, bi
 
 
 def fit_temperature(log_probs: np.ndarray, labels: np.ndarray) -> float:
-    """The T in TEMPERATURES with the lowest negative log-likelihood of softmax(log_probs / T)."""
+    """The T in TEMPERATURES with the lowest negative log-likelihood of softmax(log_probs / T). That likelihood is
+    convex in 1/T (a log-sum-exp of functions linear in it, less one), so along the grid it falls, then rises: every
+    COARSE-th candidate first, then those between the best one's neighbours find the T that trying all 601 finds,
+    in a tenth of the work (1 s of the train stage on 15k validation rows, 10 s on 150k)."""
     picked = log_probs[np.arange(len(labels)), labels]
-    nll = []
-    for t in TEMPERATURES:
-        scaled = log_probs / t
+
+    def nll(index: int) -> float:
+        scaled = log_probs / TEMPERATURES[index]
         top = scaled.max(axis=1)
         log_norm = top + np.log(np.exp(scaled - top[:, None]).sum(axis=1))   # logsumexp per row
-        nll.append(float(np.mean(log_norm - picked / t)))
-    return float(TEMPERATURES[int(np.argmin(nll))])
+        return float(np.mean(log_norm - picked / TEMPERATURES[index]))
+
+    best = min(range(0, len(TEMPERATURES), COARSE), key=nll)   # the first of equals, as np.argmin
+    return float(TEMPERATURES[min(range(max(0, best - COARSE + 1), min(len(TEMPERATURES), best + COARSE)), key=nll)])
 
 
 def calibrate(log_probs: np.ndarray, labels: np.ndarray) -> dict:
@@ -72,8 +78,9 @@ def calibrate_single(model: nn.Module, spec: dict, features: torch.Tensor,
     """(the model to serve, its spec, the calibration figures) for one trained model checked on its validation rows:
     itself where they are calibrated, else the model inside a one-member FoldEnsemble that carries the temperature
     (the CV path's served module: softmax(log_softmax(z) / T) = softmax(z / T); `members: 1` rebuilds it)."""
-    log_probs = torch.log_softmax(predict_logits(model, features.cpu()), 1).numpy().astype(np.float64)
+    log_probs = torch.log_softmax(predict_logits(model, features), 1).cpu().numpy().astype(np.float64)
     calibration = calibrate(log_probs, labels)
     if calibration["temperature"] == 1.0:
         return model, spec, calibration
-    return FoldEnsemble([model], calibration["temperature"]).eval(), {**spec, "members": 1}, calibration
+    served = FoldEnsemble([model], calibration["temperature"]).to(features.device).eval()
+    return served, {**spec, "members": 1}, calibration

@@ -13,6 +13,7 @@ from tasks.core.metrics import balances_classes
 from tasks.core.params_spec import Params, PretrainedParams, TrainParams
 from tasks.stages.entry import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
+from tasks.training.distributed import device_kind
 from tasks.training.job import TrainingJob, launch, run_job, split_rows
 from tasks.training.weights import model_spec
 
@@ -36,7 +37,7 @@ def student_settings(params: Params, modality: str = "table") -> TrainParams:
 def student_job(params: Params) -> TrainingJob:
     """The student's job, its schedule fitted to the training split like the teacher's."""
     modality = load_schema(paths.SCHEMA).modality
-    fitted = fit_training(student_settings(params, modality), split_rows(paths.TRAIN_SPLIT), modality)
+    fitted = fit_training(student_settings(params, modality), split_rows(paths.TRAIN_SPLIT), device_kind(), modality)
     settings = fitted_settings(student_settings(params, modality), fitted)
     return TrainingJob("distill", settings, model_spec(settings), paths.STUDENT_WEIGHTS, paths.STUDENT_CHECKPOINTS,
                        paths.STUDENT, paths.STUDENT_LOGS, module="tasks.training.distill",

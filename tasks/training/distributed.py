@@ -1,9 +1,11 @@
-"""torchrun launch, device/backend/precision choice at run time, and DDP / FSDP2 wrapping."""
+"""torchrun launch (and the GPU count it needs), device/backend/precision/strategy choice at run time, and
+DDP / FSDP2 wrapping."""
 from __future__ import annotations
 
 import datetime
 import io
 import os
+import platform
 import sys
 from dataclasses import dataclass
 
@@ -12,7 +14,9 @@ import torch.distributed as dist
 from torch import nn
 
 from tasks.core.env import LOCAL_RANK_ENV
+from tasks.core.errors import ConfigError
 from tasks.core.params_spec import TrainParams
+from tasks.training.collectives import broadcast_bytes
 
 
 def torchrun_command(params: TrainParams, module: str = "tasks.train", log_dir: str | None = None) -> list[str]:
@@ -40,6 +44,34 @@ class Runtime:
     rank: int
     world: int
     local_rank: int
+    strategy: str = "ddp"   # what is used: fsdp with one process trains as ddp
+    notes: tuple[str, ...] = ()   # what the run does beyond what params say, and why (metrics.json "notes")
+
+
+def gpu_count() -> int:
+    """The GPUs this node's processes may use (CUDA_VISIBLE_DEVICES narrows them); 0 without CUDA."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def device_kind() -> str:
+    """What the workers will train on: "cuda" where this node has a GPU, else "cpu" (what `adapt` fits to)."""
+    return "cuda" if gpu_count() else "cpu"
+
+
+def processes_problem(nproc: int, gpus: int) -> str | None:
+    """Why `nproc` processes per node cannot train on `gpus` GPUs, or None. Without a GPU any count runs (gloo)."""
+    if gpus == 0 or nproc <= gpus:
+        return None
+    return (f"train.nproc is {nproc}, but this node has {gpus} GPU{'s' if gpus > 1 else ''}: each training process "
+            f"needs a GPU of its own (NCCL refuses two ranks on one device). Set train.nproc to {gpus} or less "
+            f"(torchship run --set train.nproc={gpus}), or hide the GPUs (CUDA_VISIBLE_DEVICES=) to train on the CPU.")
+
+
+def check_processes_fit(params: TrainParams) -> None:
+    """Refuse, before torchrun starts, more processes on this node than it has GPUs (every node checks its own)."""
+    problem = processes_problem(params.nproc, gpu_count())
+    if problem:
+        raise ConfigError(problem)
 
 
 def resolve_precision(asked: str, device: torch.device) -> tuple[str, str]:
@@ -58,6 +90,30 @@ def resolve_precision(asked: str, device: torch.device) -> tuple[str, str]:
     return "bf16", ""
 
 
+def tf32_note(precision: str, device_type: str, capability: tuple[int, int] | None) -> str:
+    """Why fp32 matmuls run in TF32 (GPUs from compute capability 8.0, Ampere on), or '' where they do not."""
+    if precision != "fp32" or device_type != "cuda" or capability is None or capability < (8, 0):
+        return ""
+    return ("fp32 on this GPU: matmuls and convolutions in TF32 (torch.set_float32_matmul_precision('high')); "
+            "export's parity gates judge the result")
+
+
+def resolve_strategy(strategy: str, world: int) -> tuple[str, str]:
+    """(the strategy used, why it differs): FSDP with one process shards nothing and costs collectives, so it
+    trains as DDP (one process: the plain model); FSDP stays for models that do not fit one device."""
+    if strategy == "fsdp" and world == 1:
+        return "ddp", "train.strategy fsdp with 1 process shards nothing: trained as ddp"
+    return strategy, ""
+
+
+def describe_device(device) -> str:
+    """The GPU's name on CUDA, else the CPU's (with its vector extensions)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{platform.processor() or platform.machine()} CPU ({torch.backends.cpu.get_cpu_capability()})"
+
+
 def init_runtime(params: TrainParams) -> Runtime:
     """Join the process group: nccl on CUDA, gloo on CPU, with the collective timeout from params."""
     local_rank = int(os.environ.get(LOCAL_RANK_ENV, 0))
@@ -68,13 +124,22 @@ def init_runtime(params: TrainParams) -> Runtime:
         device, backend = torch.device("cpu"), "gloo"
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=params.collective_timeout_s))
     precision, note = resolve_precision(params.precision, device)
-    return Runtime(device, backend, precision, note, dist.get_rank(), dist.get_world_size(), local_rank)
+    tf32 = tf32_note(precision, device.type, torch.cuda.get_device_capability(device) if device.type == "cuda"
+                     else None)
+    if tf32:
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.allow_tf32 = True
+    world = dist.get_world_size()
+    strategy, fallback = resolve_strategy(params.strategy, world)
+    return Runtime(device, backend, precision, note, dist.get_rank(), world, local_rank, strategy,
+                   tuple(filter(None, (tf32, fallback))))
 
 
-def wrap_model(model: nn.Module, strategy: str, runtime: Runtime) -> nn.Module:
-    """DDP (replicas, gradients all-reduced) or FSDP2 (`fully_shard` per Linear, then the root)."""
+def wrap_model(model: nn.Module, runtime: Runtime) -> nn.Module:
+    """DDP (replicas, gradients all-reduced) or FSDP2 (`fully_shard` per Linear, then the root), as
+    `runtime.strategy` says."""
     model = model.to(runtime.device)
-    if strategy == "fsdp":
+    if runtime.strategy == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
@@ -122,7 +187,7 @@ def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, model_st
     set_optimizer_state_dict(model, optimizer, optimizer_state, options=options)
 
 
-def broadcast_state(state: dict | None, rank: int, world: int, device: torch.device) -> dict | None:
+def broadcast_state(state: dict | None, rank: int, world: int) -> dict | None:
     """Rank 0's `state` (tensors and primitives, or None) on every rank: sent as `torch.save` bytes and loaded
     weights-only, so nothing received is unpickled; a rank on another machine cannot read rank 0's disk."""
     if world == 1:
@@ -132,11 +197,7 @@ def broadcast_state(state: dict | None, rank: int, world: int, device: torch.dev
         buffer = io.BytesIO()
         torch.save(state, buffer)
         data = buffer.getvalue()
-    size = torch.tensor([len(data)], dtype=torch.int64, device=device)
-    dist.broadcast(size, src=0)
-    if int(size) == 0:
+    received = broadcast_bytes(data, rank)
+    if not received:
         return None
-    payload = (torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device) if rank == 0
-               else torch.empty(int(size), dtype=torch.uint8, device=device))
-    dist.broadcast(payload, src=0)
-    return state if rank == 0 else torch.load(io.BytesIO(payload.cpu().numpy().tobytes()), weights_only=True)
+    return state if rank == 0 else torch.load(io.BytesIO(received), weights_only=True)

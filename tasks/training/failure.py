@@ -1,12 +1,18 @@
 """Why a torchrun job failed, from torchrun's own summary and the failed rank's log: which rank failed first,
 how (a signal, an exit code, a collective timeout and the rank it waited on, a lost peer), its own error and the
-last lines it logged."""
+last lines it logged; and the real faults the reliability tests inject into a rank (`injected_fault`)."""
 from __future__ import annotations
 
+import os
 import re
+import signal
+import time
 from pathlib import Path
 
+import torch
+
 from tasks.core import paths
+from tasks.core.env import FAULT_ENV, RESTART_COUNT_ENV
 
 # torchrun's per-worker console prefix ("[default0]:[rank0]: ") hides where a line really starts.
 WORKER_PREFIX = re.compile(r"^(\[(default|rank)\d+\]:\s?)+")
@@ -68,3 +74,28 @@ def _last_log_lines(logs_folder: Path, local_rank: str, count: int = 5) -> list[
                   key=lambda p: p.stat().st_mtime)
     lines = logs[-1].read_text(errors="replace").splitlines() if logs else []
     return [WORKER_PREFIX.sub("", line) for line in lines if line.strip()][-count:]
+
+
+def injected_fault(rank: int):
+    """TORCHSHIP_FAULT=kind:rank:step makes that rank fail for real at that global step, for the
+    reliability tests: `kill` (SIGKILL itself), `hang` (stop answering collectives), `oom` (an
+    out-of-memory error once, as CUDA would raise). Only on a worker's first attempt: one that torchrun
+    restarted (train.max_restarts) runs clean, as after a transient fault."""
+    spec = os.environ.get(FAULT_ENV)
+    if not spec or os.environ.get(RESTART_COUNT_ENV, "0") != "0":   # a worker torchrun restarted runs clean
+        return None
+    kind, fault_rank, fault_step = spec.split(":")
+    fired = []
+
+    def hook(global_step: int) -> None:
+        if rank != int(fault_rank) or global_step != int(fault_step) or fired:
+            return
+        fired.append(True)
+        if kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif kind == "hang":
+            time.sleep(3600)
+        elif kind == "oom":
+            raise torch.OutOfMemoryError("injected out-of-memory (TORCHSHIP_FAULT)")
+
+    return hook

@@ -9,11 +9,9 @@ import logging
 import os
 import re
 import resource
-import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,14 +24,15 @@ from models import build_model
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file
 from tasks.core.encoding import encode_features, encode_target
-from tasks.core.env import FAULT_ENV, LOCAL_RANK_ENV, OMP_THREADS_ENV, RESTART_COUNT_ENV, UNBUFFERED
+from tasks.core.env import COMPILE_DISABLE_ENV, LOCAL_RANK_ENV, OMP_THREADS_ENV, STAGE_STARTED_ENV, UNBUFFERED
 from tasks.core.errors import TorchshipError
 from tasks.core.params_spec import ImageAugment, Params, PretrainedParams, TrainParams
-from tasks.core.procs import Child, running, tee_lines
+from tasks.core.procs import Child, exit_without_teardown, running, tee_lines
 from tasks.core.schema_spec import Schema, load_schema
 from tasks.training import checkpoint
 from tasks.training.adapt import FittedTraining
 from tasks.training.calibration import calibrate_single
+from tasks.training.collectives import all_reduce
 from tasks.training.crossval import (
     StartFold,
     candidates_for,
@@ -42,13 +41,21 @@ from tasks.training.crossval import (
     finish_cross_validation,
 )
 from tasks.training.decision import fit_threshold
-from tasks.training.distributed import Runtime, broadcast_state, init_runtime, torchrun_command, wrap_model
-from tasks.training.failure import describe_failure
+from tasks.training.distributed import (
+    Runtime,
+    broadcast_state,
+    check_processes_fit,
+    init_runtime,
+    torchrun_command,
+    wrap_model,
+)
+from tasks.training.failure import describe_failure, injected_fault
 from tasks.training.images import augmenter, keep_frozen_in_eval
 from tasks.training.loop import STOP_ON_F1, Split, Trainer, predict_logits
 from tasks.training.mirror import mirror_for, mirrored
 from tasks.training.pretrained import load_pretrained
 from tasks.training.report import TrainingProgress, report_training
+from tasks.training.timeline import Timeline, stage_started_at
 from tasks.training.weights import fit_layout, load_trained, save_trained
 
 log = logging.getLogger("torchship.train")
@@ -121,7 +128,9 @@ def threads_per_process(params: TrainParams) -> int:
 
 def launch(job: TrainingJob) -> None:
     """Run the job's module under torchrun; a failure names the rank that failed and its last log lines."""
-    env = {**os.environ, OMP_THREADS_ENV: str(threads_per_process(job.train)), **UNBUFFERED}
+    check_processes_fit(job.train)   # before torchrun starts: NCCL refuses two ranks on one GPU
+    env = {**os.environ, OMP_THREADS_ENV: str(threads_per_process(job.train)), **UNBUFFERED,
+           STAGE_STARTED_ENV: str(stage_started_at()), **({} if job.train.compile else {COMPILE_DISABLE_ENV: "1"})}
     # the team topology: checkpoints fetched from and mirrored to the DVC remote (a killed machine's successor resumes)
     with mirrored(mirror_for(job.stage, job.checkpoints, lambda: job_fingerprint(job))) as end:
         # torchrun in a session of its own, held under `running`: a SIGTERM to this stage alone (`kill`, a
@@ -163,7 +172,7 @@ class JobTrainer(Trainer):
         if self.rank == 0 and saved is None:
             checkpoint.clear(self.folder)
         # A collective: no rank starts before rank 0 has cleared stale checkpoints.
-        saved = broadcast_state(saved, self.rank, self.world, self.device)
+        saved = broadcast_state(saved, self.rank, self.world)
         if saved is not None:
             self.load_checkpoint_state(saved)
 
@@ -201,13 +210,13 @@ def start_trainer(job: TrainingJob, runtime: Runtime, n_classes: int, model: nn.
                      job.pretrained.path, len(loaded["fresh"]), ", ".join(loaded["fresh"][:6]))
     if runtime.device.type == "cuda" and train.features.dtype == torch.uint8:   # images: NHWC kernels pay on CUDA
         model = model.to(memory_format=torch.channels_last)
-    model = wrap_model(model, job.train.strategy, runtime)
+    model = wrap_model(model, runtime)
     trainer = JobTrainer(job, runtime, n_classes)
     if job.augment is not None:
         trainer.augment = augmenter(job.augment, job.train.seed)
     if frozen:
         trainer.frozen_in_eval = keep_frozen_in_eval
-    trainer.setup(torch.compile(model) if job.train.compile else model, train, val)
+    trainer.setup(torch.compile(model, mode=job.train.compile_mode) if job.train.compile else model, train, val)
     trainer.resume()
     return trainer
 
@@ -226,13 +235,18 @@ def fold_starter(job: TrainingJob, runtime: Runtime, n_classes: int) -> StartFol
 def worker(params: Params, job: TrainingJob) -> None:
     """One torchrun process: join the group, build the model, resume or start, train (one run, or the folds of
     cross-validation below train.cv_max_rows), and (rank 0) save the best weights and report."""
-    settings, spec, fitted, summary, calibration = job.train, job.spec, job.fitted, None, None
+    settings, spec, fitted, summary, calibration, logits = job.train, job.spec, job.fitted, None, None, None
+    timeline = Timeline()
+    timeline.mark("imported")
     runtime = init_runtime(settings)
+    timeline.mark("process_group")
     try:
         torch.manual_seed(settings.seed)
         torch.set_num_threads(threads_per_process(settings))
         if runtime.rank == 0 and runtime.precision_note:
             log.warning("precision: %s", runtime.precision_note)
+        for note in runtime.notes if runtime.rank == 0 else ():
+            log.info("%s", note)
         schema = load_schema(paths.SCHEMA)
         n_classes = len(schema.classes)
         train = load_split(paths.TRAIN_SPLIT, schema, runtime.device)
@@ -243,6 +257,7 @@ def worker(params: Params, job: TrainingJob) -> None:
         if job.teacher is not None:
             train.soft = teacher_logits(job.teacher, train.features)
         layout = fit_layout(train.features.cpu().numpy(), schema)
+        timeline.mark("loaded")
         if cross_validated:
             chosen, runs = cross_validate(candidates_for(settings, fitted), train, layout, n_classes, fitted.folds,
                                           settings.seed, fold_starter(job, runtime, n_classes), runtime.rank == 0)
@@ -254,6 +269,7 @@ def worker(params: Params, job: TrainingJob) -> None:
             trainer.close()
             history = state.history
         peak_rss_mb = summed_peak_rss_mb()
+        timeline.mark("trained")
         if runtime.rank == 0:
             if cross_validated:
                 best, spec, fitted, summary = finish_cross_validation(chosen, runs, layout, fitted,
@@ -261,61 +277,51 @@ def worker(params: Params, job: TrainingJob) -> None:
                                                                       job.balanced)
                 decision = summary["decision"]
             else:
-                best = build_model(spec["name"], layout, **spec["kwargs"])
+                best = build_model(spec["name"], layout, **spec["kwargs"]).to(runtime.device)
                 best.load_state_dict(state.best_state)
                 best, spec, calibration = calibrate_single(best, spec, val.features, val.labels.cpu().numpy())
-                decision = validation_decision(best, val, params.bless.metric)   # on the calibrated probabilities
+                logits = predict_logits(best, val.features).cpu()   # the served model's, once: decision and report
+                decision = validation_decision(logits, val, params.bless.metric)   # on the calibrated probabilities
             if job.teacher is not None:
                 decision = None   # a student is served with its teacher's rule (compress exports it so)
+            best = best.cpu().eval()
             save_trained(job.weights, best, layout, spec, schema.classes, decision and decision["threshold"])
-            report_training(params, best.eval(), Split(val.features.cpu(), val.labels.cpu()), history, schema,
-                            runtime, peak_rss_mb=peak_rss_mb, folder=job.folder, stage=job.stage, train_params=settings,
-                            fitted=fitted, cross_validation=summary, calibration=calibration, decision=decision)
+            timeline.mark("calibrated")
+            report_training(params, best, Split(val.features.cpu(), val.labels.cpu()), history, schema, runtime,
+                            peak_rss_mb=peak_rss_mb, folder=job.folder, stage=job.stage, train_params=settings,
+                            fitted=fitted, cross_validation=summary, calibration=calibration, decision=decision,
+                            logits=logits, peak_device_memory_mb=peak_device_memory_mb(runtime.device),
+                            timeline=timeline)
     finally:
         dist.destroy_process_group()
 
 
-def validation_decision(model: nn.Module, val: Split, metric: str) -> dict | None:
-    """A single model's decision rule, fitted on the validation split (binary targets; None for more classes)."""
-    probabilities = torch.softmax(predict_logits(model, val.features.cpu()), 1).numpy()
+def peak_device_memory_mb(device: torch.device) -> float | None:
+    """This rank's peak GPU memory held by tensors (torch.cuda.max_memory_allocated); None on the CPU."""
+    return torch.cuda.max_memory_allocated(device) / 2 ** 20 if device.type == "cuda" else None
+
+
+def validation_decision(logits: torch.Tensor, val: Split, metric: str) -> dict | None:
+    """A single model's decision rule, fitted on its (N, C) `logits` of the validation split (binary targets; None
+    for more classes)."""
+    probabilities = torch.softmax(logits.cpu(), 1).numpy()
     return fit_threshold(probabilities, val.labels.cpu().numpy(), metric, "validation")
 
 
 def summed_peak_rss_mb() -> float:
     """Peak resident memory summed over ranks (a collective: every rank takes part)."""
-    peak = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024], dtype=torch.float64)
-    dist.all_reduce(peak)
-    return float(peak)
+    return float(all_reduce(torch.tensor([own_peak_rss_mb()], dtype=torch.float64)))
 
 
-def injected_fault(rank: int):
-    """TORCHSHIP_FAULT=kind:rank:step makes that rank fail for real at that global step, for the
-    reliability tests: `kill` (SIGKILL itself), `hang` (stop answering collectives), `oom` (an
-    out-of-memory error once, as CUDA would raise). Only on a worker's first attempt: one that torchrun
-    restarted (train.max_restarts) runs clean, as after a transient fault."""
-    spec = os.environ.get(FAULT_ENV)
-    if not spec or os.environ.get(RESTART_COUNT_ENV, "0") != "0":   # a worker torchrun restarted runs clean
-        return None
-    kind, fault_rank, fault_step = spec.split(":")
-    fired = []
-
-    def hook(global_step: int) -> None:
-        if rank != int(fault_rank) or global_step != int(fault_step) or fired:
-            return
-        fired.append(True)
-        if kind == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        elif kind == "hang":
-            time.sleep(3600)
-        elif kind == "oom":
-            raise torch.OutOfMemoryError("injected out-of-memory (TORCHSHIP_FAULT)")
-
-    return hook
+def own_peak_rss_mb() -> float:
+    """This process's peak resident memory (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def run_job(params: Params, job: TrainingJob) -> None:
     """The launcher outside torchrun; a worker inside it (torchrun sets LOCAL_RANK)."""
     if LOCAL_RANK_ENV in os.environ:
         worker(params, job)
+        exit_without_teardown()   # the worker is done: skip unloading torch, MLflow, pandas... (seconds)
     else:
         launch(job)

@@ -9,12 +9,12 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from tasks.core.metrics import classification_metrics
 from tasks.core.params_spec import TrainParams
 from tasks.training.adapt import fit_training, fitted_settings
+from tasks.training.collectives import all_reduce
 from tasks.training.distributed import full_state, load_full_state
 
 log = logging.getLogger("torchship.train")
@@ -204,7 +204,7 @@ class Trainer:
                     state.step_in_epoch, state.loss_sum = step + 1, float(loss_sum)
                     self.checkpoint()
             if self.world > 1:
-                dist.all_reduce(loss_sum)
+                loss_sum = all_reduce(loss_sum)
             seconds = time.perf_counter() - started
             self._end_epoch(float(loss_sum), (steps - first_step) * batch_size * self.world / seconds, seconds)
             self.checkpoint()

@@ -18,7 +18,9 @@ from tasks.core.schema_spec import Schema
 from tasks.training.adapt import FittedTraining
 from tasks.training.crossval import cross_validation_headline
 from tasks.training.decision import decision_headline
+from tasks.training.distributed import describe_device
 from tasks.training.loop import predict_logits
+from tasks.training.timeline import Timeline
 
 log = logging.getLogger("torchship.train")
 
@@ -27,19 +29,22 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
                     peak_rss_mb: float = 0.0, folder: Path = paths.TRAIN, stage: str = "train",
                     train_params: TrainParams | None = None, fitted: FittedTraining | None = None,
                     cross_validation: dict | None = None, calibration: dict | None = None,
-                    decision: dict | None = None) -> dict:
+                    decision: dict | None = None, logits: torch.Tensor | None = None,
+                    peak_device_memory_mb: float | None = None, timeline: Timeline | None = None) -> dict:
     """Write metrics.json / history.csv / plots under `folder` and log them with the params to MLflow;
     `cross_validation` (tasks/training/crossval.py's summary) adds the out-of-fold scores, the family choice and
     their calibration; `calibration`, a single model's on its validation rows (tasks/training/calibration.py);
-    `decision` (tasks/training/decision.py) a binary model's threshold, which the validation scores apply."""
+    `decision` (tasks/training/decision.py) a binary model's threshold, which the validation scores apply; `logits`,
+    the model's on `val` where the caller has them already; `timeline` gets the report's own marks and goes into
+    metrics.json (written last) as `timeline_s`."""
     import mlflow
 
     from tasks.core.tracking import stage_run
 
-    backend, world = runtime.backend, runtime.world
+    backend, world, strategy = runtime.backend, runtime.world, runtime.strategy
     train_params = train_params or params.train
     metrics_path, history_path, plots = folder / "metrics.json", folder / "history.csv", folder / "plots"
-    logits = predict_logits(model, val.features)
+    logits = predict_logits(model, val.features) if logits is None else logits
     threshold = decision["threshold"] if decision else None
     predicted = decide(torch.softmax(logits, 1).numpy(), threshold)   # the labels the served graph answers
     calibration = calibration or (cross_validation or {}).get("calibration") or {}
@@ -50,16 +55,17 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
                "epochs_run": len(history), "best_epoch": best["epoch"],
                "samples_per_s": sum(r["samples_per_s"] for r in history) / len(history),
                "train_seconds": sum(r["seconds"] for r in history), "peak_rss_mb": round(peak_rss_mb, 1),
-               "backend": backend, "world_size": world, "strategy": train_params.strategy,
-               "device": str(runtime.device), "precision": runtime.precision,
-               "precision_note": runtime.precision_note,
+               "backend": backend, "world_size": world, "strategy": strategy,
+               "device": str(runtime.device), "device_name": describe_device(runtime.device),
+               "peak_device_memory_mb": None if peak_device_memory_mb is None else round(peak_device_memory_mb, 1),
+               "precision": runtime.precision, "precision_note": runtime.precision_note, "notes": list(runtime.notes),
                "parameters": sum(p.numel() for p in model.parameters()),
                "class_weights": "balanced" if balances_classes(params.bless.metric) else "none",
                "temperature": calibration.get("temperature", 1.0), "threshold": threshold, "decision": decision,
                # cross-validated members trained on the validation rows too: their figure there is in sample
                "headline": f"val{' (in sample)' if cross_validation else ''} f1 {scores['f1_macro']:.4f}, "
                            f"acc {scores['accuracy']:.4f} "
-                           f"({len(history)} epochs, {train_params.strategy} {world}x{backend}, {runtime.precision})"
+                           f"({len(history)} epochs, {strategy} {world}x{backend}, {runtime.precision})"
                            + (f"; {cross_validation_headline(cross_validation)}" if cross_validation
                               else f"; {decision_headline(decision)}" if decision else "")
                            + (f"; temperature {calibration['temperature']:.3g} (validation ECE "
@@ -72,7 +78,6 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
         metrics["cross_validation"] = cross_validation
     if calibration:
         metrics["calibration"] = calibration
-    write_json_atomic(metrics_path, metrics)
     frame = pd.DataFrame(history)
     write_atomic(history_path, lambda tmp: frame.to_csv(tmp, index=False))
     plots.mkdir(parents=True, exist_ok=True)
@@ -83,9 +88,13 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
         positive = int(torch.bincount(val.labels, minlength=2).argmin())
         plot_roc_pr((val.labels.numpy() == positive).astype(int), torch.softmax(logits, 1)[:, positive].numpy(),
                     schema.classes[positive], plots / "roc_pr.png")
+    timeline = timeline or Timeline()
+    timeline.mark("plots")
     with stage_run(params.tracking, stage):
         mlflow.log_params({**train_params.model_dump(), "backend": backend, "world_size": world,
-                           "precision_used": runtime.precision, "precision_note": runtime.precision_note})
+                           "strategy_used": strategy, "device_name": metrics["device_name"],
+                           "precision_used": runtime.precision, "precision_note": runtime.precision_note,
+                           "notes": "; ".join(runtime.notes)})
         for step, record in enumerate(history, start=1):   # = the epoch for one run; folds follow one another
             mlflow.log_metrics({k: v for k, v in record.items() if k != "epoch"}, step=step)
         mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
@@ -103,6 +112,9 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
         mlflow.log_artifact(str(history_path))
         if fitted:
             mlflow.log_dict(fitted.model_dump(), "fitted_training.json")
+    timeline.mark("mlflow")
+    metrics["timeline_s"] = timeline.seconds()
+    write_json_atomic(metrics_path, metrics)
     return metrics
 
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from tasks.core.params_spec import TrainParams
-from tasks.training.adapt import MIN_BATCHES_PER_EPOCH, fit_training, fitted_settings
+from tasks.training.adapt import (
+    GPU_MAX_BATCH,
+    GPU_MIN_STEPS_PER_EPOCH,
+    MIN_BATCHES_PER_EPOCH,
+    fit_training,
+    fitted_settings,
+)
 from tasks.training.model_args import chosen_model_kwargs
 
 pytestmark = pytest.mark.model
@@ -60,3 +66,28 @@ def test_the_distilled_student_stays_one_network_on_a_small_table():
     from tasks.training.distill import student_settings
 
     assert fit_training(student_settings(Params()), 300).folds == 1
+
+
+def test_on_a_gpu_a_large_table_gets_a_larger_batch_and_the_learning_rate_with_it():
+    """1M rows (700k training): batch 512 left an H200 waiting on kernel launches."""
+    cpu, gpu = fit_training(TrainParams(), 700_000, "cpu"), fit_training(TrainParams(), 700_000, "cuda")
+    assert (cpu.batch_size, cpu.lr) == (512, 1e-3)
+    assert gpu.batch_size == 4096 and gpu.steps_per_epoch >= GPU_MIN_STEPS_PER_EPOCH
+    assert gpu.lr == pytest.approx(1e-3 * (4096 / 512) ** 0.5)
+    assert gpu.epochs * gpu.steps_per_epoch >= TrainParams().min_steps
+    assert gpu.reasons[1:] == ["batch 512 -> 4096 on a GPU: an epoch keeps >= 128 steps, and a small batch leaves "
+                               "the GPU waiting on kernel launches", "lr 0.001 -> 0.00282843 with the batch "
+                               "(square-root scaling)"]
+
+
+def test_on_a_gpu_the_default_data_and_small_tables_keep_their_batch():
+    assert fit_training(TrainParams(), 70_000, "cuda") == fit_training(TrainParams(), 70_000, "cpu")
+    assert fit_training(TrainParams(cv_max_rows=0), 1257, "cuda").batch_size == 64
+    assert fit_training(TrainParams(), 100_000_000, "cuda").batch_size == GPU_MAX_BATCH
+
+
+def test_on_a_gpu_an_exact_schedule_stays_exact():
+    exact = TrainParams(adapt=False, batch_size=256, lr=0.01)
+    assert (fit_training(exact, 700_000, "cuda").batch_size, fit_training(exact, 700_000, "cuda").lr) == (256, 0.01)
+    explicit = fit_training(TrainParams(lr=0.002), 700_000, "cuda")
+    assert explicit.lr == pytest.approx(0.002 * 8 ** 0.5)   # an explicit lr was set for batch_size: it scales too

@@ -10,6 +10,7 @@ import torch
 from models import build_model
 from tasks.training.calibration import (
     MAX_ECE,
+    TEMPERATURES,
     calibrate,
     calibrate_single,
     expected_calibration_error,
@@ -42,6 +43,23 @@ def test_ece_by_hand():
 def test_the_fitted_temperature_undoes_a_known_overconfidence():
     log_probs, labels = sampled(5000, sharpen=3.0)
     assert fit_temperature(log_probs, labels) == pytest.approx(3.0, rel=0.15)
+
+
+def every_candidate(log_probs: np.ndarray, labels: np.ndarray) -> float:
+    """The temperature with the lowest negative log-likelihood, trying each of TEMPERATURES (the reference)."""
+    from scipy.special import logsumexp
+
+    picked = log_probs[np.arange(len(labels)), labels]
+    nll = [np.mean(logsumexp(log_probs / t, axis=1) - picked / t) for t in TEMPERATURES]
+    return float(TEMPERATURES[int(np.argmin(nll))])
+
+
+@pytest.mark.parametrize("sharpen", [0.05, 0.4, 1.0, 2.5, 30.0])
+def test_the_coarse_to_fine_search_finds_the_temperature_trying_all_finds(sharpen):
+    log_probs, labels = sampled(800, sharpen, seed=int(sharpen * 10))
+    assert fit_temperature(log_probs, labels) == pytest.approx(every_candidate(log_probs, labels), rel=1e-12)
+    separable = log_probs.argmax(1)   # the likelihood only falls as T shrinks: the smallest candidate
+    assert fit_temperature(log_probs, separable) == every_candidate(log_probs, separable) == TEMPERATURES[0]
 
 
 def test_an_overconfident_model_is_tempered_and_keeps_every_argmax():

@@ -181,7 +181,8 @@ def test_the_train_report_records_the_choice_in_metrics_headline_and_mlflow(wine
     prepared, _, val, _ = wine
     _, chosen, runs, (ensemble, _, fitted, summary) = cross_validated
     tracking = TrackingParams(uri=f"sqlite:///{tmp_path}/mlflow.db", artifacts=str(tmp_path / "artifacts"))
-    runtime = SimpleNamespace(backend="gloo", world=1, device="cpu", precision="fp32", precision_note="")
+    runtime = SimpleNamespace(backend="gloo", world=1, device="cpu", precision="fp32", precision_note="",
+                              strategy="ddp", notes=())
     metrics = report_training(Params(tracking=tracking), ensemble, val, chosen.history, prepared.schema, runtime,
                               folder=tmp_path / "train", train_params=chosen.candidate.settings, fitted=fitted,
                               cross_validation=summary)

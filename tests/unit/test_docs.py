@@ -285,10 +285,16 @@ def missing_module(dotted: str) -> bool:
     return True
 
 
+def not_measured_yet(path: str) -> bool:
+    """A benchmark's result file a script writes and no run has made yet (its blocks say "not measured yet"; a GPU
+    check, say, runs only where a GPU is): named before it exists, and still a true name."""
+    return path.startswith("bench/results/") and path.endswith(".json")
+
+
 def test_every_repository_path_and_module_the_docs_and_docstrings_name_exists():
     texts = [(rel(path), strip_code_spans_of_output(path.read_text())) for path in doc_files()] + docstrings()
     missing = sorted({f"{name}: {found}" for name, text in texts for found in named_paths(text)
-                      if not (REPO / found).exists()}
+                      if not (REPO / found).exists() and not not_measured_yet(found)}
                      | {f"{name}: {dotted}" for name, text in texts for dotted in MODULE.findall(text)
                         if missing_module(dotted)})
     assert not missing, "\n".join(missing)

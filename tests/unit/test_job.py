@@ -5,8 +5,7 @@ import pytest
 import torch
 
 from tasks.core.env import FAULT_ENV, RESTART_COUNT_ENV
-from tasks.training.failure import describe_failure
-from tasks.training.job import injected_fault
+from tasks.training.failure import describe_failure, injected_fault
 
 # What node 0's torchrun printed (torch 2.13, gloo) when node 1 was killed mid-run
 # (tests/integration/test_two_nodes.py).

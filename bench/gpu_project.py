@@ -1,0 +1,215 @@
+"""bench/gpu_check.py's scratch project: torchship's code and a prepared table in a folder of their own, the real
+stages run in it (`python -m tasks.train`, `python -m tasks.export`), the figures read back from what they wrote,
+and a plain PyTorch loop on the same data, model and batch for the ratio. Nothing beyond torchship's own
+dependencies, no git and no package index: what a GPU machine with torch and the carried wheels has."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE = ("tasks", "models", "params.yaml")
+PREPARED = ("train.parquet", "val.parquet", "holdout.parquet", "schema.json")
+
+# The baseline: what one writes by hand, on the same device, precision, data, model and batch. It times epochs 2..N
+# (epoch 1 warms the device up) and prints one JSON line.
+PLAIN_LOOP = r'''
+import json, os, statistics, sys, time
+import pandas as pd, torch
+from torch import nn
+sys.path.insert(0, ".")
+from models import build_model
+from tasks.contract import encode_features, encode_target, load_schema
+from tasks.training.weights import fit_layout, model_spec
+from tasks.config import load_params
+batch, epochs, precision = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+params = load_params().train
+torch.set_num_threads(params.threads or os.cpu_count() or 1)   # the stage's own rule for one process
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+if device.type == "cuda" and precision == "fp32":
+    torch.set_float32_matmul_precision("high")
+torch.manual_seed(0)
+schema = load_schema("data/prepare/schema.json")
+frame = pd.read_parquet("data/prepare/train.parquet")
+x = torch.from_numpy(encode_features(frame, schema)); y = torch.from_numpy(encode_target(frame[schema.target], schema))
+spec = model_spec(params)
+model = build_model(spec["name"], fit_layout(x.numpy(), schema), **spec["kwargs"]).to(device)
+x, y = x.to(device), y.to(device)
+optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr or 1e-3, weight_decay=params.weight_decay)
+loss_fn = nn.CrossEntropyLoss()
+autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+model.train()
+seconds = []
+for epoch in range(epochs):
+    started = time.perf_counter()
+    order = torch.randperm(len(y), device=device); xs, ys = x[order], y[order]
+    for i in range(0, len(ys), batch):
+        optimizer.zero_grad(set_to_none=True)
+        with autocast:
+            loss = loss_fn(model(xs[i:i + batch]), ys[i:i + batch])
+        loss.backward()
+        optimizer.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    seconds.append(time.perf_counter() - started)
+later = statistics.median(seconds[1:])
+print(json.dumps({"samples_per_s": len(y) / later, "epoch_s": seconds, "rows": len(y), "batch": batch,
+                  "device": str(device), "precision": precision}))
+'''
+
+
+def python_env() -> dict[str, str]:
+    """The stages' environment: this interpreter's folder first on PATH (torchrun's workers), telemetry off."""
+    sys.path.insert(0, str(ROOT))
+    from tasks.core.env import TELEMETRY_OFF
+
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            **TELEMETRY_OFF}
+
+
+def make_project(folder: Path) -> Path:
+    """torchship's code and params.yaml copied into `folder` (no git, no data)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in CODE:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, folder / name, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+        else:
+            shutil.copy2(source, folder / name)
+    return folder
+
+
+def set_params(project: Path, **sections: dict) -> None:
+    """Merge `sections` (e.g. train={...}) into the project's params.yaml, validated first; model_args whole."""
+    from ruamel.yaml import YAML
+
+    from tasks.config import parse_params
+
+    path, yaml = project / "params.yaml", YAML()
+    document = yaml.load(path.read_text())
+    for section, values in sections.items():
+        document[section].update(values)
+    parse_params(json.loads(json.dumps(document)), origin=str(path))
+    with path.open("w") as handle:
+        yaml.dump(document, handle)
+
+
+def run_module(project: Path, module: str, timeout: float, *args: str) -> dict:
+    """`python -m module` in the project: exit code, wall seconds and the end of its error output."""
+    started = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, "-m", module, *args], cwd=project, env=python_env(),
+                              capture_output=True, text=True, timeout=max(1.0, timeout))
+        code, tail = done.returncode, (done.stderr or "")[-3000:]
+    except subprocess.TimeoutExpired as exc:
+        code, tail = None, f"timed out after {timeout:.0f} s: {(exc.stderr or b'')[-2000:]!r}"
+    return {"returncode": code, "wall_s": round(time.perf_counter() - started, 2), "stderr_tail": tail}
+
+
+def make_data(folder: Path, rows: int, project: Path | None = None, timeout: float = 1800) -> dict:
+    """The prepare stage's outputs for `rows` rows of the synthetic default, written to `folder` (by the stage run in
+    `project`, or in a project of its own made beside `folder` and removed after)."""
+    own = project is None
+    project = make_project(folder.parent / f".{folder.name}-project") if own else project
+    set_params(project, data={"rows": rows})
+    ran = run_module(project, "tasks.prepare", timeout)
+    if ran["returncode"] != 0:
+        raise RuntimeError(f"the prepare stage failed: {ran['stderr_tail']}")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in PREPARED:
+        shutil.copy2(project / "data" / "prepare" / name, folder / name)
+    if own:
+        shutil.rmtree(project, ignore_errors=True)
+    return {"rows": rows, "seconds": ran["wall_s"]}
+
+
+def use_data(project: Path, folder: Path) -> int:
+    """Put a prepared table (a make_data folder) in the project; returns its training rows."""
+    import pyarrow.parquet as pq
+
+    target = project / "data" / "prepare"
+    target.mkdir(parents=True, exist_ok=True)
+    missing = [name for name in PREPARED if not (folder / name).exists()]
+    if missing:
+        raise FileNotFoundError(f"{folder} is not a prepared table: {', '.join(missing)} missing "
+                                "(write one with --make-data)")
+    for name in PREPARED:
+        shutil.copy2(folder / name, target / name)
+    shutil.rmtree(project / "data" / "train", ignore_errors=True)
+    return pq.ParquetFile(target / "train.parquet").metadata.num_rows
+
+
+def warm_tracking(project: Path) -> None:
+    """Create the project's MLflow store before any timed run, as the pipeline's earlier stages do."""
+    code = "from tasks.config import load_params; from tasks.core.tracking import configure_mlflow; " \
+           "configure_mlflow(load_params().tracking)"
+    subprocess.run([sys.executable, "-c", code], cwd=project, env=python_env(), check=True, capture_output=True)
+
+
+def train_figures(project: Path, wall_s: float) -> dict:
+    """What one train stage run measured, from its metrics.json and history.csv."""
+    import pandas as pd
+
+    metrics = json.loads((project / "data/train/metrics.json").read_text())
+    history = pd.read_csv(project / "data/train/history.csv")
+    seconds = history["seconds"].tolist()
+    later = statistics.median(seconds[1:]) if len(seconds) > 1 else None
+    epochs_s = float(sum(seconds))
+    timeline = dict(sorted(metrics.get("timeline_s", {}).items(), key=lambda item: item[1]))
+    fitted = metrics.get("fitted") or {}
+    return {
+        "wall_s": round(wall_s, 2), "epochs_s": round(epochs_s, 2), "outside_epochs_s": round(wall_s - epochs_s, 2),
+        "outside_breakdown_s": outside_breakdown(timeline, epochs_s, wall_s),
+        "epochs": len(seconds), "first_epoch_s": round(seconds[0], 3),
+        "later_epoch_s": None if later is None else round(later, 3),
+        "first_epoch_ratio": None if not later else round(seconds[0] / later, 2),
+        "steady_samples_per_s": round(statistics.median(history["samples_per_s"].tolist()[1:] or
+                                                        history["samples_per_s"].tolist())),
+        "val_f1_macro": round(metrics["val_f1_macro"], 4),
+        "val_f1_at_argmax": round((metrics.get("decision") or {}).get("at_default", metrics["val_f1_macro"]), 4),
+        "model": fitted.get("model"), "batch_size": fitted.get("batch_size"), "lr": fitted.get("lr"),
+        "fitted_reasons": fitted.get("reasons", []),
+        **{key: metrics.get(key) for key in ("device_name", "peak_device_memory_mb", "peak_rss_mb", "precision",
+                                             "precision_note", "notes", "strategy", "world_size", "backend")}}
+
+
+# What ends at each mark of the worker's timeline (tasks/training/timeline.py).
+PHASES = {"worker_started": "launcher and torchrun start", "imported": "worker imports",
+          "process_group": "process group", "loaded": "loading", "trained": "validation and checkpoints",
+          "calibrated": "calibration and saving", "plots": "metrics and plots", "mlflow": "MLflow"}
+
+
+def outside_breakdown(timeline: dict[str, float], epochs_s: float, wall_s: float) -> dict[str, float]:
+    """The stage's seconds outside its epochs, by phase: the gaps between the worker's timeline marks (the epochs
+    taken out of the training phase), then its exit and torchrun's after the last mark."""
+    parts, previous = {}, 0.0
+    for name, at in timeline.items():
+        parts[PHASES.get(name, name)] = round(at - previous - (epochs_s if name == "trained" else 0.0), 2)
+        previous = at
+    parts["worker and torchrun exit"] = round(wall_s - previous, 2)
+    return parts
+
+
+def plain_loop(project: Path, batch: int, epochs: int, precision: str, timeout: float) -> dict:
+    """The hand-written loop's steady samples/s (epochs 2..N) on the project's training split."""
+    done = subprocess.run([sys.executable, "-c", PLAIN_LOOP, str(batch), str(epochs), precision], cwd=project,
+                          env=python_env(), capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"the plain loop failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def export_figures(project: Path) -> dict:
+    """The export stage's parity report on the weights the last train run left: each variant and whether it passed."""
+    parity = json.loads((project / "data/export/parity.json").read_text())
+    variants = {name: {"publishable": found["publishable"], "status": found["gate"]["status"],
+                       "reasons": found["gate"]["reasons"], "seconds": found["seconds"]}
+                for name, found in parity.items() if isinstance(found, dict) and "publishable" in found}
+    return {"headline": parity.get("headline"), "variants": variants,
+            "all_publishable": bool(variants) and all(v["publishable"] for v in variants.values())}
