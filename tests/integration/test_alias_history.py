@@ -150,7 +150,7 @@ def test_a_move_by_another_process_is_recorded_by_the_running_service_and_rollba
 OBSERVER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from tasks.config import TrackingParams
+    from tasks.core.params_spec import TrackingParams
     from tasks.registry.history import record_outside_moves
     from tasks.registry.read import registry_client
     uri, name, go, who = sys.argv[1:]

@@ -43,7 +43,7 @@ RACER = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
     from tests.integration.test_registry_races import NAME, blessed
-    from tasks.config import TrackingParams
+    from tasks.core.params_spec import TrackingParams
     from tasks.registry.read import registry_client
     from tasks.register import apply_aliases
     uri, version, go = sys.argv[1:]

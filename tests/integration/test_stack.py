@@ -99,7 +99,7 @@ def test_up_starts_every_part_and_a_second_up_changes_nothing(stack):
 # own with the shell's environment after eval: MLflow's tracking URI and active experiment are process-wide.
 LOG_A_RUN = """
 import json, sys, mlflow
-from tasks.config import TrackingParams
+from tasks.core.params_spec import TrackingParams
 from tasks.core.tracking import stage_run
 with stage_run(TrackingParams(**json.loads(sys.argv[1]), experiment="stack-test"), "stack-test") as run:
     mlflow.log_param("rows", 3)

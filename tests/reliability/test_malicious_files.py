@@ -84,7 +84,7 @@ def peak_mib_of(code: str) -> tuple[str, float]:
 
 def load_source_code(path: Path, limit_mb: float) -> str:
     """What the prepare stage does first: read the source (here, through check and load as they run)."""
-    return ("from tasks.config import DataParams\nfrom tasks.core.errors import DataError\n"
+    return ("from tasks.core.params_spec import DataParams\nfrom tasks.core.errors import DataError\n"
             "from tasks.core.sources import check_source, load_source\n"
             f"data = DataParams(source={str(path)!r}, target='y', max_source_mb={limit_mb})\n"
             "try:\n    check_source(data, 'y'); load_source(data, with_batches=False); print('read')\n"

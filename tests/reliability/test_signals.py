@@ -62,7 +62,7 @@ def test_a_command_holding_children_stops_them_on_either_signal(tmp_path, signum
 TRAIN_STAGE = """
 import sys
 from pathlib import Path
-from tasks.config import TrainParams
+from tasks.core.params_spec import TrainParams
 from tasks.training.job import TrainingJob, launch
 logs = Path(sys.argv[1])
 launch(TrainingJob(stage="t", train=TrainParams(nproc=1), spec={}, weights=logs / "w", checkpoints=logs / "c",
