@@ -18,6 +18,7 @@ from tasks.core.errors import TorchshipError
 NO_SPACE = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 TEMP_PID = re.compile(r"\.tmp-(\d+)-")   # .<stem>.tmp-<writer's pid>-<random><suffix>
 # How libraries word a write the disk refused, when they do not raise the OSError itself (torch: "file write failed")
+LOW_SPACE = 64 * 2**20   # bytes free below which a write the library refused may have found the disk full
 DISK_WORDS = re.compile(r"no space|disk full|quota|file too large|write failed|failed writing|failed to write", re.I)
 
 
@@ -66,12 +67,19 @@ def process_exists(pid: int) -> bool:
     return True
 
 
-def disk_may_be_why(exc: BaseException) -> bool:
-    """Whether a failed write may be the disk's doing: a full disk, a quota or a file-size limit (errno), or a
-    library's own error that says a write failed (torch and pyarrow hide ENOSPC and EFBIG behind their messages)."""
+def disk_may_be_why(exc: BaseException, path: Path) -> bool:
+    """Whether a failed write to `path` may be the disk's doing. An OSError says so by its errno (a full disk, a
+    quota, a file-size limit). Torch and pyarrow hide ENOSPC and EFBIG behind errors of their own, so for those the
+    disk is asked: nearly full, or a file-size limit on this process, or a message that says a write failed."""
     if isinstance(exc, OSError) and exc.errno is not None:
         return exc.errno in NO_SPACE
-    return bool(DISK_WORDS.search(str(exc)))
+    if resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY:
+        return True
+    try:
+        nearly_full = shutil.disk_usage(Path(path).parent).free < LOW_SPACE
+    except OSError:
+        nearly_full = False
+    return nearly_full or bool(DISK_WORDS.search(str(exc)))
 
 
 def write_failure(path: Path, exc: BaseException) -> str:
@@ -79,7 +87,7 @@ def write_failure(path: Path, exc: BaseException) -> str:
     named, and freeing space advised, only when the disk may be why; any other error is quoted as it is."""
     kept = f"the previous {path.name} is kept as it was" if path.exists() else f"no {path.name} was left behind"
     cause = f"{type(exc).__name__}: {exc}"
-    if not disk_may_be_why(exc):
+    if not disk_may_be_why(exc, path):
         return f"could not write {path}: {cause}. Nothing was replaced: {kept}."
     if isinstance(exc, OSError) and exc.errno in NO_SPACE:
         cause = f"{os.strerror(exc.errno)} (the disk is full, or a quota or file-size limit was reached)"

@@ -23,7 +23,7 @@ def quantizer_errors(kind: str, source: Path, target: Path, step: str) -> Iterat
     try:
         yield
     except Exception as exc:
-        if disk_may_be_why(exc):
+        if disk_may_be_why(exc, target):
             raise
         from importlib.metadata import version
 
