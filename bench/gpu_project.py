@@ -18,32 +18,41 @@ CODE = ("tasks", "models", "params.yaml")
 PREPARED = ("train.parquet", "val.parquet", "holdout.parquet", "schema.json")
 
 # The baseline: what one writes by hand, on the same device, precision, data, model and batch. It times epochs 2..N
-# (epoch 1 warms the device up) and prints one JSON line.
-PLAIN_LOOP = r'''
+# (epoch 1 warms the device up) and prints one JSON line. Its data part is per modality (bench/gpu_images.py has
+# the images'); each leaves x, y and the model on `device`.
+PLAIN_START = r'''
 import json, os, statistics, sys, time
-import pandas as pd, torch
+import torch
 from torch import nn
 sys.path.insert(0, ".")
 from models import build_model
-from tasks.contract import encode_features, encode_target, load_schema
-from tasks.training.weights import fit_layout, model_spec
 from tasks.config import load_params
+from tasks.contract import load_schema
+from tasks.training.weights import fit_layout, model_spec
 batch, epochs, precision = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 params = load_params().train
-torch.set_num_threads(params.threads or os.cpu_count() or 1)   # the stage's own rule for one process
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+torch.set_num_threads(params.threads or os.cpu_count() or 1)   # the stage's own rule for one process
 if device.type == "cuda" and precision == "fp32":
     torch.set_float32_matmul_precision("high")
 torch.manual_seed(0)
 schema = load_schema("data/prepare/schema.json")
+spec = model_spec(params)
+'''
+TABLE_DATA = r'''
+import pandas as pd
+from tasks.contract import encode_features, encode_target
 frame = pd.read_parquet("data/prepare/train.parquet")
 x = torch.from_numpy(encode_features(frame, schema)); y = torch.from_numpy(encode_target(frame[schema.target], schema))
-spec = model_spec(params)
 model = build_model(spec["name"], fit_layout(x.numpy(), schema), **spec["kwargs"]).to(device)
 x, y = x.to(device), y.to(device)
+'''
+TIMED_EPOCHS = r'''
 optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr or 1e-3, weight_decay=params.weight_decay)
 loss_fn = nn.CrossEntropyLoss()
 autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+if device.type == "cuda":
+    torch.cuda.reset_peak_memory_stats()
 model.train()
 seconds = []
 for epoch in range(epochs):
@@ -58,10 +67,12 @@ for epoch in range(epochs):
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds.append(time.perf_counter() - started)
-later = statistics.median(seconds[1:])
+later = statistics.median(seconds[1:] or seconds)
+peak = torch.cuda.max_memory_allocated() / 2 ** 20 if device.type == "cuda" else None
 print(json.dumps({"samples_per_s": len(y) / later, "epoch_s": seconds, "rows": len(y), "batch": batch,
-                  "device": str(device), "precision": precision}))
+                  "device": str(device), "precision": precision, "peak_device_memory_mb": peak}))
 '''
+PLAIN_LOOP = PLAIN_START + TABLE_DATA + TIMED_EPOCHS
 
 
 def python_env() -> dict[str, str]:
@@ -196,9 +207,10 @@ def outside_breakdown(timeline: dict[str, float], epochs_s: float, wall_s: float
     return parts
 
 
-def plain_loop(project: Path, batch: int, epochs: int, precision: str, timeout: float) -> dict:
+def plain_loop(project: Path, batch: int, epochs: int, precision: str, timeout: float,
+               script: str = PLAIN_LOOP) -> dict:
     """The hand-written loop's steady samples/s (epochs 2..N) on the project's training split."""
-    done = subprocess.run([sys.executable, "-c", PLAIN_LOOP, str(batch), str(epochs), precision], cwd=project,
+    done = subprocess.run([sys.executable, "-c", script, str(batch), str(epochs), precision], cwd=project,
                           env=python_env(), capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"the plain loop failed: {done.stderr[-2000:]}")
