@@ -57,13 +57,23 @@ def is_image_source(source: str, path_column: str = "path") -> bool:
 
 
 def _manifest_columns(path: Path) -> list[str]:
+    """The header only, and never an error: a file that is not a readable manifest (gzip bytes under a .csv name,
+    a non-UTF-8 line) is a table, whose loader names its problems."""
     if path.suffix.lower() == ".csv":
-        import pandas as pd
+        import csv
 
-        return [str(c) for c in pd.read_csv(path, nrows=0).columns]
+        with path.open("rb") as handle:
+            first_line = handle.readline(65536).decode("utf-8-sig", errors="replace").rstrip("\r\n")
+        try:
+            return next(csv.reader([first_line]), [])
+        except csv.Error:
+            return []
     import pyarrow.parquet as pq
 
-    return list(pq.read_schema(path).names)
+    try:
+        return list(pq.read_schema(path).names)
+    except Exception:  # noqa: BLE001 - not Parquet after all: the table loader says why
+        return []
 
 
 def list_images(source: str, target: str | None, path_column: str, rendered: int, seed: int,
