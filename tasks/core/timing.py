@@ -96,6 +96,15 @@ def p99_excess_interval(measured: np.ndarray, reference: np.ndarray, resamples: 
     return interval(excess, np.percentile(measured, 99) - np.percentile(reference, 99), confidence)
 
 
+def median_excess_interval(measured: np.ndarray, reference: np.ndarray, resamples: int,
+                           confidence: float) -> dict[str, float]:
+    """The median of measured[i] - reference[i] and its interval, for pairs timed one right after the other: what
+    a typical call adds beyond the reference (a stall that hits one side of a pair moves the median little)."""
+    excess = measured - reference
+    draws = np.median(excess[block_draws(len(excess), 1, resamples)], axis=1)
+    return interval(draws, np.median(excess), confidence)
+
+
 def confirmed(measure: Callable[[], tuple[Any, Any]]) -> tuple[Any, Any]:
     """A timing refusal must reproduce: `measure()` returns (timings, a StageReport); a failed one is measured once
     more and only a second failure stands (the report keeps the first measurement's reasons). One stall of a shared

@@ -210,6 +210,16 @@ def test_a_busy_box_that_slows_the_no_op_path_as_much_does_not_fail_the_model():
     assert "is the machine's, not the model's" in result.reasons[0] and "load 6.2 on 2 cores" in result.reasons[0]
 
 
+def test_a_slow_model_is_refused_when_the_no_op_queues_behind_it_on_a_saturated_box():
+    """A model that alone takes twice the objective, while one no-op waits behind its work: the p99s' difference
+    is under the objective, but every request pays the model's 200 ms beyond the no-op right after it."""
+    queued = load_figures(answers([210.0] * 60, [True] * 60, noop_ms=[10.0] * 59 + [400.0]), ["yes"] * 60, 60, 4,
+                          1.0, 300)
+    assert queued["model_p99"]["low"] < 100 < queued["model_p50"]["low"]
+    result = judge_service(queued, SloParams(p99_ms=100))
+    assert result.status == "fail" and "the median request took 200.0 ms more" in result.reasons[0], result
+
+
 def test_a_p99_within_the_objective_is_never_refused_whatever_the_no_op_path_took():
     quick = load_figures(answers([5.0] * 100, [True] * 100, noop_ms=[900.0] * 100), ["yes"] * 100, 100, 4, 1.0, 300)
     assert judge_service(quick, SloParams(p99_ms=10)).status == "pass"
