@@ -174,12 +174,14 @@ class TrainParams(Section):
                                          "(called as Class(layout, **model_args[that name])). The served model is "
                                          "usually its distilled student (see `distill`).")
     model_args: dict[str, dict[str, Any]] = Field({}, description="Arguments per model name, e.g. `{mlp: {hidden: "
-                                                                  "[256, 128]}, ft_transformer: {layers: 3}}`: each "
-                                                                  "entry is checked against its model (a key it does "
-                                                                  "not take is an error), so arguments never silently "
-                                                                  "apply to another model when `auto` picks; a model "
-                                                                  "without an entry takes its defaults. See the model "
-                                                                  "sections below.")
+                                                                  "[256, 128]}, ft_transformer: {layers: 3}}`. A "
+                                                                  "built-in model's entry is checked against its "
+                                                                  "`Config` (a key it does not take is an error), so "
+                                                                  "arguments never silently apply to another model "
+                                                                  "when `auto` picks. Your own class's entry is passed "
+                                                                  "as given and not checked: your class checks it "
+                                                                  "when it is built. A model without an entry takes "
+                                                                  "its defaults. See the model sections below.")
     ft_min_rows: int = Field(5_000, ge=0, description="`model: auto` picks the FT-Transformer from this many training "
                                                       "rows, the MLP below (bench/results/auto_model.json has the "
                                                       "figures behind the rule).")
@@ -232,6 +234,18 @@ class TrainParams(Section):
     collective_timeout_s: int = Field(300, ge=10, description="A rank stuck this long in a collective fails the job "
                                                               "instead of hanging it.")
     threads: int = Field(0, ge=0, description="Torch intra-op threads per process; 0 = cores / nproc.")
+    loader_workers: int | None = Field(
+        None, ge=0, le=32, description="Images: where each training batch comes from. `0` = the training split held "
+                                       "on the training device as one uint8 tensor, each batch a slice of it, "
+                                       "augmented there. N = a DataLoader whose N worker processes per training "
+                                       "process gather and augment each batch from the split in host memory; on a "
+                                       "GPU the batches are pinned and copied without blocking. null = automatic: on "
+                                       "the device while the split fits in a quarter of the GPU's free memory "
+                                       "(always on a CPU), else a DataLoader with half the process's cores as "
+                                       "workers (1 to 4). A batch depends only on seed, epoch and step, so every "
+                                       "choice trains the same weights and resumes the same run; metrics.json "
+                                       "`notes` says which was used. The validation split stays on the device. "
+                                       "Tables always slice their rows on the device.")
     pretrained: PretrainedParams = PretrainedParams()
 
     @field_validator("model_args", mode="before")
@@ -498,7 +512,7 @@ NotifyEvent = Literal["approval-waiting", "canary-rolled-back", "retrain-fired",
 
 
 class NotifyParams(Section):
-    """The webhook torchship posts a JSON notice to, once per change of state. Its URL is a secret (a Slack or
+    """The webhook torchship posts a JSON notification to, once per change of state. Its URL is a secret (a Slack or
     Teams webhook holds its token in the path): it comes from the environment (TORCHSHIP_WEBHOOK_URL), never
     from this file; unset, nothing is sent."""
 
@@ -511,7 +525,7 @@ class NotifyParams(Section):
     timeout_s: float = Field(5.0, gt=0.0, description="Seconds one POST may take (connect and answer).")
     retries: int = Field(3, ge=0, le=10, description="Attempts after the first when the receiver is unreachable or "
                                                      "answers 5xx, 408 or 429; other 4xx are not retried. Every "
-                                                     "attempt failed: the notice is not marked sent, so the next "
+                                                     "attempt failed: the notification is not marked sent, so the next "
                                                      "observer of the same state sends it again.")
     retry_delay_s: float = Field(1.0, ge=0.0, description="Wait before the first retry, doubled before each next one.")
 

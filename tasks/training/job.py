@@ -31,6 +31,7 @@ from tasks.core.procs import Child, exit_without_teardown, running, tee_lines
 from tasks.core.schema_spec import Schema, load_schema
 from tasks.training import checkpoint
 from tasks.training.adapt import FittedTraining
+from tasks.training.batches import BatchPlan, plan_batches
 from tasks.training.calibration import calibrate_single
 from tasks.training.collectives import all_reduce
 from tasks.training.crossval import (
@@ -93,7 +94,9 @@ def split_rows(path: Path) -> int:
 
 def run_fingerprint(params: TrainParams, identity: tuple[str, ...] = ()) -> str:
     """Checkpoints resume only a run with the same training params and the same data."""
-    relevant = params.model_dump(exclude={"checkpoint_every", "max_restarts", "collective_timeout_s", "threads"})
+    # loader_workers: another batch source gives the same batches, so it resumes the same run
+    relevant = params.model_dump(exclude={"checkpoint_every", "max_restarts", "collective_timeout_s", "threads",
+                                          "loader_workers"})
     digest = hashlib.sha256(json.dumps([relevant, list(identity)], sort_keys=True).encode())
     for path in (paths.TRAIN_SPLIT, paths.VAL_SPLIT, paths.SCHEMA):
         digest.update(sha256_file(path).encode())
@@ -126,6 +129,18 @@ def threads_per_process(params: TrainParams) -> int:
     return params.threads or max(1, (os.cpu_count() or 1) // params.nproc)
 
 
+def load_training_splits(settings: TrainParams, schema: Schema, device: torch.device) -> tuple[Split, Split, BatchPlan]:
+    """(train, val, where training batches come from): val on `device`; train there too, or in host memory for a
+    DataLoader (images whose split would crowd the GPU, or `train.loader_workers`)."""
+    val = load_split(paths.VAL_SPLIT, schema, device)
+    train = load_split(paths.TRAIN_SPLIT, schema, torch.device("cpu"))
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None   # with val already there
+    plan = plan_batches(settings.loader_workers, schema.is_image,
+                        train.features.nelement() * train.features.element_size(), device.type, free,
+                        max(1, (os.cpu_count() or 1) // settings.nproc))
+    return (train.to(device) if plan.workers == 0 else train), val, plan
+
+
 def launch(job: TrainingJob) -> None:
     """Run the job's module under torchrun; a failure names the rank that failed and its last log lines."""
     check_processes_fit(job.train)   # before torchrun starts: NCCL refuses two ranks on one GPU
@@ -148,10 +163,11 @@ def launch(job: TrainingJob) -> None:
         raise TorchshipError(describe_failure(list(tail), code, job.logs, job.train.collective_timeout_s))
 
 
-def teacher_logits(path: Path, features: torch.Tensor) -> torch.Tensor:
-    """The trained teacher's logits on the given rows: the student's soft targets."""
+def teacher_logits(path: Path, features: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The trained teacher's logits on the given rows, computed on `device`, beside the rows: the student's soft
+    targets."""
     teacher, _ = load_trained(path)
-    return predict_logits(teacher.to(features.device), features)
+    return predict_logits(teacher.to(device), features)
 
 
 class JobTrainer(Trainer):
@@ -199,9 +215,9 @@ class JobTrainer(Trainer):
 
 
 def start_trainer(job: TrainingJob, runtime: Runtime, n_classes: int, model: nn.Module, train: Split,
-                  val: Split) -> JobTrainer:
+                  val: Split, loader_workers: int = 0) -> JobTrainer:
     """The job's trainer on `model` (pretrained weights loaded, wrapped for DDP/FSDP, compiled if asked; images
-    augmented), set up and resumed."""
+    augmented, from a DataLoader with `loader_workers` processes if not 0), set up and resumed."""
     frozen = job.pretrained is not None and job.pretrained.path and job.pretrained.freeze == "backbone"
     if job.pretrained is not None and job.pretrained.path:
         loaded = load_pretrained(model, job.pretrained)
@@ -214,6 +230,7 @@ def start_trainer(job: TrainingJob, runtime: Runtime, n_classes: int, model: nn.
     trainer = JobTrainer(job, runtime, n_classes)
     if job.augment is not None:
         trainer.augment = augmenter(job.augment, job.train.seed)
+    trainer.loader_workers = loader_workers
     if frozen:
         trainer.frozen_in_eval = keep_frozen_in_eval
     trainer.setup(torch.compile(model, mode=job.train.compile_mode) if job.train.compile else model, train, val)
@@ -249,13 +266,16 @@ def worker(params: Params, job: TrainingJob) -> None:
             log.info("%s", note)
         schema = load_schema(paths.SCHEMA)
         n_classes = len(schema.classes)
-        train = load_split(paths.TRAIN_SPLIT, schema, runtime.device)
-        val = load_split(paths.VAL_SPLIT, schema, runtime.device)
+        train, val, batches = load_training_splits(settings, schema, runtime.device)
+        if batches.note:
+            runtime = replace(runtime, notes=(*runtime.notes, batches.note))   # metrics.json "notes"
+            if runtime.rank == 0:
+                log.info("%s", batches.note)
         cross_validated = fitted is not None and fitted.folds > 1
         if cross_validated:   # members early-stop on inner splits: the validation rows train too
             train = cross_validation_rows(train, val)
         if job.teacher is not None:
-            train.soft = teacher_logits(job.teacher, train.features)
+            train.soft = teacher_logits(job.teacher, train.features, runtime.device)
         layout = fit_layout(train.features.cpu().numpy(), schema)
         timeline.mark("loaded")
         if cross_validated:
@@ -264,7 +284,7 @@ def worker(params: Params, job: TrainingJob) -> None:
             history, settings = chosen.history, chosen.candidate.settings
         else:
             trainer = start_trainer(job, runtime, n_classes, build_model(spec["name"], layout, **spec["kwargs"]),
-                                    train, val)
+                                    train, val, batches.workers)
             state = trainer.train()
             trainer.close()
             history = state.history

@@ -14,6 +14,7 @@ from torch import nn
 from tasks.core.metrics import classification_metrics
 from tasks.core.params_spec import TrainParams
 from tasks.training.adapt import fit_training, fitted_settings
+from tasks.training.batches import EpochWalk, batch_source
 from tasks.training.collectives import all_reduce
 from tasks.training.distributed import full_state, load_full_state
 
@@ -33,6 +34,10 @@ class Split:
 
     def targets(self) -> tuple[torch.Tensor, ...]:
         return (self.labels,) if self.soft is None else (self.labels, self.soft)
+
+    def to(self, device: torch.device) -> Split:
+        """The split's tensors on `device`."""
+        return Split(*(None if t is None else t.to(device) for t in (self.features, self.labels, self.soft)))
 
 
 @dataclass
@@ -66,15 +71,13 @@ def lr_at(step: int, total: int, warmup: int) -> float:
 
 @torch.no_grad()
 def predict_logits(model: nn.Module, features: torch.Tensor, batch: int = 1024) -> torch.Tensor:
-    """(N, C) float32 logits in eval mode, `batch` rows at a time: an FT-Transformer's activations for
-    8,192 rows cost ~230 MB more peak memory than for 1,024, and are no faster."""
+    """(N, C) float32 logits in eval mode on the rows' device, `batch` rows at a time, each moved to the model's
+    device (a split in host memory): an FT-Transformer's activations for 8,192 rows cost ~230 MB more peak memory
+    than for 1,024, and are no faster."""
     model.eval()
-    return torch.cat([model(features[i:i + batch]).float() for i in range(0, len(features), batch)])
-
-
-def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
-    """The epoch's shuffle depends only on (seed, epoch), so a resumed run sees the same batches."""
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+    device = next(model.parameters(), features).device
+    return torch.cat([model(features[i:i + batch].to(device)).float().to(features.device)
+                      for i in range(0, len(features), batch)])
 
 
 def distillation_loss(hard: nn.Module, temperature: float, alpha: float):
@@ -109,9 +112,10 @@ def accumulate(model: nn.Module, loss_fn, features: torch.Tensor, targets: tuple
 class Trainer:
     """One training run, torchtune-recipe style: `setup` the model and data, `train`, and `checkpoint_state` /
     `load_checkpoint_state` at any step (writing them to disk is the `checkpoint` hook's job). Sharded batches
-    sliced from pre-collated tensors, AdamW, warmup+cosine, class weights (`balanced`), gradient clipping, early
-    stopping on validation macro-F1 or log-loss (`stop_on`; best weights kept); with `soft_targets` =
-    (temperature, alpha) and teacher logits in `train.soft`, the distillation loss.
+    (tasks/training/batches.py: slices of a split on the device, or a DataLoader's workers), AdamW, warmup+cosine,
+    class weights (`balanced`), gradient clipping, early stopping on validation macro-F1 or log-loss (`stop_on`;
+    best weights kept); with `soft_targets` = (temperature, alpha) and teacher logits in `train.soft`, the
+    distillation loss.
 
     A subclass persists checkpoints and shows progress by overriding the hooks `checkpoint`, `before_step`,
     `after_step` and `after_epoch`; here they do nothing, which is what single-process training needs."""
@@ -125,16 +129,20 @@ class Trainer:
         self.stop_on = stop_on     # the validation figure early stopping keeps the best of (STOP_ON_*)
         self.state = LoopState()
         self.augment = None         # (batch, epoch, step) -> batch: label-safe image augmentation (training/images.py)
+        self.loader_workers = 0     # N: a DataLoader's N processes gather batches from a host split (batches.py)
         self.frozen_in_eval = None  # model -> None after model.train(): a frozen backbone stays in eval mode
 
     def setup(self, model: nn.Module, train: Split, val: Split) -> None:
-        """Optimizer, schedule, grad scaler, autocast and loss for this model and data; the shard sizes."""
-        settings, device = self.settings, train.features.device
+        """Optimizer, schedule, grad scaler, autocast and loss for this model and data; the shard sizes and where
+        each step's batch comes from. The model's device trains (a DataLoader's split stays in host memory)."""
+        settings, device = self.settings, next(model.parameters(), train.features).device
         self.model, self.train_split, self.val_split, self.device = model, train, val, device
         self.per_rank_batch = max(1, settings.batch_size // self.world)
         self.shard = len(train.labels) // self.world
         self.steps_per_epoch = max(1, math.ceil(self.shard / self.per_rank_batch))
         total_steps = self.steps_per_epoch * settings.epochs
+        walk = EpochWalk(settings.seed, self.rank, self.shard, self.per_rank_batch, self.steps_per_epoch)
+        self.batches = batch_source(train.features, train.targets(), walk, self.augment, self.loader_workers, device)
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         # fused: one kernel for all parameters instead of a loop over them (optimizer step ~4x faster on CPU).
         self.optimizer = torch.optim.AdamW(self.parameters, lr=settings.lr, weight_decay=settings.weight_decay,
@@ -171,22 +179,16 @@ class Trainer:
         """Train from wherever `state` stands to the last epoch or an early stop; returns the final state."""
         settings, state, model, optimizer = self.settings, self.state, self.model, self.optimizer
         scheduler, scaler, parameters = self.scheduler, self.scaler, self.parameters
-        steps, batch_size, train = self.steps_per_epoch, self.per_rank_batch, self.train_split
+        steps, batch_size = self.steps_per_epoch, self.per_rank_batch
         while state.epoch < settings.epochs:
             model.train()
             if self.frozen_in_eval is not None:
                 self.frozen_in_eval(model)
             started = time.perf_counter()
-            # Shuffle once per epoch, then contiguous slices: no per-batch gather on the hot path.
-            order = epoch_order(len(train.labels), settings.seed, state.epoch)
-            order = order[self.rank * self.shard:(self.rank + 1) * self.shard].to(self.device)
-            features, targets = train.features[order], tuple(t[order] for t in train.targets())
             loss_sum = torch.tensor(state.loss_sum, device=self.device)
             first_step = state.step_in_epoch
-            for step in range(first_step, steps):
-                batch = slice(step * batch_size, (step + 1) * batch_size)
-                inputs = features[batch] if self.augment is None else self.augment(features[batch], state.epoch, step)
-                loss = self._gradients(inputs, tuple(t[batch] for t in targets))
+            for step, inputs, targets in self.batches.epoch(state.epoch, first_step):
+                loss = self._gradients(inputs, targets)
                 if scaler.is_enabled():
                     scaler.unscale_(optimizer)
                 nn.utils.clip_grad_norm_(parameters, settings.grad_clip, foreach=True)
@@ -208,6 +210,7 @@ class Trainer:
             seconds = time.perf_counter() - started
             self._end_epoch(float(loss_sum), (steps - first_step) * batch_size * self.world / seconds, seconds)
             self.checkpoint()
+        self.batches.close()   # a DataLoader's workers end with the training
         return state
 
     def _gradients(self, features: torch.Tensor, targets: tuple[torch.Tensor, ...]) -> torch.Tensor:
