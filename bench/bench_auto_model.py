@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import save  # noqa: E402
 from models import build_model  # noqa: E402
-from tasks.contract import encode_features, encode_target  # noqa: E402
+from tasks.core.encoding import encode_features, encode_target  # noqa: E402
 from tasks.core.metrics import classification_metrics  # noqa: E402
 from tasks.core.params_spec import PrepareParams, TrainParams  # noqa: E402
 from tasks.core.sources import generate_customers, load_sklearn  # noqa: E402

@@ -133,7 +133,7 @@ def main() -> None:
     name, version, _, row = champion(root)
     import pandas as pd
 
-    from tasks.contract import load_schema
+    from tasks.core.schema_spec import load_schema
 
     features = load_schema(root / "data/prepare/schema.json").feature_names
     holdout = pd.read_parquet(root / "data/prepare/holdout.parquet")[features].head(200)

@@ -32,9 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import save  # noqa: E402
 from models import build_model  # noqa: E402
-from tasks.contract import Schema, encode_features, encode_target  # noqa: E402
+from tasks.core.encoding import encode_features, encode_target  # noqa: E402
 from tasks.core.params_spec import PrepareParams, TrainParams  # noqa: E402
 from tasks.core.runtime import decide  # noqa: E402
+from tasks.core.schema_spec import Schema  # noqa: E402
 from tasks.core.sources import generate_customers, load_sklearn  # noqa: E402
 from tasks.monitoring.estimate import PROBABILITIES, Holdout, estimate_window, fit_reliability  # noqa: E402
 from tasks.prepare import prepare_tables  # noqa: E402

@@ -42,7 +42,7 @@ from torch import nn
 sys.path.insert(0, ".")
 from models import build_model
 from tasks.config import load_params
-from tasks.contract import load_schema
+from tasks.core.schema_spec import load_schema
 from tasks.images.shards import read_metadata, read_pixels
 from tasks.training.weights import fit_layout, model_spec
 
@@ -93,11 +93,11 @@ def run_pipeline(folder: Path, source: str) -> tuple[Path, float]:
 def quality(project: Path) -> dict:
     """The served graph's holdout accuracy and macro-F1 beside each baseline's, with paired bootstrap intervals."""
     os.chdir(project)
-    from tasks.contract import load_schema
     from tasks.core.holdout import load_holdout
     from tasks.core.metrics import classification_metrics, paired_bootstrap
     from tasks.core.params_spec import BaselineParams
     from tasks.core.runtime import open_onnx, predict_labels
+    from tasks.core.schema_spec import load_schema
     from tasks.images import baseline as images_baseline
 
     schema = load_schema(Path("data/prepare/schema.json"))

@@ -74,8 +74,8 @@ def baseline(source: str, model: str, output: str) -> None:
     """The naive batch job: the whole file in memory, one ONNX Runtime call, the predictions written."""
     import pandas as pd
 
-    from tasks.contract import schema_from_metadata
     from tasks.core.runtime import open_onnx, predict_proba
+    from tasks.core.schema_spec import schema_from_metadata
 
     frame = pd.read_csv(source)
     session = open_onnx(Path(model), 2)

@@ -103,7 +103,7 @@ def champion(root: Path) -> tuple[str, str, Path, dict]:
     import pandas as pd
     from mlflow import MlflowClient
 
-    from tasks.contract import load_schema
+    from tasks.core.schema_spec import load_schema
     from tasks.registry.read import download_onnx
 
     client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow' / 'mlflow.db'}")

@@ -36,7 +36,8 @@ import pandas as pd, torch
 from torch import nn
 sys.path.insert(0, ".")
 from models import build_model
-from tasks.contract import encode_features, encode_target, load_schema
+from tasks.core.encoding import encode_features, encode_target
+from tasks.core.schema_spec import load_schema
 from tasks.training.weights import fit_layout, model_spec
 from tasks.config import load_params
 

@@ -13,10 +13,10 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import save  # noqa: E402
-from tasks.contract import Feature, Schema  # noqa: E402
 from tasks.core.contract_spec import ColumnRule, Contract  # noqa: E402
 from tasks.core.expectations import validate_frames  # noqa: E402
 from tasks.core.params_spec import ValidateParams  # noqa: E402
+from tasks.core.schema_spec import Feature, Schema  # noqa: E402
 
 SIZES = [int(s) for s in os.environ.get("BENCH_ROWS", "100000,1000000").split(",")]
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 2))

@@ -28,9 +28,9 @@ from torch import nn  # noqa: E402
 
 from bench.common import save  # noqa: E402
 from tasks.config import read_params_file  # noqa: E402
-from tasks.contract import load_schema  # noqa: E402
 from tasks.core.holdout import load_holdout  # noqa: E402
 from tasks.core.runtime import onnx_runner  # noqa: E402
+from tasks.core.schema_spec import load_schema  # noqa: E402
 from tasks.core.timing import time_interleaved  # noqa: E402
 from tasks.training.weights import load_trained  # noqa: E402
 from tasks.variants.exporters import export_onnx  # noqa: E402

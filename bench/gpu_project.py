@@ -27,7 +27,7 @@ from torch import nn
 sys.path.insert(0, ".")
 from models import build_model
 from tasks.config import load_params
-from tasks.contract import load_schema
+from tasks.core.schema_spec import load_schema
 from tasks.training.weights import fit_layout, model_spec
 batch, epochs, precision = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 params = load_params().train
@@ -41,7 +41,7 @@ spec = model_spec(params)
 '''
 TABLE_DATA = r'''
 import pandas as pd
-from tasks.contract import encode_features, encode_target
+from tasks.core.encoding import encode_features, encode_target
 frame = pd.read_parquet("data/prepare/train.parquet")
 x = torch.from_numpy(encode_features(frame, schema)); y = torch.from_numpy(encode_target(frame[schema.target], schema))
 model = build_model(spec["name"], fit_layout(x.numpy(), schema), **spec["kwargs"]).to(device)

@@ -19,9 +19,10 @@ from models import build_model
 from tasks.baseline import baseline_outputs
 from tasks.bless import predict_labels
 from tasks.bless.quality import HoldoutPredictions, baseline_gap, gate_baselines, gate_predictions, judge_candidate
-from tasks.contract import Schema, encode_features, encode_target
+from tasks.core.encoding import encode_features, encode_target
 from tasks.core.metrics import classification_metrics
 from tasks.core.params_spec import Params, TrainParams
+from tasks.core.schema_spec import Schema
 from tasks.prepare import prepare_tables
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.calibration import calibrate_single

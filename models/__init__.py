@@ -2,14 +2,15 @@
 
 Each model file declares what is known about its model beside it: a `Config` dataclass (its hyper-parameters,
 their defaults and rules: `train.model_args.<name>`), a `default_lr`, and `MODELS`, the name(s) `train.model`
-selects it by. The registry is every model file's `MODELS`, found here: a new model family is its file, and no
-list elsewhere names it."""
+selects it by. The registry is every model file's `MODELS`, found here on first use: a new model family is its
+file, and no list elsewhere names it."""
 from __future__ import annotations
 
 import importlib
 import pkgutil
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,25 @@ def registered_models() -> dict[str, Callable[..., nn.Module]]:
     return dict(sorted(found.items()))
 
 
-MODELS = registered_models()
+class ModelRegistry(Mapping[str, Callable[..., nn.Module]]):
+    """`registered_models()`, found on first use rather than at import: importing this package (every step that
+    reads a model's `default_lr` or builds one does) imports no model file until a model is asked for."""
+
+    @cached_property
+    def _found(self) -> dict[str, Callable[..., nn.Module]]:
+        return registered_models()
+
+    def __getitem__(self, name: str) -> Callable[..., nn.Module]:
+        return self._found[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._found)
+
+    def __len__(self) -> int:
+        return len(self._found)
+
+
+MODELS = ModelRegistry()
 
 
 def model_class(name: str) -> Callable[..., nn.Module]:

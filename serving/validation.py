@@ -29,10 +29,11 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from tasks.contract import Schema, normalise_category
+from tasks.core.encoding import normalise_category
+from tasks.core.schema_spec import Schema
 
 ROWS_SHAPE = "body must be {\"rows\": [{feature: value, ...}, ...]} with at least one row"
-# The model computes in float32 (a graph's Cast, tasks.contract.encode_features): a finite double beyond its range
+# The model computes in float32 (a graph's Cast, tasks.core.encoding.encode_features): a finite double beyond its range
 # (1e40) would become inf there, and the answer NaN. Requests are held to float32's range, like a contract's bounds.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 FLOAT32_RULE = "float32_range"
@@ -153,7 +154,7 @@ class Rows:
 class RowDecoder:
     """Body bytes -> accepted `Rows`, or BodyRefused / RowsRefused; and `Rows` -> the feed of a raw-input
     graph (tasks/variants/preprocess.py): one 1-D array per feature, double for numbers (null = NaN), text for
-    categories (null = "", an int as its digits), as tasks.contract.raw_columns makes them."""
+    categories (null = "", an int as its digits), as tasks.core.encoding.raw_columns makes them."""
 
     def __init__(self, schema: Schema):
         self.schema = schema

@@ -16,7 +16,6 @@ import numpy as np
 
 from serving.images import ImageDecoder, ImageRows
 from serving.validation import RowDecoder, Rows
-from tasks.contract import Schema, schema_from_metadata
 from tasks.core.params_spec import ImagesParams
 from tasks.core.runtime import (
     EMBEDDING,
@@ -27,6 +26,7 @@ from tasks.core.runtime import (
     predict_proba,
     takes_raw_rows,
 )
+from tasks.core.schema_spec import Schema, schema_from_metadata
 from tasks.images.decode import ImageLimits
 
 log = logging.getLogger("torchship.serving")

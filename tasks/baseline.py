@@ -15,12 +15,13 @@ import time
 import numpy as np
 import pandas as pd
 
-from tasks.contract import Schema, encode_features, encode_target, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
+from tasks.core.encoding import encode_features, encode_target
 from tasks.core.errors import ConfigError
 from tasks.core.metrics import balances_classes, classification_metrics
 from tasks.core.params_spec import BaselineParams, Params
+from tasks.core.schema_spec import Schema, load_schema
 from tasks.images.shards import read_metadata, read_pixels
 from tasks.stages.entry import stage_main
 

@@ -19,15 +19,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.contract import Schema, encode_features, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file, write_json_atomic
+from tasks.core.encoding import encode_features
 from tasks.core.errors import TorchshipError
 from tasks.core.gate import GateResult
 from tasks.core.holdout import Holdout, load_holdout
 from tasks.core.metrics import bootstrap_drop, classification_metrics, predict
 from tasks.core.params_spec import CompressParams, Params
 from tasks.core.runtime import Runner, onnx_runner
+from tasks.core.schema_spec import Schema, load_schema
 from tasks.images.graph import probe_images
 from tasks.images.shards import read_pixels
 from tasks.stages.entry import stage_main

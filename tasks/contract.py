@@ -1,34 +1,22 @@
 """The data contract: strict parsing of raw tables by the params (or the declared contract), and the feature schema
 built from the training split.
 
-The schema's spec (tasks/core/schema_spec.py), the row encoding (tasks/core/encoding.py) and the table readers
-(tasks/core/tables.py) live below this loader, so core code and the service use them without it; they are
-re-exported here, the one module a stage takes the contract from.
+What this loader builds on lives below it, so core code and the service use it without the loader: the contract's
+spec (tasks/core/contract_spec.py), the schema's spec (tasks/core/schema_spec.py), the row encoding
+(tasks/core/encoding.py) and the table readers (tasks/core/tables.py). Each name is imported from the module that
+defines it.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from tasks.core.contract_spec import Contract, class_labels, label_strings
-from tasks.core.encoding import (
-    UNKNOWN_CODE,
-    category_lookup,
-    encode_features,
-    encode_target,
-    normalise_category,
-    raw_columns,
-)
+from tasks.core.contract_spec import Contract
 from tasks.core.errors import DataError
 from tasks.core.params_spec import MAX_NON_NUMERIC_SHARE
 from tasks.core.problems import Problem, line_examples, raise_if_any
-from tasks.core.schema_spec import Feature, Schema, load_schema, schema_from_metadata
-from tasks.core.tables import read_raw_table, read_table, require_target, table_columns
-
-__all__ = ["MAX_NUMERIC_CLASSES", "UNKNOWN_CODE", "Feature", "Schema", "build_schema", "category_lookup",
-           "check_classification_target", "class_labels", "encode_features", "encode_target", "label_strings",
-           "load_schema", "normalise_category", "parse_table", "parse_with_contract", "raw_columns", "read_raw_table",
-           "read_table", "require_target", "schema_from_metadata", "table_columns", "target_problems"]
+from tasks.core.schema_spec import Feature, Schema
+from tasks.core.tables import require_target
 
 # A numeric target with more distinct values than this is a regression target.
 MAX_NUMERIC_CLASSES = 100

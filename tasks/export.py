@@ -11,11 +11,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tasks.contract import encode_target, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
+from tasks.core.encoding import encode_target
 from tasks.core.params_spec import Params
 from tasks.core.runtime import onnx_runner
+from tasks.core.schema_spec import load_schema
 from tasks.images.graph import probe_images
 from tasks.images.shards import read_metadata, read_pixels
 from tasks.stages.entry import stage_main

@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from tasks.contract import load_schema
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
 from tasks.core.gate import GateResult
 from tasks.core.params_spec import Params
 from tasks.core.quarantine import quarantine_move
+from tasks.core.schema_spec import load_schema
 from tasks.monitoring import batch_index
 from tasks.monitoring.batch_gate import accept_batch, contract_from_schema, judge_batch
 

@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
-from tasks.contract import Schema
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
 from tasks.core.gate import GateResult
@@ -19,6 +18,7 @@ from tasks.core.holdout import load_holdout
 from tasks.core.params_spec import Params
 from tasks.core.quarantine import unique_stamp
 from tasks.core.runtime import EMBEDDING, IMAGE_INPUT, decide, decision_threshold, predict_proba
+from tasks.core.schema_spec import Schema
 from tasks.images.shards import read_metadata, read_pixels
 from tasks.images.watch import STATISTICS
 from tasks.monitoring.drift import PREDICTION, DriftFindings, judge, measure_drift, sample, save_html

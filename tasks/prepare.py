@@ -10,14 +10,15 @@ from dataclasses import dataclass
 import pandas as pd
 from sklearn.model_selection import train_test_split
 
-from tasks.contract import Schema, build_schema, class_labels, label_strings, parse_table, parse_with_contract
+from tasks.contract import build_schema, parse_table, parse_with_contract
 from tasks.core import paths
 from tasks.core.artifacts import write_atomic, write_json_atomic
-from tasks.core.contract_spec import Contract
+from tasks.core.contract_spec import Contract, class_labels, label_strings
 from tasks.core.errors import DataError
 from tasks.core.params_spec import MAX_NON_NUMERIC_SHARE, Params, PrepareParams
 from tasks.core.problems import Problem
 from tasks.core.quarantine import quarantine_copy
+from tasks.core.schema_spec import Schema
 from tasks.core.sources import is_image_data, read_source, resolve_target, source_path
 from tasks.images.batches import batch_files
 from tasks.images.contract import ImageContract

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tasks.contract import load_schema, schema_from_metadata
 from tasks.core import paths
 from tasks.core.artifacts import read_json, sha256_file, write_bytes_atomic, write_json_atomic
 from tasks.core.gate import GateResult
@@ -21,6 +20,7 @@ from tasks.core.metrics import evaluate
 from tasks.core.params_spec import ExportParams, Params, ProfileParams
 from tasks.core.plots import plot_latency
 from tasks.core.runtime import Runner, decision_threshold, onnx_metadata, onnx_runner, open_onnx
+from tasks.core.schema_spec import load_schema, schema_from_metadata
 from tasks.core.timing import time_interleaved
 from tasks.images.graph import compose_image_model, probe_images
 from tasks.stages.entry import stage_main

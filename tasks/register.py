@@ -8,13 +8,13 @@ import time
 from importlib.metadata import version as installed_version
 from pathlib import Path
 
-from tasks.contract import load_schema
 from tasks.core import paths
 from tasks.core.artifacts import read_json
 from tasks.core.env import HTTP_RETRIES_ENV, MLFLOW_HTTP_RETRY, http_retry_window_s
 from tasks.core.errors import TorchshipError
 from tasks.core.holdout import load_holdout
 from tasks.core.params_spec import Params
+from tasks.core.schema_spec import load_schema
 from tasks.core.verdicts import OUTCOME_TAG, Blessing, Registration, RegistrationOutcome
 from tasks.registry.approvals import REQUESTED_TAG, announce_waiting, request_approval
 from tasks.registry.history import run_actor

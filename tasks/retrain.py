@@ -13,12 +13,12 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel
 
-from tasks.contract import Schema, load_schema
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
 from tasks.core.gate import GateResult
 from tasks.core.params_spec import Params
 from tasks.core.quarantine import quarantine_folder
+from tasks.core.schema_spec import Schema, load_schema
 from tasks.monitoring import batch_index
 from tasks.monitoring.batch_gate import accept_batch, contract_from_schema, judge_rows
 from tasks.monitoring.window import LABEL, Window

@@ -6,10 +6,10 @@ killed job re-run, or a worker restarted by `torchrun --max_restarts`, continues
 """
 from __future__ import annotations
 
-from tasks.contract import load_schema
 from tasks.core import paths
 from tasks.core.metrics import balances_classes
 from tasks.core.params_spec import Params
+from tasks.core.schema_spec import load_schema
 from tasks.stages.entry import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.distributed import device_kind

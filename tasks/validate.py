@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.contract import load_schema
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
 from tasks.core.expectations import validate_frames
 from tasks.core.gate import GateResult
 from tasks.core.params_spec import Params
 from tasks.core.quarantine import quarantine_copy
+from tasks.core.schema_spec import load_schema
 from tasks.core.sources import source_path
 from tasks.images.contract import ImageContract
 from tasks.images.expectations import rules_for, validate_splits

@@ -29,7 +29,6 @@ from tasks.bless.plots import plot_slices
 from tasks.bless.quality import HoldoutPredictions, assess_quality, gate_baselines, gate_predictions, judge_candidate
 from tasks.bless.service import request_images, request_rows, try_in_service
 from tasks.bless.stages import combine, combine_outcomes, run_stages
-from tasks.contract import Schema, load_schema, schema_from_metadata
 from tasks.core import paths
 from tasks.core.artifacts import read_json, sha256_file
 from tasks.core.gate import GateResult
@@ -39,6 +38,7 @@ from tasks.core.params_spec import Params
 from tasks.core.plots import plot_latency
 from tasks.core.runtime import onnx_metadata, open_onnx, predict_proba
 from tasks.core.runtime import predict_labels as served_labels
+from tasks.core.schema_spec import Schema, load_schema, schema_from_metadata
 from tasks.core.timing import Timings, confirmed, time_interleaved
 from tasks.core.verdicts import Blessing, BlessOutcome, StageReport
 from tasks.registry.read import CHAMPION, SHA_TAG, UNFINISHED_TAG, alias_version, download_onnx, registry_client

@@ -15,11 +15,11 @@ import pandas as pd
 from tasks.canary.analysis import judge_smoke
 from tasks.canary.client import ReplayTraffic, ServiceClient, embedded_service
 from tasks.canary.progressive import Record, promote_or_roll_back, run_steps, smoke_step, tag_step
-from tasks.contract import Schema, load_schema
 from tasks.core import paths
 from tasks.core.gate import GateResult
 from tasks.core.holdout import Holdout, load_holdout
 from tasks.core.params_spec import Params
+from tasks.core.schema_spec import Schema, load_schema
 from tasks.core.verdicts import CanaryOutcome, CanaryReport
 from tasks.registry.notifications import Notice, notify_once
 from tasks.registry.read import CHALLENGER, CHAMPION, alias_version, aliases, registry_client

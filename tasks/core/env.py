@@ -62,11 +62,11 @@ PREFECT_UI_URL = "PREFECT_UI_URL"     # where that server's UI is, when not the 
 MLFLOW_STORE_ENV = "MLFLOW_BACKEND_STORE_URI"   # `mlflow server --backend-store-uri`, off the command line
 
 TOKEN_ENV = "TORCHSHIP_ADMIN_TOKEN"           # the service's admin endpoints need it; the canary sends it
-WEBHOOK_URL_ENV = "TORCHSHIP_WEBHOOK_URL"     # where notices are posted (a secret: never in params.yaml); unset: none
+WEBHOOK_URL_ENV = "TORCHSHIP_WEBHOOK_URL"     # where notifications go (a secret: never in params.yaml); unset: none
 PARAMS_ENV, DEFAULT_PARAMS = "TORCHSHIP_PARAMS", "params.yaml"   # the params file `python -m serving` reads
 SERVE_SETTINGS_ENV = "TORCHSHIP_SERVE_SETTINGS"   # serve.workers > 1: the settings each worker builds its app from
 PARENT_RUN_ENV = "TORCHSHIP_PARENT_RUN_ID"    # a stage's MLflow run nests under the pipeline's
-WORKSPACE_LEASE_ENV = "TORCHSHIP_WORKSPACE_LEASE"   # in the environment of the slot holder and all it starts
+WORKSPACE_LEASE_ENV = "TORCHSHIP_WORKSPACE_LEASE"   # set for the workspace lock's holder and all it starts
 # The team topology (a DVC remote off this disk): the train and compress stages mirror their checkpoints to it
 # (tasks/training/mirror.py); `dvc repro` sets it for them, never for a rebuild.
 CHECKPOINT_MIRROR_ENV = "TORCHSHIP_CHECKPOINT_MIRROR"

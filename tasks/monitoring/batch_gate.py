@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.contract import Schema, parse_with_contract, read_table
+from tasks.contract import parse_with_contract
 from tasks.core import paths
 from tasks.core.artifacts import write_atomic
 from tasks.core.contract_spec import ColumnRule, Contract
@@ -17,6 +17,8 @@ from tasks.core.gate import GateResult
 from tasks.core.params_spec import Params
 from tasks.core.problems import Problem
 from tasks.core.quarantine import unique_stamp
+from tasks.core.schema_spec import Schema
+from tasks.core.tables import read_table
 
 
 def contract_from_schema(schema: Schema) -> Contract:

@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
-from tasks.contract import Schema
 from tasks.core.artifacts import write_atomic
 from tasks.core.gate import GateResult
 from tasks.core.params_spec import MonitorParams
@@ -28,6 +27,7 @@ from tasks.images.watch import (
     embeddings_report,
     spread_embeddings,
     statistics_schema,
+from tasks.core.schema_spec import Schema
 )
 from tasks.monitoring.estimate import Estimate, Holdout, estimate_window
 

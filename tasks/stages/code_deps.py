@@ -8,9 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from tasks.config import PARAMS_FILE, read_params_file
+from tasks.core.dvc_file import DVC_FILE
 from tasks.stages.code_graph import REPO, closure, module_path
+from tasks.stages.stage_list import read_dvc_stages
 
-DVC_FILE = "dvc.yaml"
 DATA_FOLDER = "data/"   # deps under it are what stages write, not code
 
 
@@ -37,11 +38,8 @@ def is_code_dep(dep: str) -> bool:
 def stale_code_deps(root: Path = REPO) -> dict[str, dict[str, list[str]]]:
     """{stage: {"missing": [...], "superfluous": [...]}} for each stage whose code deps in dvc.yaml differ from
     the derived ones; {} when dvc.yaml is current."""
-    from ruamel.yaml import YAML
-
-    stages = YAML(typ="safe").load((root / DVC_FILE).read_text())["stages"]
     stale = {}
-    for name, stage in stages.items():
+    for name, stage in read_dvc_stages(root).items():
         listed = {dep for dep in stage.get("deps", []) if is_code_dep(dep)}
         derived = set(code_deps(name, root))
         if listed != derived:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tasks.core import paths
 from tasks.core.artifacts import read_json
+from tasks.core.dvc_file import read_dvc_file
 
-DVC_FILE = Path("dvc.yaml")
 HEADLINE = "headline"   # the key of a stage's metrics file that its summary row shows
 # Always changed for DVC (it fingerprints the source for plain `dvc repro`); torchship's run and plan write
 # that fingerprint themselves first, so for them it is never a reason to run anything.
@@ -50,10 +50,8 @@ def entry_path(entry) -> str:
 
 
 def read_dvc_stages(root: Path = Path(".")) -> dict:
-    """dvc.yaml's `stages` mapping: the one place it is parsed."""
-    from ruamel.yaml import YAML
-
-    return YAML(typ="safe").load((root / DVC_FILE).read_text())["stages"]
+    """dvc.yaml's `stages` mapping."""
+    return read_dvc_file(root)["stages"]
 
 
 def dvc_steps(root: Path = Path(".")) -> list[Step]:

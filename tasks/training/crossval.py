@@ -1,4 +1,4 @@
-"""Cross-validated training for small tables (issue #23): k stratified folds, one member per fold, each
+"""Cross-validated training for small tables: k stratified folds, one member per fold, each
 early-stopped on an inner split of its own training part (never on the fold it is scored on), so the out-of-fold
 probabilities are out of sample for everything fitted on them: they are the model-selection figure, and with
 several candidate families (`train.model: auto`) the family that scores best out of fold is served, as one

@@ -1,4 +1,4 @@
-"""The decision rule a binary model is served with (issue #23): the threshold on P(class 1) that maximises the
+"""The decision rule a binary model is served with: the threshold on P(class 1) that maximises the
 bless metric on out-of-fold predictions (cross-validation) or, for a single model, on the validation split.
 
 A threshold fitted on a few hundred rows easily fits their noise, so it moves from 0.5 only when that pays by at

@@ -6,11 +6,11 @@ starts in each process; `train_student` launches it.
 """
 from __future__ import annotations
 
-from tasks.contract import load_schema
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file
 from tasks.core.metrics import balances_classes
 from tasks.core.params_spec import Params, PretrainedParams, TrainParams
+from tasks.core.schema_spec import load_schema
 from tasks.stages.entry import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.distributed import device_kind

@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tasks.contract import Schema
 from tasks.core.artifacts import write_atomic
 from tasks.core.runtime import EMBEDDING, THRESHOLD_KEY
+from tasks.core.schema_spec import Schema
 from tasks.images.graph import ServedImageModel
 
 MAX_BATCH = 1 << 16

@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.contract import Schema, encode_features, encode_target
 from tasks.core.artifacts import sha256_file
+from tasks.core.encoding import encode_features, encode_target
 from tasks.core.gate import GateResult
 from tasks.core.params_spec import ExportParams
 from tasks.core.runtime import Runner, predict_proba
+from tasks.core.schema_spec import Schema
 from tasks.variants.preprocess import WHITESPACE, client_rows
 
 log = logging.getLogger("torchship.parity")

@@ -1,6 +1,6 @@
 """The generated docs (`torchship config-docs`): docs/configuration.md from the typed configuration (every key, its
-type, default and meaning), and the pipeline's diagram and step table from the stage list (tasks/stages/diagram.py),
-so the docs can never drift from the code (tests compare them)."""
+type, default and meaning; a step's own section too, from its module), and the pipeline's diagram and step table
+from the stage list (tasks/stages/diagram.py), so the docs can never drift from the code (tests compare them)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,18 +9,21 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from tasks.config import declaring_steps, step_sections
 from tasks.core.params_spec import Params
 from tasks.stages.diagram import write_blocks
 
 CONFIGURATION_DOCS = Path("docs") / "configuration.md"
 
 
-def configuration_markdown() -> str:
-    """docs/configuration.md, generated from the typed model: every key, type, default, meaning."""
+def configuration_markdown(root: Path = Path(".")) -> str:
+    """docs/configuration.md, generated from the typed model: every key, type, default, meaning (the steps' own
+    sections: those of dvc.yaml under `root`, after the core's)."""
     from tasks.training.model_args import model_configs  # imports torch: only when the docs are built
 
     lines = ["# Configuration (`params.yaml`)", "",
-             "Generated from `tasks/core/params_spec.py` by `torchship config-docs`; do not edit by hand.",
+             "Generated from `tasks/core/params_spec.py` (and a step's own section from its module, `PARAMS_SECTION` "
+             "in `tasks/<step>.py`) by `torchship config-docs`; do not edit by hand.",
              "Override any key for one run with `torchship run --set section.key=value`.", ""]
     for section_name, section_field in Params.model_fields.items():
         section = section_field.annotation
@@ -35,6 +38,8 @@ def configuration_markdown() -> str:
         if section_name == "train":
             for model, config in model_configs().items():
                 lines += _config_table(f"train.model_args.{model}", config)
+    for name, spec in step_sections(declaring_steps(root)).items():
+        lines += _section_table(name, spec)
     return "\n".join(lines)
 
 
@@ -62,5 +67,5 @@ def write_generated_docs(root: Path) -> list[Path]:
     """Write docs/configuration.md and the stage blocks of the docs anew; returns the files written."""
     target = root / CONFIGURATION_DOCS
     target.parent.mkdir(exist_ok=True)
-    target.write_text(configuration_markdown())
+    target.write_text(configuration_markdown(root))
     return [target, *write_blocks(root)]

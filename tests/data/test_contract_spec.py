@@ -5,12 +5,12 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from tasks.core.params_spec import PrepareParams, ValidateParams
 from tasks.contract import parse_table, parse_with_contract
 from tasks.core.contract_spec import ColumnRule, suggest_contract
 from tasks.core.errors import DataError
-from tasks.prepare import prepare_tables
 from tasks.core.expectations import validate_frames
+from tasks.core.params_spec import PrepareParams, ValidateParams
+from tasks.prepare import prepare_tables
 
 
 @pytest.fixture(scope="module")

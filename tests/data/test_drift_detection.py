@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from tasks.core.params_spec import MonitorParams
-from tasks.contract import Feature, Schema
+from tasks.core.schema_spec import Feature, Schema
 from tasks.core.sources import SYNTHETIC_TARGET, generate_customers
 from tasks.monitoring.drift import PREDICTION, evidently_report, judge, measure_drift, report_drifts
 

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from tasks.core.params_spec import MonitorParams, RetrainParams
-from tasks.contract import Feature, Schema
 from tasks.core.runtime import THRESHOLD_KEY, decide, decision_threshold
+from tasks.core.schema_spec import Feature, Schema
 from tasks.core.servelog import served_line
 from tasks.core.sources import SYNTHETIC_TARGET, churn_logit, generate_customers
 from tasks.monitoring import guards

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tasks.contract import Feature, Schema
+from tasks.core.schema_spec import Feature, Schema
 from tasks.monitoring.window import Window
 from tasks.retrain import labelled_rows, screen_rows
 

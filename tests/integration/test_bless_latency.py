@@ -15,10 +15,10 @@ import pytest
 from tasks.bless import Champion, measure_performance, predict_labels
 from tasks.bless.service import request_rows, try_in_service
 from tasks.config import load_params
-from tasks.contract import schema_from_metadata
 from tasks.core.holdout import load_holdout
 from tasks.core.params_spec import SloParams
 from tasks.core.runtime import onnx_metadata, open_onnx, predict_proba
+from tasks.core.schema_spec import schema_from_metadata
 from tests.helpers.slow_models import cpu_hog, slowed
 
 pytestmark = pytest.mark.integration

@@ -29,11 +29,11 @@ import pytest
 
 from flows.cli.stack import servers as parts
 from serving.shipper import host_name
-from tasks.contract import Feature, Schema
 from tasks.core.bucket import BucketError, Location, list_keys
 from tasks.core.env import AWS_ENDPOINT_ENV, AWS_KEY_ID_ENV, AWS_REGION_ENV, AWS_SECRET_ENV, PARAMS_ENV, TELEMETRY_OFF
 from tasks.core.params_spec import MonitorParams
 from tasks.core.procs import Child, free_port, http_ok, start_child, wait_until_ready
+from tasks.core.schema_spec import Feature, Schema
 from tasks.core.servelog import served_files
 from tasks.monitoring.segments import bucket_source
 from tasks.monitoring.window import read_lines, read_window

@@ -280,7 +280,8 @@ def test_served_variant_agrees_with_the_training_time_eager_model_on_raw_rows(se
     category included) score as the eager PyTorch model that the variant came from scores them."""
     import torch
 
-    from tasks.contract import encode_features, load_schema
+    from tasks.core.encoding import encode_features
+    from tasks.core.schema_spec import load_schema
     from tasks.training.weights import load_trained
 
     project, client, _ = service

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from models.tabular import FeatureLayout
-from tasks.contract import encode_features, encode_target
+from tasks.core.encoding import encode_features, encode_target
 from tasks.core.params_spec import PrepareParams, TrainParams
 from tasks.prepare import PreparedData, prepare_tables
 from tasks.training.loop import Split

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from models.ensemble import FoldEnsemble
-from tasks.contract import encode_features, encode_target
+from tasks.core.encoding import encode_features, encode_target
 from tasks.core.metrics import classification_metrics
 from tasks.core.params_spec import PrepareParams, TrainParams
 from tasks.core.runtime import open_onnx, predict_proba
@@ -209,10 +209,10 @@ def test_the_averaging_graph_passes_the_bless_latency_gate_against_one_network_a
 
     from models import build_model
     from tasks.bless.performance import assess_performance
-    from tasks.contract import Feature, Schema
     from tasks.core.machine import describe_machine
     from tasks.core.params_spec import Params
     from tasks.core.runtime import decide, predict_labels
+    from tasks.core.schema_spec import Feature, Schema
     from tasks.core.timing import confirmed, time_interleaved
     from tasks.variants.quantize import quantize_onnx, quantize_onnx_static
 

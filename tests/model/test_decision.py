@@ -18,10 +18,10 @@ from serving.app import create_app
 from serving.batch_scoring import predict_file
 from serving.service import ServiceSettings
 from serving.variants import file_variant
-from tasks.contract import Feature, Schema
 from tasks.core.metrics import balances_classes, classification_metrics
 from tasks.core.params_spec import ServeParams, TrackingParams, TrainParams
 from tasks.core.runtime import DECISION, THRESHOLD_KEY, decide, open_onnx, predict_labels, predict_proba
+from tasks.core.schema_spec import Feature, Schema
 from tasks.training.adapt import fit_training
 from tasks.training.crossval import Candidate, cross_validate, finish_cross_validation
 from tasks.training.decision import MIN_GAIN, fit_class_weighting, fit_threshold

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from models import build_model
-from tasks.contract import schema_from_metadata
 from tasks.core.params_spec import ExportParams
 from tasks.core.runtime import onnx_runner
+from tasks.core.schema_spec import schema_from_metadata
 from tasks.training.loop import train_model as fit
 from tasks.training.weights import model_spec
 from tasks.variants.exporters import export_onnx

@@ -13,9 +13,10 @@ import torch
 from onnx import TensorProto, helper
 
 from models import build_model
-from tasks.contract import Feature, Schema, category_lookup, encode_features, normalise_category
+from tasks.core.encoding import category_lookup, encode_features, normalise_category
 from tasks.core.params_spec import ExportParams
 from tasks.core.runtime import open_onnx, predict_proba, takes_raw_rows
+from tasks.core.schema_spec import Feature, Schema
 from tasks.training.weights import model_spec
 from tasks.variants.exporters import export_onnx
 from tasks.variants.parity import check_raw_parity, raw_probe_rows, spaces_only
@@ -48,7 +49,7 @@ def composed_session(model: onnx.ModelProto, schema: Schema):
 
 
 def graph_codes(session, rows: pd.DataFrame) -> np.ndarray:
-    from tasks.contract import raw_columns
+    from tasks.core.encoding import raw_columns
 
     return session.run(["logits"], raw_columns(rows, SCHEMA))[0]
 

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from serving.validation import FLOAT32_MAX, FLOAT32_RULE, BodyRefused, RowDecoder, RowsRefused
 from tasks.config import parse_params, read_params_file
-from tasks.contract import Feature, Schema, encode_features
+from tasks.core.encoding import encode_features
 from tasks.core.errors import ConfigError
+from tasks.core.schema_spec import Feature, Schema
 from tasks.core.servelog import served_bytes
 from tasks.variants.preprocess import WHITESPACE
 

@@ -83,6 +83,10 @@ def test_there_is_no_import_cycle_among_project_modules():
 
 
 def test_a_step_never_imports_another_step():
+    """In the source, never. One exception at run time, by design: the typed loader (tasks/config.py) imports the
+    module of a step that declares its own params section (`PARAMS_SECTION` in tasks/<step>.py), when params.yaml
+    holds that section and dvc.yaml names that step, to read its spec. So any stage's process may import such a
+    module, to validate that section; it never calls it. The test below keeps that import the only one."""
     steps = step_modules()
     assert {"tasks.prepare", "tasks.train", "tasks.bless", "tasks.canary"} <= steps
     assert not steps & {"tasks.registry", "tasks.stages", "tasks.core"}
@@ -94,6 +98,14 @@ def test_a_step_never_imports_another_step():
         return step_of(imported) in (None, step_of(importer))
 
     assert violations("tasks", allowed) == []
+
+
+def test_the_loader_is_the_only_code_that_imports_a_step_by_name():
+    """`importlib.import_module` of a tasks/ module is the loader's alone (the models package imports its model
+    files, and a user's own class, the same way)."""
+    by_name = sorted(f"{path.relative_to(REPO)}" for package in ("tasks", "serving", "flows", "models")
+                     for path in project_files(package) if "import_module(" in path.read_text())
+    assert by_name == ["models/__init__.py", "tasks/config.py"]
 
 
 def test_tasks_never_import_serving():
@@ -139,6 +151,17 @@ def test_the_model_files_the_code_graph_finds_are_the_ones_the_registry_imports(
 
 
 
+def test_importing_the_models_package_imports_no_model_file_until_a_model_is_asked_for():
+    """Every training step imports `models`; the model files (and what they import) load on the first lookup."""
+    import subprocess
+
+    code = ("import sys, models; loaded = lambda: sorted(m for m in sys.modules if m.startswith('models.')); "
+            "print(loaded()); models.default_lr('mlp'); print(loaded())")
+    shown = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    before, after = shown.stdout.splitlines()
+    assert before == "[]" and "'models.tabular'" in after and "'models.cnn'" in after
+
+
 def test_every_dvc_stage_lists_exactly_the_code_it_runs():
     """dvc.yaml's code deps are the import closure of each stage (`torchship dvc-deps` writes them): a missing
     file would leave the stage stale when that code changes, a superfluous one would re-run it for nothing."""
@@ -180,9 +203,6 @@ def test_no_two_test_modules_share_a_name():
     for path in sorted((REPO / "tests").rglob("test_*.py")):
         names.setdefault(path.name, []).append(str(path.relative_to(REPO)))
     assert {name: found for name, found in names.items() if len(found) > 1} == {}
-
-
-FACADES = {"tasks.contract"}   # the data contract's loader re-exports the table specs until its modality moves
 
 
 def top_level_names(path) -> tuple[set[str], set[str]]:
@@ -233,7 +253,7 @@ def test_each_name_has_one_import_path():
         for path in project_files(package):
             for node in (node for tree in code_of(path) for node in ast.walk(tree)):
                 if not (isinstance(node, ast.ImportFrom) and node.module and not node.level
-                        and node.module not in FACADES and (source := module_path(node.module))):
+                        and (source := module_path(node.module))):
                     continue
                 defined, imported = top_level_names(source)
                 through += [f"{path.relative_to(REPO)}: from {node.module} import {alias.name}"

@@ -129,7 +129,7 @@ def test_the_timeline_counts_from_the_stage_s_start(monkeypatch):
     assert process_started_at(os.getpid()) == pytest.approx(started, abs=0.05)
 
 
-def test_the_passport_names_the_gpu_its_memory_and_the_rate():
+def test_the_model_card_names_the_gpu_its_memory_and_the_rate():
     from tasks.registry.model_card import device_line
 
     on_gpu = device_line({"device_name": "NVIDIA H200", "samples_per_s": 76_400.2, "peak_device_memory_mb": 1893.4,

@@ -1,6 +1,6 @@
 """serving/validation.py: the one-pass decoder never accepts a row the contract's pydantic model refuses, and
 judges every body as that model does (the same 422 rows, fields and rules); its feed is the one
-tasks.contract.raw_columns builds (the reference the graph was gated on)."""
+tasks.core.encoding.raw_columns builds (the reference the graph was gated on)."""
 from __future__ import annotations
 
 import itertools
@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from serving.validation import BodyRefused, RowDecoder, RowsRefused, validate_rows
-from tasks.contract import Feature, Schema, raw_columns
+from tasks.core.encoding import raw_columns
+from tasks.core.schema_spec import Feature, Schema
 
 SCHEMA = Schema(source="t", target="y", classes=["no", "yes"], features=[
     Feature(name="customer age", kind="numeric", min=18, max=90, nullable=True),

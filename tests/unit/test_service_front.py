@@ -13,8 +13,8 @@ import pytest
 
 from serving.app import create_app
 from serving.service import ServiceSettings
-from tasks.contract import Feature, Schema
 from tasks.core.params_spec import ServeParams, TrackingParams
+from tasks.core.schema_spec import Feature, Schema
 from tests.helpers import linear_raw_graph
 
 with warnings.catch_warnings():  # starlette 1.x asks for httpx2 behind its TestClient; httpx still works
