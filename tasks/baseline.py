@@ -169,12 +169,12 @@ def probe_features(params: Params, schema: Schema, train_pixels):
 
     settings = params.train.model_copy(update={"model": "resnet"}) if params.train.model == "auto" else params.train
     model = build_model(settings.model, fit_image_layout(train_pixels, schema), **chosen_model_kwargs(settings))
-    load_pretrained(model, params.train.pretrained)
-    model.eval()
     embed = getattr(model, "embed", None)
-    if embed is None:
+    if embed is None:   # before the weights are read: the run fails at once
         raise ConfigError(f"train.model {settings.model} has no embed(x) method: the linear probe of "
                           "train.pretrained needs the backbone's features (docs/own-model.md).")
+    load_pretrained(model, params.train.pretrained)
+    model.eval()
 
     def features(pixels):
         with torch.inference_mode():

@@ -159,7 +159,8 @@ def bless_candidate(params: Params, plots: Path | None = None) -> Blessing:
     baselines = gate_baselines(read_json(paths.BASELINE_REPORT)) if paths.BASELINE_REPORT.exists() else None
     saved = read_json(paths.BASELINE_PREDICTIONS) if paths.BASELINE_PREDICTIONS.exists() else None
     baseline = gate_predictions(saved, baselines, params.bless.metric, len(holdout.labels))   # None: point rule
-    training = ({**read_json(paths.TRAIN_METRICS), "cv_max_rows": params.train.cv_max_rows}
+    training = ({**read_json(paths.TRAIN_METRICS), "cv_max_rows": params.train.cv_max_rows,
+                 "pretrained_freeze": params.train.pretrained.freeze if params.train.pretrained.path else None}
                 if paths.TRAIN_METRICS.exists() else None)   # what to advise when the candidate trails the baselines
     with tempfile.TemporaryDirectory() as folder:
         champion = fetch_champion(client, name, schema, Path(folder))

@@ -18,7 +18,8 @@ def linear_leads(baselines: dict[str, dict[str, float]], metric: str) -> bool:
 def gap_advice(training: dict | None, baselines: dict[str, dict[str, float]], metric: str,
                max_baseline_gap: float) -> str:
     """The knob, and why, for a candidate behind the best of `baselines` on `metric`. `training`: the train
-    stage's metrics.json with `cv_max_rows` (train.cv_max_rows) added; None when unknown."""
+    stage's metrics.json with `cv_max_rows` (train.cv_max_rows) and, with pretrained weights, `pretrained_freeze`
+    (train.pretrained.freeze) added; None when unknown."""
     training = training or {}
     fitted = training.get("fitted") or {}
     if any(name.startswith(("logistic_regression_pixels", "linear_probe")) for name in baselines):
@@ -46,6 +47,9 @@ def image_advice(training: dict, baselines: dict[str, dict[str, float]], metric:
     """The knob for an image model behind its baselines (the pixel regression, or its own linear probe)."""
     fitted = training.get("fitted") or {}
     leader = max(baselines, key=lambda name: baselines[name][metric])
+    if leader.startswith("linear_probe") and training.get("pretrained_freeze") == "backbone":
+        return ("a higher train.lr or more train.epochs: with the backbone frozen the head is a linear classifier on "
+                "the probe's own features, so it trails the probe only when its training stopped short")
     if leader.startswith("linear_probe"):
         return ("train.pretrained.freeze backbone, or a lower train.lr: the fine-tune lost to a linear classifier on "
                 "the pretrained features it started from, so training moved them away from what worked")

@@ -40,9 +40,14 @@ class QualityVerdict(NamedTuple):
 
 def gate_baselines(report: dict) -> dict[str, dict[str, float]]:
     """What the baseline stage's `report` holds the candidate to: the baseline cross-validation on the training
-    split picked (small tables), else every baseline (the gate takes the best of them on the holdout)."""
+    split picked (small tables); else an image model's own linear probes when there are (a fine-tune must beat the
+    features it started from, even where the pixel regression scores a little higher); else every baseline (the
+    gate takes the best of them on the holdout)."""
     picked = report.get("picked")
-    return {picked: report["models"][picked]} if picked else report["models"]
+    if picked:
+        return {picked: report["models"][picked]}
+    probes = {name: figures for name, figures in report["models"].items() if name.startswith("linear_probe")}
+    return probes or report["models"]
 
 
 def gate_predictions(saved: dict | None, baselines: dict | None, metric: str, rows: int) -> np.ndarray | None:

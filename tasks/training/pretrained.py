@@ -18,12 +18,26 @@ def head_of(model: nn.Module) -> str:
     """The classifier's module name: the model's `head` attribute, else its last Linear layer."""
     declared = getattr(model, "head", None)
     if isinstance(declared, str):
+        modules = dict(model.named_modules())
+        if declared not in modules or not any(True for _ in modules[declared].parameters()):
+            raise ConfigError(f"{type(model).__name__}.head is {declared!r}, which names no module with parameters: "
+                              "it must name the classifier layer (e.g. head = \"fc\" for self.fc).")
         return declared
     linears = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
     if not linears:
         raise ConfigError(f"{type(model).__name__} has no Linear layer and no `head` attribute: with "
                           "train.pretrained.freeze=backbone torchship must know which layer is the classifier.")
     return linears[-1]
+
+
+def backbone_parameters(model: nn.Module) -> set[str]:
+    """The parameters outside the classifier head (all of them when the head cannot be told)."""
+    names = {name for name, _ in model.named_parameters()}
+    try:
+        head = head_of(model)
+    except ConfigError:
+        return names
+    return {name for name in names if not name.startswith(head + ".")}
 
 
 def checked_file(params: PretrainedParams) -> Path:
@@ -43,22 +57,42 @@ def checked_file(params: PretrainedParams) -> Path:
     return path
 
 
+def read_weights(path: Path) -> dict:
+    """{name: tensor} of a safetensors file; one that is not (a pickle renamed, a truncated copy) is refused."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except SafetensorError as exc:
+        raise ConfigError(f"train.pretrained.path {path} is not a readable safetensors file ({exc}); write it with "
+                          "safetensors.torch.save_file(model.state_dict(), ...).") from None
+
+
 def load_pretrained(model: nn.Module, params: PretrainedParams) -> dict[str, list[str]]:
     """Load the pinned weights into `model` where name and shape match, freeze the backbone if asked; returns
     {"loaded": names, "fresh": names left as built (another shape, or not in the file), "unused": file names the
-    model has not}. A file that matches nothing is refused (it is another model's)."""
-    from safetensors.torch import load_file
-
-    state = load_file(str(checked_file(params)))
+    model has not}. Refused, with the model untouched: a file that matches none of the backbone's parameters (it is
+    another model's: the preprocessing statistics and a same-sized head alone are no backbone), and a frozen
+    backbone that the file does not cover (its missing layers would stay at their random start)."""
+    state = read_weights(checked_file(params))
+    head = head_of(model) if params.freeze == "backbone" else None
     own = model.state_dict()
     loaded = [name for name, tensor in state.items() if name in own and own[name].shape == tensor.shape]
-    if not loaded:
+    backbone = backbone_parameters(model)
+    anchors = backbone or {name for name, _ in model.named_parameters()}   # a model that is all head
+    if not anchors & set(loaded):
         raise ConfigError(f"train.pretrained.path {params.path}: none of its {len(state)} tensors matches a "
-                          f"parameter of {type(model).__name__} by name and shape (e.g. {sorted(state)[:3]}); it is "
-                          "another model's weights.")
+                          f"backbone parameter of {type(model).__name__} by name and shape (e.g. {sorted(state)[:3]}; "
+                          f"the model has e.g. {sorted(anchors)[:3]}); it is another model's weights.")
+    if params.freeze == "backbone" and backbone - set(loaded):
+        missing = sorted(backbone - set(loaded))
+        raise ConfigError(f"train.pretrained.freeze backbone, but {len(missing)} backbone parameters of "
+                          f"{type(model).__name__} are not in {params.path} by name and shape (e.g. {missing[:3]}): "
+                          "frozen, they would never leave their random start. Use freeze none, or weights of this "
+                          "architecture.")
     model.load_state_dict({name: state[name] for name in loaded}, strict=False)
-    if params.freeze == "backbone":
-        head = head_of(model)
+    if head is not None:
         for name, parameter in model.named_parameters():
             parameter.requires_grad = name.startswith(head + ".")
     return {"loaded": loaded, "fresh": sorted(set(own) - set(loaded)), "unused": sorted(set(state) - set(own))}
