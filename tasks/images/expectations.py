@@ -22,6 +22,9 @@ from tasks.core.gate import GateResult
 from tasks.core.params_spec import ImagesParams, ValidateParams
 from tasks.images.contract import ImageContract
 
+LEAKAGE_RULE = "no image in two splits, nor twice in one (content hash)"
+SHOWN_GROUPS = 5   # duplicate groups named in the refusal (the report's rows sample the rest)
+
 
 @dataclass(frozen=True)
 class ImageRules:
@@ -175,13 +178,14 @@ def validate_splits(splits: dict[str, pd.DataFrame], rules: ImageRules, params: 
             rows.append(row)
             if not check.success:
                 failures.append(f"{split}: {words} ({row['unexpected_count']} images, e.g. {row['sample']})")
-    union = pd.concat([f.assign(split=s) for s, f in splits.items()], ignore_index=True)
+    # each image named with its split, so the refusal says which copy sits in which split
+    union = pd.concat([f.assign(split=s, name=f["name"].astype(str) + f" ({s})") for s, f in splits.items()],
+                      ignore_index=True)
     unique = gxe.ExpectColumnValuesToBeUnique(column="sha256")
     check = _run(context, source, "leakage", [unique], union)[0]
-    rows.append(_result_row("all splits", "no image in two splits, nor twice in one (content hash)", check))
+    rows.append(_result_row("all splits", LEAKAGE_RULE, check))
     if not check.success:
-        failures.append(f"{check.result.get('unexpected_count')} images share their content with another "
-                        f"(leakage between splits), e.g. {_sample(check)}")
+        failures.append(_shared_content(union, check))
     if rules.min_class_share:
         shares = splits["train"]["label"].value_counts(normalize=True)
         failures += [f"train: class '{c}' holds {shares.get(c, 0.0):.3f} of the images (rule: min_class_share "
@@ -190,6 +194,17 @@ def validate_splits(splits: dict[str, pd.DataFrame], rules: ImageRules, params: 
     evidence = str(docs_dir / "index.html") if docs_dir is not None else None
     return GateResult.decide("image contract", failures, warnings, evidence=evidence,
                              passed=f"{len(rows)} expectations passed"), rows
+
+
+def _shared_content(union: pd.DataFrame, check) -> str:
+    """The leakage refusal: each content hash held by more than one image, as its copies (name (split))."""
+    named = {str(row.get("name")) for row in check.result.get("unexpected_index_list") or []}
+    groups = [group for _, group in union[union["name"].isin(named)].groupby("sha256", sort=False)]
+    across = sum(group["split"].nunique() > 1 for group in groups)
+    shown = "; ".join(" = ".join(group["name"]) for group in groups[:SHOWN_GROUPS])
+    more = f"; ... and {len(groups) - SHOWN_GROUPS} more" if len(groups) > SHOWN_GROUPS else ""
+    return (f"rule: {LEAKAGE_RULE}: {len(groups)} content hash(es) held by more than one image, {across} across "
+            f"splits (leakage: an image training saw would be scored again): {shown}{more}")
 
 
 def _context():

@@ -80,8 +80,10 @@ def probe_model(name: str, kwargs: dict, probe: Probe, export: bool = True) -> N
     except KeyError as exc:
         raise _refuse(name, "importable as package.module:Class", str(exc).strip("'\"")) from None
     except Exception as exc:
+        layout = type(probe.layout)
         raise _refuse(name, "constructed as Class(layout, **train.model_args[name])",
-                      f"Building it raised {type(exc).__name__}: {exc}.") from None
+                      f"Building it raised {type(exc).__name__}: {exc}. The layout it is given is a "
+                      f"{layout.__module__}.{layout.__name__} ({', '.join(layout.__dataclass_fields__)}).") from None
     if not isinstance(model, nn.Module) or not any(p.requires_grad for p in model.parameters()):
         raise _refuse(name, "an nn.Module with trainable parameters", f"It built a {type(model).__name__} "
                       f"with {sum(p.numel() for p in model.parameters()) if isinstance(model, nn.Module) else 0} "

@@ -64,3 +64,23 @@ def add_bad_files(root: Path, classes: list[str] = CLASSES, mode: str = "RGB") -
     return {f"{c0}/bomb.png": "decodable", f"{c0}/notes.png": "decodable", f"{c0}/corrupt.png": "decodable",
             f"{c1}/truncated.jpg": "decodable", f"{c1}/tiny.png": "both sides", f"{c2}/other-mode.png": "mode",
             f"{c3}/copy.png": "duplicate", "not-a-class/unknown-class.png": "class set", f"{c3}/blank.png": "contrast"}
+
+
+def served_image_model(folder: Path, schema, widths: list[int] | None = None, seed: int = 0) -> Path:
+    """`folder/model.onnx`: an untrained small ResNet for `schema`'s images, exported (legacy: fast) and composed into
+    the served graph (uint8 pixels in; probabilities and the embedding projection out), as the service loads it."""
+    import onnx
+    import torch
+
+    from models.cnn import ImageLayout, ImageResNet
+    from tasks.images.graph import compose_image_model
+    from tasks.variants.exporters import export_onnx
+
+    torch.manual_seed(seed)
+    shape = schema.image
+    layout = ImageLayout(shape.height, shape.width, shape.channels, [0.4] * shape.channels, [0.25] * shape.channels,
+                         len(schema.classes))
+    model = ImageResNet(layout, widths=widths or [8, 16]).eval()
+    export_onnx(model, schema, "legacy", folder / "bare.onnx")
+    onnx.save(compose_image_model(onnx.load(str(folder / "bare.onnx")), schema), folder / "model.onnx")
+    return folder / "model.onnx"

@@ -1,7 +1,8 @@
 """The service on an image model (a served graph of a small ResNet as a model file, FastAPI's TestClient, lifespan
 included): a PNG upload and a base64 body answer the graph's own probabilities, limits get 413 and broken images 422
-(never a 5xx), the OpenAPI document shows both bodies, micro-batching answers as scoring alone, and the request log
-keeps an image's statistics and embedding, never its pixels."""
+(never a 5xx), the OpenAPI document shows both bodies, and the request log keeps an image's statistics and
+embedding, never its pixels; batch scoring a folder answers as the service does. Concurrent requests sharing one
+graph run: tests/unit/test_image_batching.py."""
 from __future__ import annotations
 
 import base64
