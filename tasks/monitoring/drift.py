@@ -7,7 +7,13 @@ the monitor's time stays flat as the log grows (bench/bench_monitor.py shows the
 The verdict and the report are apart on purpose. Evidently draws every plot while it computes a Report (~90% of a
 DataDriftPreset's time), so the verdict calls the per-column test its ValueDrift metric calls
 (`get_one_column_drift`, same test, same threshold, same score), and the HTML report (DataDriftPreset over the
-same two samples) is drawn only where it is saved (tests/data/test_drift_detection.py checks both agree)."""
+same two samples) is drawn only where it is saved (tests/data/test_drift_detection.py checks both agree).
+
+One test is ours, not Evidently's choice: the prediction column's. Evidently's chi-square compares the window's
+class counts with the reference's as if those were exact proportions, so a small reference (an image set's
+validation split) raises drift on clean traffic (67% of clean windows at 10 classes and 300 reference rows, in a
+simulation). The two-sample chi-square on the 2 x classes table counts both samples' noise; both the verdict and
+the report use it."""
 from __future__ import annotations
 
 import json
@@ -21,13 +27,13 @@ from tasks.core.artifacts import write_atomic
 from tasks.core.gate import GateResult
 from tasks.core.params_spec import MonitorParams
 from tasks.core.runtime import EMBEDDING
+from tasks.core.schema_spec import Schema
 from tasks.images.watch import (
     EMBEDDING_METHOD,
     embedding_drift,
     embeddings_report,
     spread_embeddings,
     statistics_schema,
-from tasks.core.schema_spec import Schema
 )
 from tasks.monitoring.estimate import Estimate, Holdout, estimate_window
 
@@ -87,6 +93,40 @@ def drift_columns(schema: Schema) -> tuple[list[str], list[str]]:
     return numeric, [f.name for f in schema.features if f.kind == "categorical"] + [PREDICTION]
 
 
+PREDICTION_TEST = "two-sample chi-square p_value"   # its name and display name: the report shows it
+
+
+def two_sample_chisquare(reference: pd.Series, current: pd.Series, feature_type, threshold: float
+                         ) -> tuple[float, bool]:
+    """Evidently's stat-test signature: the p-value of a chi-square test of independence on the (2, values)
+    table of counts (both samples are samples), and whether it is below `threshold`."""
+    from scipy.stats import chi2_contingency
+
+    values = sorted(set(reference.dropna()) | set(current.dropna()), key=str)
+    table = np.array([[int((sample == value).sum()) for value in values] for sample in (reference, current)])
+    table = table[:, table.sum(axis=0) > 0]
+    if table.shape[1] < 2 or (table.sum(axis=1) == 0).any():
+        return 1.0, False
+    p_value = float(chi2_contingency(table)[1])
+    return p_value, p_value < threshold
+
+
+def prediction_test():
+    """The prediction column's StatTest, registered with Evidently on first use (never at import time)."""
+    from evidently.legacy.calculations.stattests.registry import StatTest, register_stattest
+    from evidently.legacy.core import ColumnType
+
+    global _PREDICTION_STATTEST
+    if _PREDICTION_STATTEST is None:
+        _PREDICTION_STATTEST = StatTest(name=PREDICTION_TEST, display_name=PREDICTION_TEST,
+                                        allowed_feature_types=[ColumnType.Categorical], default_threshold=0.05)
+        register_stattest(_PREDICTION_STATTEST, default_impl=two_sample_chisquare)
+    return _PREDICTION_STATTEST
+
+
+_PREDICTION_STATTEST = None
+
+
 class DriftSamples(BaseModel):
     """The two typed samples a verdict was made on: what the HTML report is drawn from."""
 
@@ -104,7 +144,7 @@ def evidently_report(samples: DriftSamples, schema: Schema):
     numeric, categorical = drift_columns(statistics_schema(schema) if schema.is_image else schema)
     definition = DataDefinition(numerical_columns=numeric, categorical_columns=categorical)
     columns = numeric + categorical
-    return Report([DataDriftPreset(columns=columns)]).run(
+    return Report([DataDriftPreset(columns=columns, per_column_method={PREDICTION: prediction_test()})]).run(
         reference_data=Dataset.from_pandas(samples.reference[columns], data_definition=definition),
         current_data=Dataset.from_pandas(samples.current[columns], data_definition=definition))
 
@@ -132,7 +172,7 @@ def column_drifts(samples: DriftSamples, schema: Schema) -> dict[str, ColumnDrif
     from evidently.legacy.options.data_drift import DataDriftOptions
 
     numeric, categorical = drift_columns(schema)
-    options, found = DataDriftOptions(), {}
+    options, found = DataDriftOptions(per_feature_stattest={PREDICTION: prediction_test()}), {}
     for column in numeric + categorical:
         kind = ColumnType.Numerical if column in numeric else ColumnType.Categorical
         columns = DatasetColumns(
