@@ -1,7 +1,7 @@
-"""The CLI through the real `torchship` executable, as a user meets it: version, status, the service started
-and stopped by PID, the UIs (one start: both answer on loopback, and are gone after SIGTERM), and a run stopped by
-SIGTERM putting params.yaml back. Help texts, rollback, clean and error rendering run in-process in
-test_cli_inprocess.py."""
+"""The CLI through the real `torchship` executable, as a user meets it: the service started and stopped by PID,
+the UIs (one start: both answer on loopback, and are gone after SIGTERM), and a run stopped by SIGTERM putting
+params.yaml back. Version, status, help texts, rollback, clean and error rendering run in-process
+in test_cli_inprocess.py; every other test that calls `project.torchship` starts the real executable too."""
 from __future__ import annotations
 
 import contextlib
@@ -27,15 +27,6 @@ def start_torchship(project, log: Path, *args: str) -> Child:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "PYTEST_"))}
     env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", PYTHONUNBUFFERED="1")
     return start_child(f"torchship {args[0]}", [str(BIN / "torchship"), *args], log, env=env, cwd=project.root)
-
-
-def test_version_and_status(tiny_pipeline):
-    project, _ = tiny_pipeline
-    assert project.torchship("--version").stdout.startswith("torchship ")
-    champion = project.registry(MODEL)["aliases"]["champion"]
-    result = project.torchship("status")
-    assert result.returncode == 0, result.stderr
-    assert f"champion → v{champion}" in result.stdout
 
 
 def test_serve_answers_with_the_champion_and_stops_by_pid(tiny_pipeline, tmp_path):

@@ -168,26 +168,7 @@ def test_a_bad_image_batch_is_named_file_by_file_and_quarantined_while_the_champ
 
 
 BROKEN = """
-import torch
 from torch import nn
-
-
-class Floats(nn.Module):
-    def __init__(self, layout):
-        super().__init__()
-        self.body = nn.Linear(layout.channels, layout.n_classes)
-
-    def forward(self, x):          # forgets that its input is uint8 pixels
-        return self.body(x.mean((1, 2)))
-
-
-class WrongShape(nn.Module):
-    def __init__(self, layout):
-        super().__init__()
-        self.body = nn.Linear(layout.channels, 3)
-
-    def forward(self, x):
-        return self.body(x.float().mean((1, 2)))
 
 
 class NaNs(nn.Module):
@@ -200,14 +181,14 @@ class NaNs(nn.Module):
 """
 
 
-@pytest.mark.parametrize("cls, rule", [("Floats", "uint8 pixels"), ("WrongShape", "(B, n_classes)"),
-                                       ("NaNs", "finite logits")])
-def test_a_broken_image_module_fails_before_any_stage_naming_the_rule(project, cls, rule):
+def test_a_broken_image_module_fails_before_any_stage_naming_the_rule(project):
+    """Through the real CLI once: exit 2, the rule named, no stage started, the registry untouched. The other
+    broken classes are refused by the same probe in-process (tests/model/test_own_image_module.py)."""
     (project.root / "broken_nets.py").write_text(BROKEN)
     before = project.registry(MODEL)
-    refused = project.torchship("run", "--set", f"train.model=broken_nets:{cls}", timeout=120)
+    refused = project.torchship("run", "--set", "train.model=broken_nets:NaNs", timeout=120)
     said = " ".join(refused.stderr.split())   # the console folds long lines
-    assert refused.returncode == 2 and rule in said and "nothing was trained" in said, said[-2000:]
+    assert refused.returncode == 2 and "finite logits" in said and "nothing was trained" in said, said[-2000:]
     assert "prepare" not in refused.stdout   # no stage started
     assert project.registry(MODEL) == before
 

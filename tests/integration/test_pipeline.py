@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
@@ -150,7 +151,7 @@ def test_plan_names_what_would_rerun_without_changing_anything(tiny_pipeline):
 
 def test_changed_params_make_a_new_version_that_is_promoted_or_rejected(tiny_pipeline):
     """The new training is the worked example of your own table model (docs/own-model.md): a module of the project
-    through every stage, the registry and a rebuild from its lineage."""
+    through every stage, the registry, and a lineage that holds the run's own params."""
     project, _ = tiny_pipeline
     before = project.registry(MODEL)
     with workspace_restored(project, MODEL):  # the session's project is as the first run left it afterwards
@@ -180,11 +181,15 @@ def test_changed_params_make_a_new_version_that_is_promoted_or_rejected(tiny_pip
     # The restored tree no longer holds the --set values: only the version's own lineage can rebuild it.
     assert "seed: 7" not in (project.root / "params.yaml").read_text()
     assert tags["dvc_push"] == "pushed to the DVC remote" and "params.yaml" in tags["lineage_files"]
-    rebuilt = project.torchship("rebuild", new[0])
-    assert rebuilt.returncode == 0, rebuilt.stdout[-3000:] + rebuilt.stderr[-3000:]
-    assert f"v{new[0]} rebuilt: every metric within 0.01" in rebuilt.stdout
-    assert "│ f1_macro" in rebuilt.stdout.replace("┃", "│")
-    assert project.registry(MODEL)["versions"].keys() == after["versions"].keys()   # the registry is untouched
+    # `torchship rebuild` from such a lineage runs end to end in tests/integration/test_journey.py, on a host with
+    # nothing but a clone and the servers; here the lineage must hold the run's own params.
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{project.root / 'mlflow' / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    run_id = client.get_model_version(MODEL, new[0]).run_id
+    logged = Path(client.download_artifacts(run_id, "lineage/params.yaml", str(project.root.parent / "lineage")))
+    assert "seed: 7" in logged.read_text() and OWN_TABLE_MODEL in logged.read_text()
 
 
 def test_every_variant_carries_its_proof(tiny_pipeline):
