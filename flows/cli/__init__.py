@@ -46,7 +46,7 @@ class TorchshipGroup(TyperGroup):
 
 app = typer.Typer(cls=TorchshipGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   rich_markup_mode="markdown",
-                  help="torchship: a PyTorch tabular classifier from raw data to a canaried service. "
+                  help="torchship: a PyTorch classifier for tables or images, from raw data to a canaried service. "
                        "Run commands from the project folder (the one holding params.yaml).")
 
 
@@ -73,4 +73,25 @@ app.add_typer(stack.stack_app, name="stack")
 app.command("config-docs", hidden=True)(config_docs.config_docs)
 app.command("dvc-deps", hidden=True)(dvc_deps.dvc_deps)
 
-__all__ = ["app"]
+
+
+def console_main() -> None:
+    """The `torchship` executable: the app, then an exit without unloading every module (a command that ran a
+    pipeline holds Prefect, MLflow, torch and pandas: 1-2 CPU-s of teardown after its work is done). In-process
+    callers (typer's CliRunner) use `app` itself."""
+    import sys
+
+    from tasks.core.procs import exit_without_teardown
+
+    try:
+        app()
+        code = 0
+    except SystemExit as stop:
+        code = stop.code
+    if isinstance(code, str):   # sys.exit("message"): printed, status 1, as the interpreter does
+        print(code, file=sys.stderr)
+        code = 1
+    exit_without_teardown(code or 0)
+
+
+__all__ = ["app", "console_main"]
