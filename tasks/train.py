@@ -1,8 +1,9 @@
 """train: fit the teacher under torchrun (DDP or FSDP2; gloo on CPU, nccl on CUDA), resumable.
 
 DVC stage: `python -m tasks.train` relaunches itself under `torchrun` with train.nproc processes per
-node; each worker resumes from the newest intact checkpoint of the same run (params + data), so a
-killed job re-run, or a worker restarted by `torchrun --max_restarts`, continues where it stopped.
+node (one process on one node without restarts trains in the stage's own process); each worker resumes from the
+newest intact checkpoint of the same run (params + data), so a killed job re-run, or a worker restarted by
+`torchrun --max_restarts`, continues where it stopped.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from tasks.core.schema_spec import load_schema
 from tasks.stages.entry import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.distributed import device_kind
-from tasks.training.job import TrainingJob, launch, run_job, split_rows
+from tasks.training.job import TrainingJob, run_job, split_rows
 from tasks.training.weights import model_spec
 
 
@@ -48,8 +48,9 @@ def student_job(params: Params) -> TrainingJob:
 
 
 def train_student(params: Params) -> None:
-    """Train the student under torchrun (writes data/compress/student/)."""
-    launch(student_job(params))
+    """Train the student (writes data/compress/student/): in this process when it is one rank, else under
+    torchrun, as the teacher is."""
+    run_job(params, student_job(params))
 
 
 if __name__ == "__main__":

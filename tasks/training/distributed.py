@@ -114,15 +114,20 @@ def describe_device(device) -> str:
     return f"{platform.processor() or platform.machine()} CPU ({torch.backends.cpu.get_cpu_capability()})"
 
 
-def init_runtime(params: TrainParams) -> Runtime:
-    """Join the process group: nccl on CUDA, gloo on CPU, with the collective timeout from params."""
+def init_runtime(params: TrainParams, inline: bool = False) -> Runtime:
+    """Join the process group: nccl on CUDA, gloo on CPU, with the collective timeout from params. `inline`: the
+    stage's own process is the job's only rank (no torchrun): a group of one on an in-memory store, no port."""
     local_rank = int(os.environ.get(LOCAL_RANK_ENV, 0))
     if torch.cuda.is_available():
         device, backend = torch.device("cuda", local_rank), "nccl"
         torch.cuda.set_device(device)
     else:
         device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=params.collective_timeout_s))
+    timeout = datetime.timedelta(seconds=params.collective_timeout_s)
+    if inline:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    else:
+        dist.init_process_group(backend, timeout=timeout)
     precision, note = resolve_precision(params.precision, device)
     tf32 = tf32_note(precision, device.type, torch.cuda.get_device_capability(device) if device.type == "cuda"
                      else None)

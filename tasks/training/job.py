@@ -3,6 +3,7 @@ cross-validation); why a job failed is tasks/training/failure.py's."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import json
 import logging
@@ -12,6 +13,7 @@ import resource
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -249,13 +251,14 @@ def fold_starter(job: TrainingJob, runtime: Runtime, n_classes: int) -> StartFol
     return start
 
 
-def worker(params: Params, job: TrainingJob) -> None:
-    """One torchrun process: join the group, build the model, resume or start, train (one run, or the folds of
-    cross-validation below train.cv_max_rows), and (rank 0) save the best weights and report."""
+def worker(params: Params, job: TrainingJob, inline: bool = False) -> None:
+    """One rank (a torchrun process, or the stage's own process `inline`): join the group, build the model, resume
+    or start, train (one run, or the folds of cross-validation below train.cv_max_rows), and (rank 0) save the best
+    weights and report."""
     settings, spec, fitted, summary, calibration, logits = job.train, job.spec, job.fitted, None, None, None
     timeline = Timeline()
     timeline.mark("imported")
-    runtime = init_runtime(settings)
+    runtime = init_runtime(settings, inline)
     timeline.mark("process_group")
     try:
         torch.manual_seed(settings.seed)
@@ -339,9 +342,57 @@ def own_peak_rss_mb() -> float:
 
 
 def run_job(params: Params, job: TrainingJob) -> None:
-    """The launcher outside torchrun; a worker inside it (torchrun sets LOCAL_RANK)."""
+    """A worker inside torchrun (it sets LOCAL_RANK); outside it, the job in this process when it has one rank that
+    torchrun would not restart, else the launcher."""
     if LOCAL_RANK_ENV in os.environ:
         worker(params, job)
         exit_without_teardown()   # the worker is done: skip unloading torch, MLflow, pandas... (seconds)
+    elif runs_inline(job.train):
+        train_inline(params, job)
     else:
         launch(job)
+
+
+def runs_inline(train: TrainParams) -> bool:
+    """One process on one node, no restarts: torchrun would add a launcher and a second interpreter importing torch,
+    MLflow and scikit-learn again (about 4 CPU-s a job on 2 cores) to run the same single rank."""
+    return train.nproc == 1 and train.nnodes == 1 and train.max_restarts == 0
+
+
+def train_inline(params: Params, job: TrainingJob) -> None:
+    """The job's only rank in this process: the same group (of one), trainer, checkpoints and mirror as under
+    torchrun, compile off unless asked (as TORCH_COMPILE_DISABLE does for torchrun's workers); a failure of the
+    job is a TorchshipError naming it, with its traceback logged, as a failed rank is under torchrun."""
+    check_processes_fit(job.train)
+    with mirrored(mirror_for(job.stage, job.checkpoints, lambda: job_fingerprint(job))) as end, \
+            compile_disabled(not job.train.compile):
+        try:
+            worker(params, job, inline=True)
+        except TorchshipError:
+            raise
+        except Exception as exc:
+            log.exception("%s: the training job failed", job.stage)
+            raise TorchshipError(f"the {job.stage} job failed: {type(exc).__name__}: {exc} (its traceback is "
+                                 "above)") from exc
+        end.succeeded = True
+
+
+@contextlib.contextmanager
+def compile_disabled(disabled: bool) -> Iterator[None]:
+    """torch.compile off for the block, as TORCH_COMPILE_DISABLE=1 turns it off for a whole process: the variable
+    for a torch._dynamo not imported yet (importing it costs ~1 s), its config where it is."""
+    if not disabled:
+        yield
+        return
+    before = os.environ.get(COMPILE_DISABLE_ENV)
+    os.environ[COMPILE_DISABLE_ENV] = "1"
+    config = sys.modules.get("torch._dynamo.config")
+    patch = config.patch(disable=True) if config is not None else contextlib.nullcontext()
+    try:
+        with patch:
+            yield
+    finally:
+        if before is None:
+            os.environ.pop(COMPILE_DISABLE_ENV, None)
+        else:
+            os.environ[COMPILE_DISABLE_ENV] = before
