@@ -14,7 +14,8 @@ from tasks.core.schema_spec import load_schema
 from tasks.stages.entry import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.distributed import device_kind
-from tasks.training.job import TrainingJob, run_job, split_rows
+from tasks.training.job import TrainingJob, split_rows
+from tasks.training.run import run_job
 from tasks.training.weights import model_spec
 
 

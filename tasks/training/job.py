@@ -2,18 +2,12 @@
 cross-validation); why a job failed is tasks/training/failure.py's."""
 from __future__ import annotations
 
-import collections
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import re
 import resource
-import subprocess
-import sys
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,10 +20,7 @@ from models import build_model
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file
 from tasks.core.encoding import encode_features, encode_target
-from tasks.core.env import COMPILE_DISABLE_ENV, LOCAL_RANK_ENV, OMP_THREADS_ENV, STAGE_STARTED_ENV, UNBUFFERED
-from tasks.core.errors import TorchshipError
 from tasks.core.params_spec import ImageAugment, Params, PretrainedParams, TrainParams
-from tasks.core.procs import Child, exit_without_teardown, running, tee_lines
 from tasks.core.schema_spec import Schema, load_schema
 from tasks.training import checkpoint
 from tasks.training.adapt import FittedTraining
@@ -44,21 +35,13 @@ from tasks.training.crossval import (
     finish_cross_validation,
 )
 from tasks.training.decision import fit_threshold
-from tasks.training.distributed import (
-    Runtime,
-    broadcast_state,
-    check_processes_fit,
-    init_runtime,
-    torchrun_command,
-    wrap_model,
-)
-from tasks.training.failure import describe_failure, injected_fault
+from tasks.training.distributed import Runtime, broadcast_state, init_runtime, wrap_model
+from tasks.training.failure import injected_fault
 from tasks.training.images import augmenter, keep_frozen_in_eval
 from tasks.training.loop import STOP_ON_F1, Split, Trainer, predict_logits
-from tasks.training.mirror import mirror_for, mirrored
 from tasks.training.pretrained import load_pretrained
 from tasks.training.report import TrainingProgress, report_training
-from tasks.training.timeline import Timeline, stage_started_at
+from tasks.training.timeline import Timeline
 from tasks.training.weights import fit_layout, load_trained, save_trained
 
 log = logging.getLogger("torchship.train")
@@ -141,28 +124,6 @@ def load_training_splits(settings: TrainParams, schema: Schema, device: torch.de
                         train.features.nelement() * train.features.element_size(), device.type, free,
                         max(1, (os.cpu_count() or 1) // settings.nproc))
     return (train.to(device) if plan.workers == 0 else train), val, plan
-
-
-def launch(job: TrainingJob) -> None:
-    """Run the job's module under torchrun; a failure names the rank that failed and its last log lines."""
-    check_processes_fit(job.train)   # before torchrun starts: NCCL refuses two ranks on one GPU
-    env = {**os.environ, OMP_THREADS_ENV: str(threads_per_process(job.train)), **UNBUFFERED,
-           STAGE_STARTED_ENV: str(stage_started_at()), **({} if job.train.compile else {COMPILE_DISABLE_ENV: "1"})}
-    # the team topology: checkpoints fetched from and mirrored to the DVC remote (a killed machine's successor resumes)
-    with mirrored(mirror_for(job.stage, job.checkpoints, lambda: job_fingerprint(job))) as end:
-        # torchrun in a session of its own, held under `running`: a SIGTERM to this stage alone (`kill`, a
-        # supervisor, `dvc repro` stopped) stops torchrun and its workers too, instead of leaving them as orphans
-        process = subprocess.Popen(torchrun_command(job.train, module=job.module, log_dir=str(job.logs)), env=env,
-                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
-        tail: collections.deque[str] = collections.deque(maxlen=400)
-        reader = threading.Thread(target=tee_lines, args=(process.stderr, tail, sys.stderr), daemon=True)
-        reader.start()
-        with running([Child("torchrun", process, Path(os.devnull))]):
-            code = process.wait()
-        reader.join()
-        end.succeeded = code == 0
-    if code != 0:
-        raise TorchshipError(describe_failure(list(tail), code, job.logs, job.train.collective_timeout_s))
 
 
 def teacher_logits(path: Path, features: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -339,60 +300,3 @@ def summed_peak_rss_mb() -> float:
 def own_peak_rss_mb() -> float:
     """This process's peak resident memory (Linux reports ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def run_job(params: Params, job: TrainingJob) -> None:
-    """A worker inside torchrun (it sets LOCAL_RANK); outside it, the job in this process when it has one rank that
-    torchrun would not restart, else the launcher."""
-    if LOCAL_RANK_ENV in os.environ:
-        worker(params, job)
-        exit_without_teardown()   # the worker is done: skip unloading torch, MLflow, pandas... (seconds)
-    elif runs_inline(job.train):
-        train_inline(params, job)
-    else:
-        launch(job)
-
-
-def runs_inline(train: TrainParams) -> bool:
-    """One process on one node, no restarts: torchrun would add a launcher and a second interpreter importing torch,
-    MLflow and scikit-learn again (about 4 CPU-s a job on 2 cores) to run the same single rank."""
-    return train.nproc == 1 and train.nnodes == 1 and train.max_restarts == 0
-
-
-def train_inline(params: Params, job: TrainingJob) -> None:
-    """The job's only rank in this process: the same group (of one), trainer, checkpoints and mirror as under
-    torchrun, compile off unless asked (as TORCH_COMPILE_DISABLE does for torchrun's workers); a failure of the
-    job is a TorchshipError naming it, with its traceback logged, as a failed rank is under torchrun."""
-    check_processes_fit(job.train)
-    with mirrored(mirror_for(job.stage, job.checkpoints, lambda: job_fingerprint(job))) as end, \
-            compile_disabled(not job.train.compile):
-        try:
-            worker(params, job, inline=True)
-        except TorchshipError:
-            raise
-        except Exception as exc:
-            log.exception("%s: the training job failed", job.stage)
-            raise TorchshipError(f"the {job.stage} job failed: {type(exc).__name__}: {exc} (its traceback is "
-                                 "above)") from exc
-        end.succeeded = True
-
-
-@contextlib.contextmanager
-def compile_disabled(disabled: bool) -> Iterator[None]:
-    """torch.compile off for the block, as TORCH_COMPILE_DISABLE=1 turns it off for a whole process: the variable
-    for a torch._dynamo not imported yet (importing it costs ~1 s), its config where it is."""
-    if not disabled:
-        yield
-        return
-    before = os.environ.get(COMPILE_DISABLE_ENV)
-    os.environ[COMPILE_DISABLE_ENV] = "1"
-    config = sys.modules.get("torch._dynamo.config")
-    patch = config.patch(disable=True) if config is not None else contextlib.nullcontext()
-    try:
-        with patch:
-            yield
-    finally:
-        if before is None:
-            os.environ.pop(COMPILE_DISABLE_ENV, None)
-        else:
-            os.environ[COMPILE_DISABLE_ENV] = before

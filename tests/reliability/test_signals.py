@@ -63,7 +63,8 @@ TRAIN_STAGE = """
 import sys
 from pathlib import Path
 from tasks.core.params_spec import TrainParams
-from tasks.training.job import TrainingJob, launch
+from tasks.training.job import TrainingJob
+from tasks.training.run import launch
 logs = Path(sys.argv[1])
 launch(TrainingJob(stage="t", train=TrainParams(nproc=1), spec={}, weights=logs / "w", checkpoints=logs / "c",
                    folder=logs, logs=logs, module="sleeping_worker"))

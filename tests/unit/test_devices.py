@@ -1,4 +1,4 @@
-"""What a training job decides from the devices it finds (tasks/training/distributed.py, tasks/training/job.py): more
+"""What a training job decides from the devices it finds (tasks/training/distributed.py, tasks/training/run.py): more
 processes than GPUs are refused before torchrun starts, TF32 for fp32 on a GPU, FSDP with one process trains as DDP,
 nothing compiles when train.compile is false. A CPU machine has no GPU to count, so the GPU count is faked here
 (torch.cuda's own two functions); everything after it is the real code."""
@@ -14,10 +14,11 @@ import torch
 from tasks.core.env import COMPILE_DISABLE_ENV, STAGE_STARTED_ENV
 from tasks.core.errors import ConfigError
 from tasks.core.params_spec import Params, TrainParams
-from tasks.training import job as job_module
+from tasks.training import run as run_module
 from tasks.training.distill import student_settings
 from tasks.training.distributed import check_processes_fit, device_kind, processes_problem, resolve_strategy, tf32_note
-from tasks.training.job import TrainingJob, launch
+from tasks.training.job import TrainingJob
+from tasks.training.run import launch
 from tasks.training.timeline import Timeline, process_started_at
 
 
@@ -39,7 +40,7 @@ def started(monkeypatch) -> list[dict]:
         calls.append(env)
         raise TorchrunStarted()
 
-    monkeypatch.setattr(job_module.subprocess, "Popen", popen)
+    monkeypatch.setattr(run_module.subprocess, "Popen", popen)
     return calls
 
 

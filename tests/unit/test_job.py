@@ -1,4 +1,4 @@
-"""The torchrun job's failure report and injected faults (tasks/training/job.py), on torchrun's own text."""
+"""The torchrun job's failure report and injected faults (tasks/training/failure.py), on torchrun's own text."""
 from __future__ import annotations
 
 import pytest
