@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pandas as pd
 import pytest
@@ -27,7 +26,9 @@ SLOWER = 50          # at least this many times the fast model's batch-1 p50, me
 SERVICE_SLO_MS = 50  # the service stage's objective here: far above the fast model, far below the 200 ms one
 
 
-def p50_us(path: Path, schema, rows, calls: int = 30) -> float:
+def fastest_us(path: Path, schema, rows, calls: int = 30) -> float:
+    """The fastest of `calls` one-row calls: the model's own cost. The other workers of the suite share the cores,
+    and a median taken beside them measured the fast model at 4.4 ms (CI) against about 1 ms alone."""
     session = open_onnx(path, 1)
     predict_proba(session, schema, rows.iloc[[0]])
     timings = []
@@ -35,26 +36,27 @@ def p50_us(path: Path, schema, rows, calls: int = 30) -> float:
         started = time.perf_counter_ns()
         predict_proba(session, schema, rows.iloc[[i % len(rows)]])
         timings.append((time.perf_counter_ns() - started) / 1e3)
-    return float(np.median(timings))
+    return min(timings)
 
 
 @pytest.fixture(scope="module")
 def graphs(tiny_pipeline, tmp_path_factory):
     """(project, schema, fast file, 50x slower file, ~200 ms file): the slower one grows its products until its
-    p50 is SLOWER times the fast one's."""
+    fastest call takes SLOWER times the fast one's."""
     project, _ = tiny_pipeline
     folder = tmp_path_factory.mktemp("bless-latency")
     fast = project.root / "data/profile/model.onnx"
     schema = schema_from_metadata(onnx_metadata(fast))
     rows = pd.read_parquet(project.root / "data/prepare/holdout.parquet")[schema.feature_names]
-    quick = p50_us(fast, schema, rows)
-    products, slower = 1, folder / "slower.onnx"
+    quick = fastest_us(fast, schema, rows)
+    products, slower = 4, folder / "slower.onnx"
     while True:   # one 512 x 512 product costs a few ms; the fast model's one-row call about 1 ms here
         onnx.save(slowed(onnx.load(str(fast)), products), str(slower))
-        if p50_us(slower, schema, rows) >= SLOWER * quick or products >= 32:
+        took = fastest_us(slower, schema, rows, calls=5)
+        if took >= SLOWER * quick or products >= 256:
             break
         products *= 2
-    assert p50_us(slower, schema, rows) >= SLOWER * quick, f"{products} products: not {SLOWER}x slower"
+    assert took >= SLOWER * quick, f"{products} products: {took:.0f} us, not {SLOWER}x {quick:.0f} us"
     service_slow = folder / "service-slow.onnx"
     onnx.save(slowed(onnx.load(str(fast)), 48), str(service_slow))   # about 200 ms a call: 4x the objective
     return project, schema, fast, slower, service_slow
