@@ -10,7 +10,7 @@ from tasks import bless, canary, register, validate
 from tasks.config import load_params
 from tasks.core import paths, sources, tracking
 from tasks.core.artifacts import read_json
-from tasks.core.params_spec import Params
+from tasks.core.params_spec import Params, TrackingParams
 from tasks.core.verdicts import BlessOutcome
 from tasks.monitoring import batch_index
 from tasks.registry.approvals import review_approvals
@@ -22,10 +22,12 @@ from tasks.workspace.lock import workspace_lock
 
 
 @task(name="dvc-stage", task_run_name="{stage}")
-def dvc_stage(stage: str, parent_run: str) -> repro.StageOutcome:
-    """Let DVC decide skip-or-run from hashes; the stage nests its MLflow run under the pipeline's."""
+def dvc_stage(stage: str, parent_run: str, tracked: TrackingParams) -> repro.StageOutcome:
+    """Let DVC decide skip-or-run from hashes; the stage's MLflow run, which it records, is logged here under the
+    pipeline's (tasks/core/tracking.py says why)."""
     try:
-        outcome = repro.reproduce(stage, env={tracking.PARENT_RUN_ENV: parent_run})
+        outcome = repro.reproduce(stage, env={tracking.PARENT_RUN_ENV: parent_run},
+                                  log_stage_run=lambda folder: tracking.replay_stage_log(tracked, folder, parent_run))
     finally:
         if stage == "validate" and paths.VALIDATE_REPORT.exists():  # the gate's table, pass or fail
             create_markdown_artifact(key="data-contract-gate", markdown=validate.report_markdown(
@@ -76,7 +78,8 @@ def pipeline(params_file: str = "params.yaml", trigger: dict[str, str] | None = 
     run_tags = {**git_state(), "data_source": params.data.source, **(trigger or {})}
     with (workspace_lock("the pipeline run", params.retrain.workspace_wait_s),
           tracking.pipeline_run(params.tracking, run_tags) as parent_run, repro.last_good_outputs()):
-        stages = [dvc_stage(stage, parent_run) for stage in pipeline_stages()]   # dvc.yaml's, in its order
+        # dvc.yaml's stages, in its order
+        stages = [dvc_stage(stage, parent_run, params.tracking) for stage in pipeline_stages()]
         blessing = bless_step(params, parent_run)
         registration = register_step(params, blessing, parent_run, trigger)
         approvals_review(params, "the pipeline")   # decided in the MLflow UI, or timed out: the canary goes next

@@ -185,8 +185,6 @@ def probe_features(params: Params, schema: Schema, train_pixels):
 
 
 def run(params: Params) -> None:
-    import mlflow
-
     from tasks.core.tracking import stage_run
 
     schema = load_schema(paths.SCHEMA)
@@ -199,10 +197,10 @@ def run(params: Params) -> None:
     models = report["models"]
     write_json_atomic(paths.BASELINE_PREDICTIONS, gate_predictions)
     write_json_atomic(paths.BASELINE_REPORT, report)
-    with stage_run(params.tracking, "baseline"):
-        mlflow.log_metrics({f"{name}_{key}": value for name, figures in models.items()
-                            for key, value in figures.items()})
-        mlflow.log_dict(report, "baseline.json")
+    with stage_run(params.tracking, "baseline") as stage_log:
+        stage_log.log_metrics({f"{name}_{key}": value for name, figures in models.items()
+                               for key, value in figures.items()})
+        stage_log.log_dict(report, "baseline.json")
     log.info("baselines on the holdout: %s", report["headline"])
 
 

@@ -155,8 +155,6 @@ def print_variant_table(report: dict) -> None:
 
 def run(params: Params) -> None:
     """DVC stage body: build, score against the fp32 teacher on holdout, gate, report."""
-    import mlflow
-
     from tasks.core.tracking import stage_run
 
     rules = params.compress
@@ -203,16 +201,17 @@ def run(params: Params) -> None:
                          (", ".join(passed) or "none")
     write_json_atomic(paths.COMPRESS_REPORT, report)
     print_variant_table(report)
-    with stage_run(params.tracking, "compress"):
-        mlflow.log_params({**rules.model_dump(), **{f"distill.{k}": v for k, v in params.distill.model_dump().items()}})
+    with stage_run(params.tracking, "compress") as stage_log:
+        stage_log.log_params({**rules.model_dump(),
+                              **{f"distill.{k}": v for k, v in params.distill.model_dump().items()}})
         for name, entry in report["variants"].items():
-            mlflow.set_tag(f"gate.{name}", entry["gate"]["status"])
+            stage_log.set_tags({f"gate.{name}": entry["gate"]["status"]})
             if "drop" not in entry:
                 continue
-            mlflow.log_metrics({f"{name}.{rules.metric}_drop": entry["drop"]["drop"],
-                                f"{name}.{rules.metric}": entry["metrics"][rules.metric],
-                                **({f"{name}.bytes": entry["bytes"]} if "bytes" in entry else {})})
-        mlflow.log_artifact(str(paths.COMPRESS_REPORT))
+            stage_log.log_metrics({f"{name}.{rules.metric}_drop": entry["drop"]["drop"],
+                                   f"{name}.{rules.metric}": entry["metrics"][rules.metric],
+                                   **({f"{name}.bytes": entry["bytes"]} if "bytes" in entry else {})})
+        stage_log.log_artifact(str(paths.COMPRESS_REPORT))
 
 
 if __name__ == "__main__":

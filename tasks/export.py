@@ -42,8 +42,6 @@ def export_probe(schema, count: int) -> tuple[np.ndarray, np.ndarray]:
 
 def run(params: Params) -> None:
     """Export ONNX and .pt2, try torch.compile, gate each on parity with eager, write and log the report."""
-    import mlflow
-
     from tasks.core.tracking import stage_run
 
     model, trained = load_trained(paths.MODEL_WEIGHTS)
@@ -69,12 +67,12 @@ def run(params: Params) -> None:
     report["probe_rows"] = len(probe)
     report["headline"] = "parity " + ", ".join(f"{name} {gate.status}" for name, gate in gates.items())
     write_json_atomic(paths.PARITY_REPORT, report)
-    with stage_run(params.tracking, "export"):
-        mlflow.log_params(rules.model_dump())
-        mlflow.log_metrics({f"{k}_bytes": v["bytes"] for k, v in report.items()
-                            if isinstance(v, dict) and "bytes" in v})
-        mlflow.set_tags({f"gate.parity.{name}": gate.status for name, gate in gates.items()})
-        mlflow.log_artifact(str(paths.PARITY_REPORT))
+    with stage_run(params.tracking, "export") as stage_log:
+        stage_log.log_params(rules.model_dump())
+        stage_log.log_metrics({f"{k}_bytes": v["bytes"] for k, v in report.items()
+                               if isinstance(v, dict) and "bytes" in v})
+        stage_log.set_tags({f"gate.parity.{name}": gate.status for name, gate in gates.items()})
+        stage_log.log_artifact(str(paths.PARITY_REPORT))
     for name, gate in gates.items():
         if gate.status == "fail" and name != "onnx":
             log.error("%s is not published: %s", name, gate.summary())

@@ -127,19 +127,17 @@ def run_images(params: Params, target: str) -> dict:
 
 def run(params: Params) -> None:
     """DVC stage body: load, prepare, write, log."""
-    import mlflow
-
     from tasks.core.tracking import stage_run
 
     target = resolve_target(params.data, params.contract, params.images)
     if is_image_data(params.data, params.images):
         metrics = run_images(params, target)
-        with stage_run(params.tracking, "prepare"):
-            mlflow.log_params({"source": params.data.source, "target": target, "modality": "image",
-                               **params.prepare.model_dump()})
-            mlflow.log_metrics({"rows_train": metrics["rows"]["train"], "classes": metrics["classes"],
-                                "images_refused": metrics["refused"]})
-            mlflow.log_artifact(str(paths.SCHEMA))
+        with stage_run(params.tracking, "prepare") as stage_log:
+            stage_log.log_params({"source": params.data.source, "target": target, "modality": "image",
+                                  **params.prepare.model_dump()})
+            stage_log.log_metrics({"rows_train": metrics["rows"]["train"], "classes": metrics["classes"],
+                                   "images_refused": metrics["refused"]})
+            stage_log.log_artifact(str(paths.SCHEMA))
         log.info("prepared %s", metrics["headline"])
         return
     try:
@@ -152,10 +150,10 @@ def run(params: Params) -> None:
             raise DataError(f"{exc} (a copy of the file and this reason are in {folder}/)") from None
         raise
     metrics = write_prepared(prepared)
-    with stage_run(params.tracking, "prepare"):
-        mlflow.log_params({"source": params.data.source, "target": target, **params.prepare.model_dump()})
-        mlflow.log_metrics({"rows_train": metrics["rows"]["train"], "classes": metrics["classes"]})
-        mlflow.log_artifact(str(paths.SCHEMA))
+    with stage_run(params.tracking, "prepare") as stage_log:
+        stage_log.log_params({"source": params.data.source, "target": target, **params.prepare.model_dump()})
+        stage_log.log_metrics({"rows_train": metrics["rows"]["train"], "classes": metrics["classes"]})
+        stage_log.log_artifact(str(paths.SCHEMA))
     log.info("prepared %s", metrics["headline"])
 
 

@@ -109,8 +109,6 @@ def publish_raw_model(name: str, variant: Path, holdout: Holdout, rules: ExportP
 def run(params: Params) -> None:
     """DVC stage body: time every gated variant on the same rows; choose; compose the choice behind raw inputs
     (raw parity gate); report and plot."""
-    import mlflow
-
     from tasks.core.tracking import stage_run
 
     torch.set_num_threads(params.profile.threads)
@@ -143,13 +141,13 @@ def run(params: Params) -> None:
     write_json_atomic(paths.PROFILE_REPORT, report)
     raw_gate.model_copy(update={"evidence": str(paths.PROFILE_REPORT)}).enforce()
     print_profile_table(report)
-    with stage_run(params.tracking, "profile"):
-        mlflow.log_params({**params.profile.model_dump(), "selected": selected})
+    with stage_run(params.tracking, "profile") as stage_log:
+        stage_log.log_params({**params.profile.model_dump(), "selected": selected})
         for name, figures in results.items():
-            mlflow.log_metrics({f"{name}.{k}": v for k, v in figures.items()})
-        mlflow.set_tag("gate.raw_parity", raw_gate.status)
-        mlflow.log_artifact(str(paths.LATENCY_PLOT))
-        mlflow.log_artifact(str(paths.PROFILE_REPORT))
+            stage_log.log_metrics({f"{name}.{k}": v for k, v in figures.items()})
+        stage_log.set_tags({"gate.raw_parity": raw_gate.status})
+        stage_log.log_artifact(str(paths.LATENCY_PLOT))
+        stage_log.log_artifact(str(paths.PROFILE_REPORT))
     log.info("profile: %s", report["headline"])
 
 

@@ -79,8 +79,6 @@ def validate_tables(params: Params, schema) -> tuple[GateResult, list[dict]]:
 
 def run(params: Params) -> None:
     """DVC stage body: validate every split, write the report and Data Docs, enforce the gate."""
-    import mlflow
-
     from tasks.core.tracking import stage_run
 
     schema = load_schema(paths.SCHEMA)
@@ -88,10 +86,10 @@ def run(params: Params) -> None:
     passed = sum(r["success"] for r in rows)
     write_json_atomic(paths.VALIDATE_REPORT, {**gate.model_dump(), "modality": schema.modality, "expectations": rows,
                                                "headline": f"{gate.status}: {passed}/{len(rows)} expectations"})
-    with stage_run(params.tracking, "validate"):
-        mlflow.log_metrics({"expectations": len(rows), "expectations_passed": passed})
-        mlflow.set_tag("gate.status", gate.status)
-        log_data_docs(paths.DATA_DOCS)
+    with stage_run(params.tracking, "validate") as stage_log:
+        stage_log.log_metrics({"expectations": len(rows), "expectations_passed": passed})
+        stage_log.set_tags({"gate.status": gate.status})
+        log_data_docs(stage_log, paths.DATA_DOCS)
     print_summary(rows, gate)
     log.info("%s gate: %s (Data Docs: %s)", gate.gate, gate.summary(), gate.evidence)
     if gate.blocks(params.validate_.warn_blocks) and not schema.is_image:   # images: prepare quarantined each file
@@ -102,16 +100,14 @@ def run(params: Params) -> None:
     gate.enforce(params.validate_.warn_blocks)
 
 
-def log_data_docs(site: Path) -> None:
+def log_data_docs(stage_log, site: Path) -> None:
     """The Data Docs site as one archive (data_docs.zip: download and open its index.html) and its overview page
     (data_docs/index.html, shown by the MLflow UI). One upload per file of the site was about 100 requests: on a
     tracking server with basic auth, each checks the password hash (about 25 s a run on a busy 2-core box)."""
-    import mlflow
-
     with tempfile.TemporaryDirectory() as folder:
         archive = shutil.make_archive(str(Path(folder) / "data_docs"), "zip", root_dir=site)
-        mlflow.log_artifact(archive)
-    mlflow.log_artifact(str(site / "index.html"), artifact_path="data_docs")
+        stage_log.log_artifact(archive)
+    stage_log.log_artifact(str(site / "index.html"), artifact_path="data_docs")
 
 
 if __name__ == "__main__":

@@ -66,6 +66,9 @@ WEBHOOK_URL_ENV = "TORCHSHIP_WEBHOOK_URL"     # where notifications go (a secret
 PARAMS_ENV, DEFAULT_PARAMS = "TORCHSHIP_PARAMS", "params.yaml"   # the params file `python -m serving` reads
 SERVE_SETTINGS_ENV = "TORCHSHIP_SERVE_SETTINGS"   # serve.workers > 1: the settings each worker builds its app from
 PARENT_RUN_ENV = "TORCHSHIP_PARENT_RUN_ID"    # a stage's MLflow run nests under the pipeline's
+# A folder: the stage records its MLflow run there and `torchship run` logs it (tasks/core/tracking.py), so that a
+# stage process never loads MLflow (about 2 CPU-s a stage). Unset: the stage logs itself.
+STAGE_LOG_ENV = "TORCHSHIP_STAGE_LOG"
 WORKSPACE_LEASE_ENV = "TORCHSHIP_WORKSPACE_LEASE"   # set for the workspace lock's holder and all it starts
 # The team topology (a DVC remote off this disk): the train and compress stages mirror their checkpoints to it
 # (tasks/training/mirror.py); `dvc repro` sets it for them, never for a rebuild.

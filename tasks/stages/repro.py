@@ -12,12 +12,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pydantic import BaseModel
 
-from tasks.core.env import CHECKPOINT_MIRROR_ENV, STAGE_RAN_ENV
+from tasks.core.env import CHECKPOINT_MIRROR_ENV, STAGE_LOG_ENV, STAGE_RAN_ENV
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import Child, tee_lines
 from tasks.stages import run_cache
@@ -171,11 +171,12 @@ def last_good_outputs(cwd: Path = Path(".")) -> Iterator[None]:
 
 
 def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout, cwd: Path = Path("."),
-              force: bool = False) -> StageOutcome:
+              force: bool = False, log_stage_run: Callable[[Path], object] | None = None) -> StageOutcome:
     """Run `dvc repro -s <stage>` if DVC says it changed (always, with `force`: a rebuild must not come from
     DVC's run cache); the stage's own error becomes StageFailed. With a DVC remote off this disk (the team
     topology, tasks/stages/run_cache.py) a finished run elsewhere is restored instead of run, and what runs is
-    shared."""
+    shared. `log_stage_run`: the stage records its MLflow run in a folder (STAGE_LOG_ENV) and this logs it, once the
+    stage has ended, failed or not."""
     started = time.perf_counter()
     changes = ["forced (rebuild)"] if force else stage_changes(stage, cwd).get(stage)
     if not changes:
@@ -186,8 +187,18 @@ def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout, cw
     shared = not force and run_cache.shared_remote(cwd)
     with tempfile.TemporaryDirectory(prefix="torchship-stage-") as marks:
         ran = Path(marks) / "ran"   # the stage touches it when it runs: DVC restored it from the run cache if not
-        extra = {**(env or {}), **({STAGE_RAN_ENV: str(ran), CHECKPOINT_MIRROR_ENV: "1"} if shared else {})}
-        _run_repro(stage, [*(["--pull"] if shared else []), *(["--force"] if force else [])], extra, echo, cwd)
+        recorded = Path(marks) / "mlflow-run"
+        extra = {**(env or {}), **({STAGE_LOG_ENV: str(recorded)} if log_stage_run else {}),
+                 **({STAGE_RAN_ENV: str(ran), CHECKPOINT_MIRROR_ENV: "1"} if shared else {})}
+        try:
+            _run_repro(stage, [*(["--pull"] if shared else []), *(["--force"] if force else [])], extra, echo, cwd)
+        except BaseException:
+            if log_stage_run:
+                with contextlib.suppress(Exception):   # the stage's own failure is what the run reports
+                    log_stage_run(recorded)
+            raise
+        if log_stage_run:
+            log_stage_run(recorded)
         restored = shared and not ran.exists()
     if restored:
         echo.write(f"{stage}: restored from the DVC remote's run cache (a finished run had the same code, data "

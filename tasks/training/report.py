@@ -37,8 +37,6 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
     `decision` (tasks/training/decision.py) a binary model's threshold, which the validation scores apply; `logits`,
     the model's on `val` where the caller has them already; `timeline` gets the report's own marks and goes into
     metrics.json (written last) as `timeline_s`."""
-    import mlflow
-
     from tasks.core.tracking import stage_run
 
     backend, world, strategy = runtime.backend, runtime.world, runtime.strategy
@@ -90,28 +88,30 @@ def report_training(params: Params, model: nn.Module, val, history: list[dict], 
                     schema.classes[positive], plots / "roc_pr.png")
     timeline = timeline or Timeline()
     timeline.mark("plots")
-    with stage_run(params.tracking, stage):
-        mlflow.log_params({**train_params.model_dump(), "backend": backend, "world_size": world,
-                           "strategy_used": strategy, "device_name": metrics["device_name"],
-                           "precision_used": runtime.precision, "precision_note": runtime.precision_note,
-                           "notes": "; ".join(runtime.notes)})
+    with stage_run(params.tracking, stage) as stage_log:
+        stage_log.log_params({**train_params.model_dump(), "backend": backend, "world_size": world,
+                              "strategy_used": strategy, "device_name": metrics["device_name"],
+                              "precision_used": runtime.precision, "precision_note": runtime.precision_note,
+                              "notes": "; ".join(runtime.notes)})
         for step, record in enumerate(history, start=1):   # = the epoch for one run; folds follow one another
-            mlflow.log_metrics({k: v for k, v in record.items() if k != "epoch"}, step=step)
-        mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+            stage_log.log_metrics({k: v for k, v in record.items() if k != "epoch"}, step=step)
+        stage_log.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
         if decision:   # the threshold's evidence: the metric at 0.5 and at the threshold, on the rows it was fit on
-            mlflow.log_metrics({f"decision_{k}": v for k, v in decision.items() if isinstance(v, (int, float))})
-            mlflow.log_params({"decision_metric": decision["metric"], "decision_source": decision["source"]})
+            stage_log.log_metrics({f"decision_{k}": v for k, v in decision.items() if isinstance(v, (int, float))})
+            stage_log.log_params({"decision_metric": decision["metric"], "decision_source": decision["source"]})
         if cross_validation:
-            mlflow.log_params({"cv_members": cross_validation["folds"], "cv_chosen_model": cross_validation["chosen"]})
-            mlflow.log_metrics({f"oof_{name}_{key}": value for name, scores in cross_validation["candidates"].items()
-                                for key, value in scores.items()})
-            mlflow.log_metrics({f"oof_{key}": value for key, value in cross_validation["out_of_fold"].items()})
+            stage_log.log_params({"cv_members": cross_validation["folds"],
+                                  "cv_chosen_model": cross_validation["chosen"]})
+            stage_log.log_metrics({f"oof_{name}_{key}": value
+                                   for name, scores in cross_validation["candidates"].items()
+                                   for key, value in scores.items()})
+            stage_log.log_metrics({f"oof_{key}": value for key, value in cross_validation["out_of_fold"].items()})
         if calibration:
-            mlflow.log_metrics({f"calibration_{key}": value for key, value in calibration.items()})
-        mlflow.log_artifacts(str(plots), artifact_path="plots")
-        mlflow.log_artifact(str(history_path))
+            stage_log.log_metrics({f"calibration_{key}": value for key, value in calibration.items()})
+        stage_log.log_artifacts(str(plots), artifact_path="plots")
+        stage_log.log_artifact(str(history_path))
         if fitted:
-            mlflow.log_dict(fitted.model_dump(), "fitted_training.json")
+            stage_log.log_dict(fitted.model_dump(), "fitted_training.json")
     timeline.mark("mlflow")
     metrics["timeline_s"] = timeline.seconds()
     write_json_atomic(metrics_path, metrics)
