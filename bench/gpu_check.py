@@ -1,6 +1,6 @@
 """The GPU check: the real train stage (and export on its weights) on a GPU, every variant the issue names, in at
 most ~6 minutes on one GPU, against a plain PyTorch loop on the same data, model and batch; writes
-bench/results/gpu.json (the machine, the versions, every figure, what was skipped and why) and prints the same.
+gpu.json in bench/results/ (the machine, the versions, every figure, what was skipped and why) and prints the same.
 
     python bench/gpu_check.py                                  # GPU mode where CUDA is there (the default data is made)
     python bench/gpu_check.py --data D --large L               # prepared tables from folders (made elsewhere)

@@ -1,6 +1,6 @@
 """The image GPU check: the real image train stage on CUDA (fp32, then bf16; channels_last is the stage's own choice
 on CUDA) against a plain PyTorch loop of the same CNN, data, batch and precision, with each one's samples/s and
-peak device memory; at most ~6 minutes on one GPU. Writes bench/results/gpu_images.json and prints the same.
+peak device memory; at most ~6 minutes on one GPU. Writes gpu_images.json into bench/results/ and prints the same.
 
     python bench/gpu_images.py                      # GPU mode: 50,000 rendered 32x32 shapes, 4 epochs
     python bench/gpu_images.py --cpu --out F        # CPU mode: 600 shapes, 2 epochs; checks the plumbing only

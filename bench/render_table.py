@@ -347,8 +347,9 @@ def render_gpu(results: dict[str, dict]) -> list[str]:
         sys.path.insert(0, str(ROOT))
         from bench.gpu_report import TARGETS
 
-        return ["*bench/results/gpu.json: not measured yet: no GPU run of `bench/gpu_check.py` so far.* Its targets:",
-                "", "| target | goal |", "|---|---|", *(f"| {what} | {goal} |" for what, goal, _ in TARGETS.values())]
+        return ["*Not measured yet: no GPU has run `bench/gpu_check.py`, so bench/results/ holds no gpu.json.* "
+                "Its targets:", "", "| target | goal |", "|---|---|",
+                *(f"| {what} | {goal} |" for what, goal, _ in TARGETS.values())]
     result = results["gpu"]
     machine = result["machine"]
     where = (f"{machine.get('cuda')}, {machine.get('gpu_memory_gib')} GiB, torch {machine['torch']}, CUDA "
