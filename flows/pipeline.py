@@ -2,6 +2,8 @@
 what is unchanged), then bless -> register -> canary against the live registry. Each step lives in tasks/<step>."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
@@ -25,9 +27,15 @@ from tasks.workspace.lock import workspace_lock
 def dvc_stage(stage: str, parent_run: str, tracked: TrackingParams) -> repro.StageOutcome:
     """Let DVC decide skip-or-run from hashes; the stage's MLflow run, which it records, is logged here under the
     pipeline's (tasks/core/tracking.py says why)."""
+    def log_stage_run(folder: Path) -> None:
+        try:
+            tracking.replay_stage_log(tracked, folder, parent_run)
+        except Exception as exc:   # the tracking server away: register, later, says so and what to do
+            get_run_logger().warning("%s: its MLflow run was not logged (%s); its reports are in data/%s/", stage,
+                                     str(exc).splitlines()[0][:200], stage)
+
     try:
-        outcome = repro.reproduce(stage, env={tracking.PARENT_RUN_ENV: parent_run},
-                                  log_stage_run=lambda folder: tracking.replay_stage_log(tracked, folder, parent_run))
+        outcome = repro.reproduce(stage, env={tracking.PARENT_RUN_ENV: parent_run}, log_stage_run=log_stage_run)
     finally:
         if stage == "validate" and paths.VALIDATE_REPORT.exists():  # the gate's table, pass or fail
             create_markdown_artifact(key="data-contract-gate", markdown=validate.report_markdown(

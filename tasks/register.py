@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tasks.core import paths
 from tasks.core.artifacts import read_json
-from tasks.core.env import HTTP_RETRIES_ENV, MLFLOW_HTTP_RETRY, http_retry_window_s
+from tasks.core.env import HTTP_RETRIES_ENV, MLFLOW_HTTP_RETRY, http_retry_window_s, kept
 from tasks.core.errors import TorchshipError
 from tasks.core.holdout import load_holdout
 from tasks.core.params_spec import Params
@@ -244,7 +244,7 @@ def _run_with_retries(params: Params, blessing: Blessing, parent_run: str | None
     started = time.monotonic()
     for attempt, delay in enumerate((*RETRY_DELAYS_S, None), start=1):
         try:
-            with http_retries_kept():
+            with kept(HTTP_RETRIES_ENV):   # one_try_once_unreachable may lower MLflow's retries
                 try:
                     with stage_run(params.tracking, "register", parent_run), one_try_once_unreachable():
                         registration = register_candidate(params, blessing, parent_run, trigger)
@@ -274,23 +274,10 @@ def _run_with_retries(params: Params, blessing: Blessing, parent_run: str | None
 
 
 @contextlib.contextmanager
-def http_retries_kept():
-    """MLflow's client retries (HTTP_RETRIES_ENV) as they were on entry again on exit, whatever the block set."""
-    saved = os.environ.get(HTTP_RETRIES_ENV)
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(HTTP_RETRIES_ENV, None)
-        else:
-            os.environ[HTTP_RETRIES_ENV] = saved
-
-
-@contextlib.contextmanager
 def one_try_once_unreachable():
     """Once a request found the tracking server away through all its retries, the closing writes of the blocks
     around this one (end_run) try once each: retrying them too would double the wait before the step says the
-    server is down. Inside http_retries_kept, which puts the retries back."""
+    server is down. Inside kept(HTTP_RETRIES_ENV), which puts the retries back."""
     try:
         yield
     except Exception as exc:

@@ -4,8 +4,9 @@ cannot import Python (the Makefile's `export` line, prefect.yaml's job env) are 
 tests/unit/test_env.py."""
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
 # Nothing phones home from a run, a test or a service (STACK.md: each library's switch, verified with a socket spy).
@@ -131,6 +132,19 @@ def set_defaults(values: dict[str, str], environ: MutableMapping[str, str] | Non
     target = os.environ if environ is None else environ
     for key, value in values.items():
         target.setdefault(key, value)
+
+
+@contextlib.contextmanager
+def kept(name: str) -> Iterator[None]:
+    """The variable `name` as it was on entry (set to its value, or unset) again on exit, whatever the block did."""
+    saved = os.environ.get(name)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
 
 
 def prefect_state(folder: Path) -> dict[str, str]:

@@ -176,7 +176,7 @@ def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout, cw
     DVC's run cache); the stage's own error becomes StageFailed. With a DVC remote off this disk (the team
     topology, tasks/stages/run_cache.py) a finished run elsewhere is restored instead of run, and what runs is
     shared. `log_stage_run`: the stage records its MLflow run in a folder (STAGE_LOG_ENV) and this logs it, once the
-    stage has ended, failed or not."""
+    stage has ended, failed or not; it must not raise (the stage's own outcome is what this reports)."""
     started = time.perf_counter()
     changes = ["forced (rebuild)"] if force else stage_changes(stage, cwd).get(stage)
     if not changes:
@@ -192,13 +192,9 @@ def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout, cw
                  **({STAGE_RAN_ENV: str(ran), CHECKPOINT_MIRROR_ENV: "1"} if shared else {})}
         try:
             _run_repro(stage, [*(["--pull"] if shared else []), *(["--force"] if force else [])], extra, echo, cwd)
-        except BaseException:
+        finally:
             if log_stage_run:
-                with contextlib.suppress(Exception):   # the stage's own failure is what the run reports
-                    log_stage_run(recorded)
-            raise
-        if log_stage_run:
-            log_stage_run(recorded)
+                log_stage_run(recorded)
         restored = shared and not ran.exists()
     if restored:
         echo.write(f"{stage}: restored from the DVC remote's run cache (a finished run had the same code, data "

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from tasks.core.env import COMPILE_DISABLE_ENV, LOCAL_RANK_ENV, OMP_THREADS_ENV, STAGE_STARTED_ENV, UNBUFFERED
+from tasks.core.env import COMPILE_DISABLE_ENV, LOCAL_RANK_ENV, OMP_THREADS_ENV, STAGE_STARTED_ENV, UNBUFFERED, kept
 from tasks.core.errors import TorchshipError
 from tasks.core.params_spec import Params, TrainParams
 from tasks.core.procs import Child, exit_without_teardown, running, tee_lines
@@ -69,18 +69,10 @@ def compile_disabled(disabled: bool) -> Iterator[None]:
     if not disabled:
         yield
         return
-    before = os.environ.get(COMPILE_DISABLE_ENV)
-    os.environ[COMPILE_DISABLE_ENV] = "1"
     config = sys.modules.get("torch._dynamo.config")
-    patch = config.patch(disable=True) if config is not None else contextlib.nullcontext()
-    try:
-        with patch:
-            yield
-    finally:
-        if before is None:
-            os.environ.pop(COMPILE_DISABLE_ENV, None)
-        else:
-            os.environ[COMPILE_DISABLE_ENV] = before
+    with kept(COMPILE_DISABLE_ENV), (config.patch(disable=True) if config is not None else contextlib.nullcontext()):
+        os.environ[COMPILE_DISABLE_ENV] = "1"
+        yield
 
 
 def launch(job: TrainingJob) -> None:

@@ -65,3 +65,13 @@ def test_prefect_state_lives_in_the_given_folder(tmp_path):
     assert state["PREFECT_HOME"] == str(tmp_path)
     assert state["PREFECT_API_DATABASE_CONNECTION_URL"].endswith(str(tmp_path / "db" / "prefect.db"))
     assert state["PREFECT_RESULTS_DEFAULT_SERIALIZER"] == "json"   # never a pickle (test_security.py)
+
+
+def test_kept_puts_a_variable_back_as_it_was_set_or_unset(monkeypatch):
+    monkeypatch.setenv("TORCHSHIP_TEST_KEPT", "before")
+    monkeypatch.delenv("TORCHSHIP_TEST_UNSET", raising=False)
+    with env.kept("TORCHSHIP_TEST_KEPT"), env.kept("TORCHSHIP_TEST_UNSET"):
+        monkeypatch.setenv("TORCHSHIP_TEST_KEPT", "during")
+        monkeypatch.setenv("TORCHSHIP_TEST_UNSET", "during")
+    assert env.os.environ["TORCHSHIP_TEST_KEPT"] == "before" and "TORCHSHIP_TEST_UNSET" not in env.os.environ
+

@@ -1,10 +1,13 @@
-"""The torchrun job's failure report and injected faults (tasks/training/failure.py), on torchrun's own text."""
+"""The torchrun job's failure report and injected faults (tasks/training/failure.py), on torchrun's own text; an inline
+job's compile switch (tasks/training/run.py)."""
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
 
-from tasks.core.env import FAULT_ENV, RESTART_COUNT_ENV
+from tasks.core.env import COMPILE_DISABLE_ENV, FAULT_ENV, RESTART_COUNT_ENV
 from tasks.training.failure import describe_failure, injected_fault
 
 # What node 0's torchrun printed (torch 2.13, gloo) when node 1 was killed mid-run
@@ -56,3 +59,14 @@ def test_the_last_lines_come_from_the_failed_rank_s_folder_on_its_node(tmp_path)
     message = describe_failure(lines, 1, tmp_path / "logs")
     assert message.startswith("rank 1 of the torchrun job failed first") and "Its last log lines: epoch 1 done | " \
         "step 30." in message, message
+
+
+def test_an_inline_job_compiles_nothing_and_leaves_the_switches_as_they_were(monkeypatch):
+    import torch._dynamo.config as dynamo
+
+    from tasks.training.run import compile_disabled
+
+    monkeypatch.setenv(COMPILE_DISABLE_ENV, "0")
+    with compile_disabled(True):
+        assert os.environ[COMPILE_DISABLE_ENV] == "1" and dynamo.disable
+    assert os.environ[COMPILE_DISABLE_ENV] == "0" and not dynamo.disable
