@@ -43,7 +43,7 @@ sys.path.insert(0, ".")
 from models import build_model
 from tasks.config import load_params
 from tasks.core.schema_spec import load_schema
-from tasks.images.shards import read_metadata, read_pixels
+from tasks.modalities.image.shards import read_metadata, read_pixels
 from tasks.training.weights import fit_layout, model_spec
 
 params = load_params().train
@@ -98,7 +98,7 @@ def quality(project: Path) -> dict:
     from tasks.core.params_spec import BaselineParams
     from tasks.core.runtime import open_onnx, predict_labels
     from tasks.core.schema_spec import load_schema
-    from tasks.images import baseline as images_baseline
+    from tasks.modalities.image import baseline as images_baseline
 
     schema = load_schema(Path("data/prepare/schema.json"))
     holdout = load_holdout(schema)

@@ -114,8 +114,8 @@ def champion(root: Path) -> tuple[str, str, Path, dict]:
     if schema.is_image:
         import base64
 
-        from tasks.images.decode import encode_png
-        from tasks.images.shards import read_pixels
+        from tasks.modalities.image.decode import encode_png
+        from tasks.modalities.image.shards import read_pixels
 
         image = read_pixels(root / "data/prepare/holdout.parquet", schema.image.shape)[0]
         return name, version, onnx_path, {IMAGE: base64.b64encode(encode_png(image)).decode(),

@@ -39,7 +39,7 @@ NO_AUGMENT = {"shift": 0, "brightness": 0.0, "flip": False}   # the plain loop h
 # The baseline's data part (bench/gpu_project.py has the rest): the split as one uint8 tensor on the device, the
 # same CNN in channels_last on CUDA, as an expert would write it.
 IMAGE_DATA = r'''
-from tasks.images.shards import read_metadata, read_pixels
+from tasks.modalities.image.shards import read_metadata, read_pixels
 pixels = read_pixels("data/prepare/train.parquet", schema.image.shape).copy()
 labels = read_metadata("data/prepare/train.parquet", schema.target)["label"]
 y = torch.tensor([schema.classes.index(str(v)) for v in labels], device=device)

@@ -118,7 +118,8 @@ class ImageResNet(nn.Module):
         return features.mean(dim=(2, 3))
 
     def logits_and_embedding(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Both in one pass: the served graph outputs the embedding beside the logits (tasks/images/graph.py)."""
+        """Both in one pass: the served graph outputs the embedding beside the logits
+        (tasks/modalities/image/graph.py)."""
         embedding = self.embed(x)
         return self.fc(self.dropout(embedding)), embedding
 

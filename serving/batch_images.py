@@ -1,7 +1,8 @@
 """Batch scoring of images: `torchship predict DIR|MANIFEST -o OUT` with a registered image model, by the service's
 own rules and bytes (serving/batch_scoring.py does tables).
 
-- Same rules: each image is read as a request's would be (tasks/images/decode.py: the size limits before decoding,
+- Same rules: each image is read as a request's would be (tasks/modalities/image/decode.py: the size limits before
+decoding,
   the model's mode, the one resize rule), so a file the service would refuse is refused here.
 - Flat memory: `chunk` images are read, scored and written at a time, whatever the folder's size.
 - All or nothing, like a table file: an image the service would refuse refuses the output (no half file); every
@@ -27,8 +28,8 @@ from serving.batch_scoring import (
 )
 from serving.images import ImageRows
 from tasks.core.errors import DataError
-from tasks.images.decode import fit_size, inspect_image
-from tasks.images.sources import ImageFile, folder_images, manifest_images
+from tasks.modalities.image.decode import fit_size, inspect_image
+from tasks.modalities.image.sources import ImageFile, folder_images, manifest_images
 
 CHUNK_IMAGES = 256
 

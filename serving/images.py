@@ -3,7 +3,8 @@ serving/validation.py's RowDecoder, and this one has the same face: decode, feed
 
 A request carries images as JSON, `{"images": ["<base64 of a PNG or JPEG file>", ...]}` (a `data:` URL prefix is
 allowed), or as a multipart/form-data upload with one or more `image` parts (`curl -F image=@sample.png`). Each image
-is read by the pipeline's own rule (tasks/images/decode.py): over `images.max_file_mb` or `images.max_pixels` (from
+is read by the pipeline's own rule (tasks/modalities/image/decode.py): over `images.max_file_mb` or
+`images.max_pixels` (from
 its header, before decoding: a decompression bomb never reaches memory) it is refused with 413; not decodable, or a
 side under `images.min_side`, 422 naming the image and the rule. An accepted image is converted to the model's mode
 (a grayscale upload to a colour model is read as colour) and scaled and centre-cropped to the model's size.
@@ -23,7 +24,7 @@ import numpy as np
 
 from serving.validation import BodyRefused, RowsRefused
 from tasks.core.schema_spec import Schema
-from tasks.images.decode import ImageLimits, fit_size, inspect_image
+from tasks.modalities.image.decode import ImageLimits, fit_size, inspect_image
 
 IMAGES_SHAPE = ('body must be {"images": ["<base64 PNG or JPEG>", ...]} with at least one image, or a '
                 'multipart/form-data upload with `image` parts')

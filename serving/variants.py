@@ -27,7 +27,7 @@ from tasks.core.runtime import (
     takes_raw_rows,
 )
 from tasks.core.schema_spec import Schema, schema_from_metadata
-from tasks.images.decode import ImageLimits
+from tasks.modalities.image.decode import ImageLimits
 
 log = logging.getLogger("torchship.serving")
 

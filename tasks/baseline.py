@@ -22,7 +22,7 @@ from tasks.core.errors import ConfigError
 from tasks.core.metrics import balances_classes, classification_metrics
 from tasks.core.params_spec import BaselineParams, Params
 from tasks.core.schema_spec import Schema, load_schema
-from tasks.images.shards import read_metadata, read_pixels
+from tasks.modalities.image.shards import read_metadata, read_pixels
 from tasks.stages.entry import stage_main
 
 log = logging.getLogger("torchship.baseline")
@@ -136,10 +136,10 @@ def baseline_outputs(train: pd.DataFrame, holdout: pd.DataFrame, schema: Schema,
 
 
 def image_baseline_outputs(params: Params, schema: Schema) -> tuple[dict, dict]:
-    """The image baselines (tasks/images/baseline.py) on the same splits, in the report's shape: the majority
+    """The image baselines (tasks/modalities/image/baseline.py) on the same splits, in the report's shape: the majority
     class, a logistic regression on downsampled pixels, and with train.pretrained a linear probe on the frozen
     backbone's features, which is then the gate's baseline."""
-    from tasks.images import baseline as images
+    from tasks.modalities.image import baseline as images
 
     metric, shape = params.bless.metric, schema.image.shape
     train, holdout = read_pixels(paths.TRAIN_SPLIT, shape), read_pixels(paths.HOLDOUT_SPLIT, shape)

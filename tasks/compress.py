@@ -29,8 +29,8 @@ from tasks.core.metrics import bootstrap_drop, classification_metrics, predict
 from tasks.core.params_spec import CompressParams, Params
 from tasks.core.runtime import Runner, onnx_runner
 from tasks.core.schema_spec import Schema, load_schema
-from tasks.images.graph import probe_images
-from tasks.images.shards import read_pixels
+from tasks.modalities.image.graph import probe_images
+from tasks.modalities.image.shards import read_pixels
 from tasks.stages.entry import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.exporters import export_onnx

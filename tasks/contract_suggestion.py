@@ -8,7 +8,7 @@ from tasks.contract import parse_table
 from tasks.core.contract_spec import Contract, suggest_contract
 from tasks.core.params_spec import DataParams, ImagesParams
 from tasks.core.sources import is_image_data, load_source, resolve_target
-from tasks.images.contract import ImageContract, suggest_image_contract
+from tasks.modalities.image.contract import ImageContract, suggest_image_contract
 
 
 def contract_yaml(contract: Contract | ImageContract, origin: str, rows: int, unit: str = "rows") -> str:
@@ -26,8 +26,8 @@ def contract_yaml(contract: Contract | ImageContract, origin: str, rows: int, un
 def suggested_image_contract(data: DataParams, images: ImagesParams, margin: float) -> str:
     """Read every image of the source once and propose the image contract from the decodable ones (what could not be
     decoded is named on the way, and left out of the profile)."""
-    from tasks.images.decode import ImageLimits, inspect_image
-    from tasks.images.sources import list_images
+    from tasks.modalities.image.decode import ImageLimits, inspect_image
+    from tasks.modalities.image.sources import list_images
 
     files, origin = list_images(data.source, resolve_target(data, images=images), images.path_column, images.rendered,
                                 data.seed)

@@ -17,8 +17,8 @@ from tasks.core.encoding import encode_target
 from tasks.core.params_spec import Params
 from tasks.core.runtime import onnx_runner
 from tasks.core.schema_spec import load_schema
-from tasks.images.graph import probe_images
-from tasks.images.shards import read_metadata, read_pixels
+from tasks.modalities.image.graph import probe_images
+from tasks.modalities.image.shards import read_metadata, read_pixels
 from tasks.stages.entry import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.exporters import export_onnx, export_program

@@ -20,12 +20,13 @@ log = logging.getLogger("torchship.ingest")
 
 def ingest_images(path: Path, params: Params, schema) -> tuple[GateResult, Path]:
     """An image model's batch: a folder (one subfolder per class) or a manifest of labelled images, judged image by
-    image (tasks/images/batches.py). Refused images are copied to quarantine with the report; within the share the
+    image (tasks/modalities/image/batches.py). Refused images are copied to quarantine with the report; within the
+    share the
     rest join data/batches/, else the whole batch is refused (the folder stays where it is)."""
-    from tasks.images.batches import judge_image_batch, write_image_batch
-    from tasks.images.contract import ImageContract
-    from tasks.images.prepare import quarantine_images
-    from tasks.images.sources import folder_images, manifest_images
+    from tasks.modalities.image.batches import judge_image_batch, write_image_batch
+    from tasks.modalities.image.contract import ImageContract
+    from tasks.modalities.image.prepare import quarantine_images
+    from tasks.modalities.image.sources import folder_images, manifest_images
 
     files = folder_images(path) if path.is_dir() else manifest_images(path, schema.target, params.images.path_column)
     contract = params.contract if isinstance(params.contract, ImageContract) else None
@@ -41,7 +42,7 @@ def ingest_images(path: Path, params: Params, schema) -> tuple[GateResult, Path]
 
 def ingest_batch(path: Path, params: Params) -> tuple[GateResult, Path]:
     """Accept the batch into data/batches/ (and the shared index on the team topology), or move it to
-    data/quarantine/ with its report (an image batch: tasks/images/batches.py)."""
+    data/quarantine/ with its report (an image batch: tasks/modalities/image/batches.py)."""
     schema = load_schema(paths.SCHEMA)
     if schema.is_image:
         return ingest_images(path, params, schema)

@@ -19,8 +19,8 @@ from tasks.core.params_spec import Params
 from tasks.core.quarantine import unique_stamp
 from tasks.core.runtime import EMBEDDING, IMAGE_INPUT, decide, decision_threshold, predict_proba
 from tasks.core.schema_spec import Schema
-from tasks.images.shards import read_metadata, read_pixels
-from tasks.images.watch import STATISTICS
+from tasks.modalities.image.shards import read_metadata, read_pixels
+from tasks.modalities.image.watch import STATISTICS
 from tasks.monitoring.drift import PREDICTION, DriftFindings, judge, measure_drift, sample, save_html
 from tasks.monitoring.estimate import Holdout, expected_accuracy, fit_reliability
 from tasks.monitoring.segments import log_source

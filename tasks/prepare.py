@@ -20,11 +20,11 @@ from tasks.core.problems import Problem
 from tasks.core.quarantine import quarantine_copy
 from tasks.core.schema_spec import Schema
 from tasks.core.sources import is_image_data, read_source, resolve_target, source_path
-from tasks.images.batches import batch_files
-from tasks.images.contract import ImageContract
-from tasks.images.prepare import PreparedImages, prepare_images
-from tasks.images.shards import ROW_GROUP, write_split
-from tasks.images.sources import list_images
+from tasks.modalities.image.batches import batch_files
+from tasks.modalities.image.contract import ImageContract
+from tasks.modalities.image.prepare import PreparedImages, prepare_images
+from tasks.modalities.image.shards import ROW_GROUP, write_split
+from tasks.modalities.image.sources import list_images
 from tasks.stages.entry import stage_main
 
 log = logging.getLogger("torchship.prepare")
@@ -115,7 +115,7 @@ def write_prepared_images(prepared: PreparedImages) -> dict:
 
 
 def run_images(params: Params, target: str) -> dict:
-    """The image source: list, judge, quarantine, split, size, write (tasks/images/prepare.py)."""
+    """The image source: list, judge, quarantine, split, size, write (tasks/modalities/image/prepare.py)."""
     files, origin = list_images(params.data.source, target, params.images.path_column, params.images.rendered,
                                 params.data.seed, params.data.drift)
     accepted = batch_files()   # labelled images `torchship ingest` accepted

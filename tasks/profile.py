@@ -22,7 +22,7 @@ from tasks.core.plots import plot_latency
 from tasks.core.runtime import Runner, decision_threshold, onnx_metadata, onnx_runner, open_onnx
 from tasks.core.schema_spec import load_schema, schema_from_metadata
 from tasks.core.timing import time_interleaved
-from tasks.images.graph import compose_image_model, probe_images
+from tasks.modalities.image.graph import compose_image_model, probe_images
 from tasks.stages.entry import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.parity import check_image_raw_parity, check_raw_parity, raw_probe_rows

@@ -65,7 +65,7 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     import mlflow
     import onnx
 
-    from tasks.images.graph import embedding_width, image_signature
+    from tasks.modalities.image.graph import embedding_width, image_signature
     from tasks.variants.preprocess import client_rows, raw_signature
 
     started = time.perf_counter()

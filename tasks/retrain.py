@@ -104,7 +104,7 @@ def ingested_image_times() -> list[float] | None:
     for a table model, whose retrain learns from the window's feedback labels)."""
     if not paths.SCHEMA.exists() or not load_schema(paths.SCHEMA).is_image:
         return None
-    from tasks.images.batches import SUFFIX, accepted_at
+    from tasks.modalities.image.batches import SUFFIX, accepted_at
 
     times = []
     for path in sorted(paths.BATCHES.glob(f"*{SUFFIX}")):
@@ -115,7 +115,7 @@ def ingested_image_times() -> list[float] | None:
 def take_ingested(params: Params, since: float, until: float) -> RetrainBatch:
     """An image model's retrain batch: the images `torchship ingest` accepted in (since, until] (already judged
     at the image batch door, in data/batches/), snapshotted by DVC like a table's window."""
-    from tasks.images.batches import SUFFIX, accepted_at
+    from tasks.modalities.image.batches import SUFFIX, accepted_at
 
     batches = [p for p in sorted(paths.BATCHES.glob(f"*{SUFFIX}")) if since < accepted_at(p) <= until]
     images = sum(len(pd.read_parquet(p, columns=["name"])) for p in batches)

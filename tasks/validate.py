@@ -19,9 +19,9 @@ from tasks.core.params_spec import Params
 from tasks.core.quarantine import quarantine_copy
 from tasks.core.schema_spec import load_schema
 from tasks.core.sources import source_path
-from tasks.images.contract import ImageContract
-from tasks.images.expectations import rules_for, validate_splits
-from tasks.images.shards import read_metadata
+from tasks.modalities.image.contract import ImageContract
+from tasks.modalities.image.expectations import rules_for, validate_splits
+from tasks.modalities.image.shards import read_metadata
 from tasks.stages.entry import stage_main
 
 log = logging.getLogger("torchship.validate")
@@ -53,7 +53,7 @@ def print_summary(rows: list[dict], gate: GateResult) -> None:
 
 
 def validate_images(params: Params, schema) -> tuple[GateResult, list[dict]]:
-    """The image contract's suite on the written splits' metadata (tasks/images/expectations.py)."""
+    """The image contract's suite on the written splits' metadata (tasks/modalities/image/expectations.py)."""
     splits = {name: read_metadata(path, schema.target) for name, path in
               (("train", paths.TRAIN_SPLIT), ("val", paths.VAL_SPLIT), ("holdout", paths.HOLDOUT_SPLIT))}
     contract = params.contract if isinstance(params.contract, ImageContract) else None

@@ -44,7 +44,7 @@ def request_images(pixels: np.ndarray, count: int, seed: int = 0) -> tuple[list[
     holdout (cycled if it is smaller), and the holdout positions they came from."""
     import base64
 
-    from tasks.images.decode import encode_png
+    from tasks.modalities.image.decode import encode_png
 
     positions = np.resize(np.random.default_rng(seed).permutation(len(pixels)), count)
     encoded = {int(i): base64.b64encode(encode_png(pixels[i])).decode() for i in np.unique(positions)}

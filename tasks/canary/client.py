@@ -86,7 +86,7 @@ class ReplayTraffic:
         if isinstance(features, np.ndarray):
             import base64
 
-            from tasks.images.decode import encode_png
+            from tasks.modalities.image.decode import encode_png
 
             self.bodies = [orjson.dumps({"images": [base64.b64encode(encode_png(image)).decode()]})
                            for image in features]

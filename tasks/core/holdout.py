@@ -10,7 +10,7 @@ import pandas as pd
 from tasks.core import paths
 from tasks.core.encoding import encode_features, encode_target
 from tasks.core.schema_spec import Schema
-from tasks.images.shards import read_metadata, read_pixels
+from tasks.modalities.image.shards import read_metadata, read_pixels
 
 
 @dataclass(frozen=True)

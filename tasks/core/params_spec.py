@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from tasks.core.contract_spec import Contract
-from tasks.images.contract import ImageContract
+from tasks.modalities.image.contract import ImageContract
 
 # The default share of text cells above which a column is categorical: the strict parser (tasks/contract.py)
 # uses it when it is called without the params.

@@ -28,7 +28,7 @@ class Feature(BaseModel):
 
 class ImageShape(BaseModel):
     """What an image model takes: (height, width, channels) uint8 pixels of one mode, at this size after the one
-    resize rule (tasks/images/decode.py fit_size)."""
+    resize rule (tasks/modalities/image/decode.py fit_size)."""
 
     height: int
     width: int

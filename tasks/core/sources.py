@@ -1,5 +1,6 @@
 """Where the data comes from: for tables the seeded synthetic generator, scikit-learn's bundled sets, or a file;
-for images a packaged set, a folder or a manifest (tasks/images/sources.py reads them). `is_image_data` says which
+for images a packaged set, a folder or a manifest (tasks/modalities/image/sources.py reads them). `is_image_data`
+says which
 modality a source holds; the functions here answer for both."""
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tasks.core.errors import ConfigError, DataError
 from tasks.core.params_spec import DataParams, ImagesParams, Shift
 from tasks.core.problems import Problem, raise_if_any
 from tasks.core.tables import read_table, require_target, table_columns
-from tasks.images import sources as image_sources
+from tasks.modalities.image import sources as image_sources
 
 IMAGE_TARGET = "label"   # the label of a folder's or a packaged set's images (a manifest names its own column)
 

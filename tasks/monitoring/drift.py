@@ -28,7 +28,7 @@ from tasks.core.gate import GateResult
 from tasks.core.params_spec import MonitorParams
 from tasks.core.runtime import EMBEDDING
 from tasks.core.schema_spec import Schema
-from tasks.images.watch import (
+from tasks.modalities.image.watch import (
     EMBEDDING_METHOD,
     embedding_drift,
     embeddings_report,

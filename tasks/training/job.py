@@ -100,7 +100,7 @@ def job_fingerprint(job: TrainingJob) -> str:
 def load_split(path, schema: Schema, device: torch.device) -> Split:
     """A prepared split as tensors on `device`: encoded rows (N, F) float32, or images (N, H, W, C) uint8."""
     if schema.is_image:
-        from tasks.images.shards import read_metadata, read_pixels
+        from tasks.modalities.image.shards import read_metadata, read_pixels
 
         labels = encode_target(read_metadata(path, schema.target)["label"], schema)
         return Split(torch.from_numpy(read_pixels(path, schema.image.shape).copy()).to(device),

@@ -159,8 +159,8 @@ def first_image_shape(params: Params) -> tuple[int, int, int]:
     first image's channels, read from its header."""
     from PIL import Image
 
-    from tasks.images.decode import CHANNELS, MODE_OF
-    from tasks.images.sources import SHAPE_SIDE, folder_images, is_packaged, manifest_images
+    from tasks.modalities.image.decode import CHANNELS, MODE_OF
+    from tasks.modalities.image.sources import SHAPE_SIDE, folder_images, is_packaged, manifest_images
 
     source = params.data.source
     if is_packaged(source):
@@ -200,7 +200,7 @@ def source_classes(params: Params, images: bool) -> int:
 
     try:
         if images:
-            from tasks.images.sources import list_images
+            from tasks.modalities.image.sources import list_images
 
             files, _ = list_images(params.data.source, resolve_target(params.data, params.contract, params.images),
                                    params.images.path_column, 8 * 4, params.data.seed)   # shapes: 8 of each class

@@ -11,7 +11,7 @@ from torch import nn
 from tasks.core.artifacts import write_atomic
 from tasks.core.runtime import EMBEDDING, THRESHOLD_KEY
 from tasks.core.schema_spec import Schema
-from tasks.images.graph import ServedImageModel
+from tasks.modalities.image.graph import ServedImageModel
 
 MAX_BATCH = 1 << 16
 
@@ -26,7 +26,8 @@ def export_example(schema: Schema) -> torch.Tensor:
 def export_onnx(model: nn.Module, schema: Schema, exporter: str, path: Path, threshold: float | None = None) -> None:
     """ONNX with a dynamic batch axis; the schema (and a binary model's decision threshold) ride in metadata so the
     file is self-describing: the raw-input front turns the threshold into the graph's `decision` output. An image
-    model is traced with its embedding projection as a second output (tasks/images/graph.py). The input is passed
+    model is traced with its embedding projection as a second output (tasks/modalities/image/graph.py). The input is
+    passed
     by position, so a model's own name for it does not matter."""
     import onnx
 

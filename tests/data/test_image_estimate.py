@@ -18,9 +18,9 @@ from tasks.core.params_spec import MonitorParams
 from tasks.core.runtime import decide
 from tasks.core.schema_spec import ImageShape, Schema
 from tasks.core.servelog import served_line
-from tasks.images.decode import encode_png
-from tasks.images.sources import packaged_digits
-from tasks.images.watch import EMBEDDING, STATISTICS
+from tasks.modalities.image.decode import encode_png
+from tasks.modalities.image.sources import packaged_digits
+from tasks.modalities.image.watch import EMBEDDING, STATISTICS
 from tasks.monitoring.drift import PREDICTION, measure_drift
 from tasks.monitoring.estimate import Holdout, expected_accuracy, fit_reliability
 from tasks.monitoring.window import read_window

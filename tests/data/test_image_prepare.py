@@ -1,4 +1,4 @@
-"""The image modality's prepare core (tasks/images/prepare.py): one pass over every file names each bad one with the
+"""The image modality's prepare core (tasks/modalities/image/prepare.py): one pass over every file names each bad one with the
 rule it breaks (Great Expectations on the metadata table), quarantines it with the report, and splits the rest."""
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 from tasks.core import paths
 from tasks.core.errors import DataError
 from tasks.core.params_spec import ImagesParams, PrepareParams
-from tasks.images.contract import ImageContract, suggest_image_contract
-from tasks.images.decode import ImageLimits, inspect_image
-from tasks.images.prepare import prepare_images
-from tasks.images.shards import read_metadata, read_pixels, write_split
-from tasks.images.sources import folder_images, list_images
+from tasks.modalities.image.contract import ImageContract, suggest_image_contract
+from tasks.modalities.image.decode import ImageLimits, inspect_image
+from tasks.modalities.image.prepare import prepare_images
+from tasks.modalities.image.shards import read_metadata, read_pixels, write_split
+from tasks.modalities.image.sources import folder_images, list_images
 from tests.helpers.images import CLASSES, add_bad_files, shapes_folder
 
 

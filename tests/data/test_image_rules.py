@@ -1,4 +1,4 @@
-"""The image contract's size rules in prepare's one pass (tasks/images/expectations.py rules_for, judge_images): a
+"""The image contract's size rules in prepare's one pass (tasks/modalities/image/expectations.py rules_for, judge_images): a
 side far from the set's median (`images.size_outlier`), a long thin image (`images.max_aspect`) and a speck under
 `images.min_side` are each named file by file with the rule they break; and the validate stage's leakage check on
 the written splits (tasks/validate.py validate_images): an exact copy of a training image in the holdout is refused,
@@ -11,11 +11,11 @@ import pytest
 
 from tasks.core import paths
 from tasks.core.params_spec import ImagesParams, Params, PrepareParams
-from tasks.images.contract import ImageContract, Range
-from tasks.images.expectations import LEAKAGE_RULE
-from tasks.images.prepare import prepare_images
-from tasks.images.shards import write_split
-from tasks.images.sources import folder_images
+from tasks.modalities.image.contract import ImageContract, Range
+from tasks.modalities.image.expectations import LEAKAGE_RULE
+from tasks.modalities.image.prepare import prepare_images
+from tasks.modalities.image.shards import write_split
+from tasks.modalities.image.sources import folder_images
 from tests.helpers.images import CLASSES, shapes_folder
 
 LENIENT = ImagesParams(max_bad_share=0.5)   # the run goes on, so every verdict can be read

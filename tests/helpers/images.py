@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.images.sources import render_shapes
+from tasks.modalities.image.sources import render_shapes
 
 CLASSES = ["circle", "cross", "square", "triangle"]
 
@@ -73,7 +73,7 @@ def served_image_model(folder: Path, schema, widths: list[int] | None = None, se
     import torch
 
     from models.cnn import ImageLayout, ImageResNet
-    from tasks.images.graph import compose_image_model
+    from tasks.modalities.image.graph import compose_image_model
     from tasks.variants.exporters import export_onnx
 
     torch.manual_seed(seed)

@@ -14,7 +14,7 @@ from models import build_model
 from models.cnn import ImageLayout
 from tasks.core.params_spec import PretrainedParams, TrainParams
 from tasks.core.schema_spec import ImageShape, Schema
-from tasks.images.sources import packaged_digits
+from tasks.modalities.image.sources import packaged_digits
 from tasks.training.loop import Split, train_model
 from tasks.training.weights import fit_image_layout
 

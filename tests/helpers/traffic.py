@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.core.env import KEY_HEADER
-from tasks.images.decode import encode_png
+from tasks.modalities.image.decode import encode_png
 
 
 class LiveTraffic:

@@ -20,9 +20,9 @@ import pytest
 
 from tasks.core.env import TOKEN_ENV
 from tasks.core.procs import free_port, http_ok, running, start_child, wait_until_ready
-from tasks.images.decode import encode_png
-from tasks.images.shards import read_metadata, read_pixels
-from tasks.images.sources import shift_images
+from tasks.modalities.image.decode import encode_png
+from tasks.modalities.image.shards import read_metadata, read_pixels
+from tasks.modalities.image.sources import shift_images
 from tasks.registry.approvals import WAITING
 from tests.conftest import BIN, make_project
 from tests.helpers.images import add_bad_files
@@ -142,7 +142,7 @@ def test_a_bad_image_batch_is_named_file_by_file_and_quarantined_while_the_champ
                                                                                           tmp_path):
     """The bad inputs users bring (tests/helpers/images.py) beside new good images: the batch is refused at the
     door, every bad file named with its rule and kept in quarantine, and nothing joins the training data."""
-    from tasks.images.sources import packaged_digits
+    from tasks.modalities.image.sources import packaged_digits
 
     digits, labels = packaged_digits()
     fresh = shift_images(digits[:40], 0.3, seed=11)   # new images: the door also refuses ones it already holds
@@ -236,7 +236,7 @@ def test_a_shifted_image_stream_raises_drift_and_clean_traffic_does_not(project,
 
 def test_the_drift_retrain_learns_from_ingested_images_and_the_live_canary_promotes_it(project, service,
                                                                                       tmp_path):
-    from tasks.images.sources import packaged_digits
+    from tasks.modalities.image.sources import packaged_digits
 
     digits, labels = packaged_digits()
     chosen = np.random.default_rng(7).permutation(len(digits))[:300]

@@ -1,4 +1,5 @@
-"""An image model through export (tasks/variants/exporters.py, tasks/images/graph.py): trained for a few seconds on
+"""An image model through export (tasks/variants/exporters.py, tasks/modalities/image/graph.py): trained for a few
+seconds on
 real digits, exported to ONNX, gated on parity with eager on real holdout images (top-1 agreement and the accuracy
 delta, not only allclose on random tensors), composed into the served graph, and quantised to static int8. A
 deliberately wrong export, a perturbed convolution (the failure of pytorch#166797), is refused."""
@@ -14,8 +15,8 @@ from models import build_model
 from tasks.core.params_spec import ExportParams, TrainParams
 from tasks.core.runtime import EMBEDDING, onnx_runner, open_onnx
 from tasks.core.schema_spec import ImageShape, Schema
-from tasks.images.graph import compose_image_model, probe_images
-from tasks.images.sources import packaged_digits
+from tasks.modalities.image.graph import compose_image_model, probe_images
+from tasks.modalities.image.sources import packaged_digits
 from tasks.training.loop import Split, train_model
 from tasks.training.weights import fit_image_layout
 from tasks.variants.exporters import export_onnx

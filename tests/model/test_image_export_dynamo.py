@@ -15,8 +15,8 @@ from models import build_model
 from tasks.core.params_spec import ExportParams, TrainParams
 from tasks.core.runtime import onnx_runner
 from tasks.core.schema_spec import ImageShape, Schema
-from tasks.images.graph import probe_images
-from tasks.images.sources import packaged_digits
+from tasks.modalities.image.graph import probe_images
+from tasks.modalities.image.sources import packaged_digits
 from tasks.training.loop import Split, train_model
 from tasks.training.weights import fit_image_layout
 from tasks.variants.exporters import export_onnx

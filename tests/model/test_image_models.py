@@ -1,5 +1,5 @@
 """The image models (models/cnn.py), the own-module contract's probe (tasks/training/probe.py) and the image
-baselines (tasks/images/baseline.py), on tiny rendered and packaged sets."""
+baselines (tasks/modalities/image/baseline.py), on tiny rendered and packaged sets."""
 from __future__ import annotations
 
 import sys
@@ -12,8 +12,8 @@ import torch
 from models import build_model
 from models.cnn import ImageLayout, ImageResNet, widths_for
 from tasks.core.params_spec import BaselineParams
-from tasks.images.baseline import MAJORITY, PIXELS, PROBE, downsampled, fit_and_predict, gate_baseline
-from tasks.images.sources import packaged_digits, render_shapes
+from tasks.modalities.image.baseline import MAJORITY, PIXELS, PROBE, downsampled, fit_and_predict, gate_baseline
+from tasks.modalities.image.sources import packaged_digits, render_shapes
 from tasks.training.probe import ModelRuleBroken, image_probe, probe_model, table_probe
 
 LAYOUT = ImageLayout(height=16, width=16, channels=3, mean=[0.5] * 3, std=[0.25] * 3, n_classes=4)

@@ -1,5 +1,6 @@
 """The linear probe of a pretrained backbone: with `train.pretrained` set, the baseline stage's image core
-(tasks/baseline.py image_baseline_outputs, probe_features; tasks/images/baseline.py) fits a logistic regression on the
+(tasks/baseline.py image_baseline_outputs, probe_features; tasks/modalities/image/baseline.py) fits a logistic
+regression on the
 frozen backbone's features of the packaged digits, with weights the test makes itself, and makes it the gate's
 baseline; and bless (tasks/bless/quality.py, tasks/bless/advice.py) refuses a fine-tune that cannot beat it, with
 advice that fits how it was trained."""
@@ -20,8 +21,8 @@ from tasks.core.errors import ConfigError
 from tasks.core.metrics import classification_metrics
 from tasks.core.params_spec import BaselineParams, BlessParams, Params, PretrainedParams, TrainParams
 from tasks.core.verdicts import BlessOutcome
-from tasks.images.baseline import PIXELS, PROBE, fit_and_predict
-from tasks.images.shards import write_split
+from tasks.modalities.image.baseline import PIXELS, PROBE, fit_and_predict
+from tasks.modalities.image.shards import write_split
 from tests.helpers.pretrained_weights import DIGITS, RESNET, WIDTHS, digits, resnet, save_weights, trained_resnet
 
 RULES = BlessParams()   # macro-F1, the default bless metric

@@ -17,10 +17,11 @@ PROJECT_PACKAGES = {"tasks", "models", "serving", "flows"}
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("models", ("models",)),                                   # nn.Modules and their configs: torch only
     ("specs", ("tasks.core.errors", "tasks.core.contract_spec", "tasks.core.params_spec",
-               "tasks.core.schema_spec", "tasks.images.contract")),   # typed specs and errors
-    ("core", ("tasks.core", "tasks.images.decode", "tasks.images.sources", "tasks.images.shards")),   # on the specs
+               "tasks.core.schema_spec", "tasks.modalities.image.contract")),   # typed specs and errors
+    ("core", ("tasks.core", "tasks.modalities.image.decode", "tasks.modalities.image.sources",
+              "tasks.modalities.image.shards")),                # on the specs
     ("loaders", ("tasks.config", "tasks.contract")),           # params.yaml and the data contract, loaded
-    ("modalities", ("tasks.images",)),                         # one package per modality: read, check, serve...
+    ("modalities", ("tasks.modalities",)),                     # one package per modality: read, check, serve...
     ("registry", ("tasks.registry",)),                         # the MLflow registry protocol, one package
     ("shared", ("tasks.training", "tasks.variants", "tasks.monitoring", "tasks.stages",
                 "tasks.workspace")),                           # what several steps share, by concern

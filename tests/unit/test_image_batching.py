@@ -17,7 +17,7 @@ from serving.service import ServiceSettings
 from tasks.core.params_spec import ServeParams, TrackingParams
 from tasks.core.runtime import open_onnx
 from tasks.core.schema_spec import ImageShape, Schema
-from tasks.images.decode import encode_png
+from tasks.modalities.image.decode import encode_png
 from tests.helpers.images import served_image_model
 
 with warnings.catch_warnings():
@@ -41,7 +41,7 @@ def png(seed: int) -> bytes:
 def alone(model_file, files: list[bytes]) -> np.ndarray:
     """(N, C): the served graph's probabilities of each image, one run per image."""
     from serving.images import ImageDecoder
-    from tasks.images.decode import ImageLimits
+    from tasks.modalities.image.decode import ImageLimits
 
     decoder, session = ImageDecoder(SCHEMA, ImageLimits()), open_onnx(model_file, 1)
     return np.concatenate([session.run(["probabilities"], decoder.feed(decoder.decode(

@@ -19,7 +19,7 @@ from flows.cli import app
 from tasks.config import parse_params
 from tasks.core.runtime import open_onnx
 from tasks.core.schema_spec import ImageShape, Schema
-from tasks.images.contract import ImageContract
+from tasks.modalities.image.contract import ImageContract
 from tests.helpers.images import CLASSES, served_image_model, shapes_folder
 
 SCHEMA = Schema(source="t", target="label", classes=CLASSES, modality="image",
@@ -77,7 +77,7 @@ def served_file(tmp_path, monkeypatch):
 def graph_probabilities(model_file, files: list[bytes]) -> np.ndarray:
     """The served graph's probabilities of the files sent to it as one base64 request."""
     from serving.images import ImageDecoder
-    from tasks.images.decode import ImageLimits
+    from tasks.modalities.image.decode import ImageLimits
 
     decoder = ImageDecoder(SCHEMA, ImageLimits())
     pixels = decoder.feed(decoder.decode(orjson.dumps({"images": [base64.b64encode(f).decode() for f in files]})))

@@ -12,7 +12,7 @@ import pytest
 from serving.images import ImageDecoder
 from serving.validation import BodyRefused, RowsRefused
 from tasks.core.schema_spec import ImageShape, Schema
-from tasks.images.decode import ImageLimits, encode_png
+from tasks.modalities.image.decode import ImageLimits, encode_png
 from tests.helpers.images import bomb_png
 
 SCHEMA = Schema(source="t", target="label", classes=["a", "b"], modality="image",

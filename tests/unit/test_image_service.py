@@ -20,8 +20,8 @@ from serving.service import Service, ServiceSettings
 from tasks.core.params_spec import ImagesParams, ServeParams, TrackingParams
 from tasks.core.runtime import open_onnx
 from tasks.core.schema_spec import ImageShape, Schema
-from tasks.images.decode import encode_png
-from tasks.images.graph import compose_image_model
+from tasks.modalities.image.decode import encode_png
+from tasks.modalities.image.graph import compose_image_model
 from tasks.variants.exporters import export_onnx
 from tests.helpers.images import bomb_png
 
@@ -58,7 +58,7 @@ def image(seed: int, size: tuple[int, int] = (16, 16), channels: int = 3) -> byt
 
 def graph_probabilities(model_file, files: list[bytes]) -> np.ndarray:
     from serving.images import ImageDecoder
-    from tasks.images.decode import ImageLimits
+    from tasks.modalities.image.decode import ImageLimits
 
     decoder = ImageDecoder(SCHEMA, ImageLimits())
     pixels = decoder.feed(decoder.decode(orjson.dumps({"images": [base64.b64encode(f).decode() for f in files]})))

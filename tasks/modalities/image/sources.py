@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tasks.core.errors import ConfigError, DataError
-from tasks.images.decode import encode_png
+from tasks.modalities.image.decode import encode_png
 
 PREFIX = "images:"
 PACKAGED = ("digits", "shapes")

@@ -3,7 +3,7 @@
 `inspect_image` looks before it decodes: the file's size, then the header (format and pixel count, so a
 decompression bomb is refused unread), then the whole decode (a truncated JPEG fails there), then the pixels'
 statistics. It never raises on bad input: what it found goes into the returned record, and the rules are judged on
-those records (tasks/images/expectations.py), so one pass names every bad file with every rule it breaks.
+those records (tasks/modalities/image/expectations.py), so one pass names every bad file with every rule it breaks.
 
 `fit_size` is the one resize rule (documented in docs/images.md): scale so the image covers the model's height x
 width, keeping its aspect ratio, then crop the centre. The served graph takes pixels already at that size.

@@ -19,10 +19,10 @@ from tasks.core.gate import GateResult
 from tasks.core.params_spec import ImagesParams
 from tasks.core.quarantine import unique_stamp
 from tasks.core.schema_spec import Schema
-from tasks.images.contract import ImageContract
-from tasks.images.decode import ImageLimits, inspect_image
-from tasks.images.expectations import judge_images, metadata_table, rules_for
-from tasks.images.sources import ImageFile
+from tasks.modalities.image.contract import ImageContract
+from tasks.modalities.image.decode import ImageLimits, inspect_image
+from tasks.modalities.image.expectations import judge_images, metadata_table, rules_for
+from tasks.modalities.image.sources import ImageFile
 
 SUFFIX = ".images.parquet"
 STAMP = "%Y%m%d-%H%M%S"   # tasks/core/quarantine.py unique_stamp's time part
@@ -58,7 +58,7 @@ def judge_image_batch(files: list[ImageFile], origin: str, schema: Schema, param
 
 def prepared_hashes() -> dict[str, str]:
     """sha256 -> split of every prepared image (what a batch image must not repeat)."""
-    from tasks.images.shards import read_metadata
+    from tasks.modalities.image.shards import read_metadata
 
     held = {}
     for split, path in (("train", paths.TRAIN_SPLIT), ("val", paths.VAL_SPLIT), ("holdout", paths.HOLDOUT_SPLIT)):

@@ -1,7 +1,8 @@
 """The declared image contract (the `contract:` section of params.yaml with `modality: image`): what every image of
 the set may be. `torchship contract suggest DIR` proposes one from reference images; a person reviews it. Without
 one, the rules come from the `images` params and the set itself (its classes, its most common mode, its median
-size), tasks/images/expectations.py rules_for. A spec: fields and their checks, no project imports but errors."""
+size), tasks/modalities/image/expectations.py rules_for. A spec: fields and their checks, no project imports but
+errors."""
 from __future__ import annotations
 
 from typing import Literal
@@ -47,9 +48,10 @@ class ImageContract(BaseModel):
 
 
 def suggest_image_contract(rows: list[dict], margin: float = 0.1, tail: float = 0.01) -> ImageContract:
-    """Profile reference images (metadata rows of the decodable ones, tasks/images/decode.py): the observed classes
-    and most common mode, and size, brightness, aspect and file-size ranges from the `tail` and 1 - `tail`
-    quantiles widened by `margin` (so one odd image in the reference sets no rule); a starting point to review."""
+    """Profile reference images (metadata rows of the decodable ones, tasks/modalities/image/decode.py): the
+    observed classes and most common mode, and size, brightness, aspect and file-size ranges from the `tail` and
+    1 - `tail` quantiles widened by `margin` (so one odd image in the reference sets no rule); a starting point to
+    review."""
     import numpy as np
 
     if not rows:

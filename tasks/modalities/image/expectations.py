@@ -20,7 +20,7 @@ import pandas as pd
 
 from tasks.core.gate import GateResult
 from tasks.core.params_spec import ImagesParams, ValidateParams
-from tasks.images.contract import ImageContract
+from tasks.modalities.image.contract import ImageContract
 
 LEAKAGE_RULE = "no image in two splits, nor twice in one (content hash)"
 SHOWN_GROUPS = 5   # duplicate groups named in the refusal (the report's rows sample the rest)

@@ -21,11 +21,11 @@ from tasks.core.errors import DataError
 from tasks.core.params_spec import ImagesParams, PrepareParams
 from tasks.core.quarantine import quarantine_folder
 from tasks.core.schema_spec import ImageShape, Schema
-from tasks.images.contract import ImageContract
-from tasks.images.decode import CHANNELS, ImageLimits, Inspected, fit_size, inspect_image
-from tasks.images.expectations import ImageRules, judge_images, metadata_table, rules_for
-from tasks.images.shards import METADATA
-from tasks.images.sources import ImageFile
+from tasks.modalities.image.contract import ImageContract
+from tasks.modalities.image.decode import CHANNELS, ImageLimits, Inspected, fit_size, inspect_image
+from tasks.modalities.image.expectations import ImageRules, judge_images, metadata_table, rules_for
+from tasks.modalities.image.shards import METADATA
+from tasks.modalities.image.sources import ImageFile
 
 log = logging.getLogger("torchship.prepare")
 KEEP_DECODED_BYTES = 256 << 20   # first-pass pixels kept for the second; beyond this budget a file is read again
