@@ -19,9 +19,9 @@ from serving.batching import MicroBatcher
 from serving.front import Front, new_request_id
 from serving.openapi import contract_openapi
 from serving.service import FeedbackOff, Service, ServiceSettings
-from serving.validation import BodyRefused, RowsRefused
 from serving.variants import NoChampion
 from tasks.core.env import TOKEN_ENV
+from tasks.core.refusals import BodyRefused, RowsRefused
 
 LABELS_SHAPE = ("body must be {\"labels\": [{\"id\": <prediction id from /predict>, \"label\": <class>}, ...]} "
                 "with at least one label")

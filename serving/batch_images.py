@@ -26,9 +26,9 @@ from serving.batch_scoring import (
     file_format,
     scoring_progress,
 )
-from serving.images import ImageRows
 from tasks.core.errors import DataError
 from tasks.modalities.image.decode import fit_size, inspect_image
+from tasks.modalities.image.serving import ImageRows
 from tasks.modalities.image.sources import ImageFile, folder_images, manifest_images
 
 CHUNK_IMAGES = 256

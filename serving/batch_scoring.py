@@ -3,7 +3,8 @@ by the service's own rules and bytes, in memory bounded by the chunk size rather
 
 - Same bytes: the version's model.onnx, checked against its `artifact_sha256` tag (tasks.registry.read
   .verified_onnx, as the service's registry watcher does), opened and warmed as the service opens it.
-- Same rules: each chunk of rows goes through the service's request decoder (serving/validation.py) as a request
+- Same rules: each chunk of rows goes through the service's request decoder (tasks/modalities/table/serving.py) as a
+request
   body would: its one-pass check, then the pydantic verdict that names row, field and rule. A CSV cell is given
   the type a client would send (a number where the schema wants one, an empty cell as null, anything else as the
   text it is, which the check then refuses).
@@ -26,8 +27,9 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from serving.validation import RowDecoder, Rows, RowsRefused, validate_rows
 from tasks.core.errors import DataError
+from tasks.core.refusals import RowsRefused
+from tasks.modalities.table.serving import RowDecoder, Rows, validate_rows
 
 CHUNK_ROWS = 4096   # rows scored at once: the memory bound (bench/results/predict.json), not the file size
 SHOWN = 5           # problems named in the error message; all of them go to the problems file

@@ -11,9 +11,9 @@ import dataclasses
 
 import numpy as np
 
-from serving.images import ImageRows
-from serving.validation import Rows
 from serving.variants import Variant
+from tasks.modalities.image.serving import ImageRows
+from tasks.modalities.table.serving import Rows
 
 
 class Batch:

@@ -21,9 +21,9 @@ from starlette.concurrency import run_in_threadpool
 
 from serving.batching import MicroBatcher
 from serving.service import Service
-from serving.validation import BodyRefused, RowsRefused
 from serving.variants import NoChampion
 from tasks.core.env import KEY_HEADER
+from tasks.core.refusals import BodyRefused, RowsRefused
 
 log = logging.getLogger("torchship.serving")
 INLINE_BODY_BYTES = 64 << 10   # ~40 rows of 64 numeric columns: bigger bodies leave the loop

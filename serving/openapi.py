@@ -9,9 +9,9 @@ from collections.abc import Callable
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from serving.images import IMAGES_SHAPE
-from serving.validation import ROWS_SHAPE
 from serving.variants import Variant
+from tasks.modalities.image.serving import IMAGES_SHAPE
+from tasks.modalities.table.serving import ROWS_SHAPE
 
 PROBLEM = {"type": "object", "properties": {
     "row": {"type": "integer", "description": "index of the row in `rows`"},

@@ -15,16 +15,17 @@ import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from serving.images import ImageRows
 from serving.metrics import Metrics
 from serving.request_log import RequestLog
 from serving.shipper import log_shipper
-from serving.validation import BodyRefused, Rows, RowsRefused, validate_rows
 from serving.variants import NoChampion, Router, SharedShare, Variant, bytes_variant, file_variant
 from serving.watcher import RegistryWatcher
 from tasks.core.params_spec import ImagesParams, ServeParams, TrackingParams
+from tasks.core.refusals import BodyRefused, RowsRefused
 from tasks.core.runtime import EMBEDDING
 from tasks.core.servelog import feedback_line, feedback_path, row_id, served_bytes, shadow_path
+from tasks.modalities.image.serving import ImageRows
+from tasks.modalities.table.serving import Rows, validate_rows
 from tasks.registry.read import CHALLENGER, CHAMPION
 
 log = logging.getLogger("torchship.serving")

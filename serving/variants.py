@@ -14,8 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.images import ImageDecoder, ImageRows
-from serving.validation import RowDecoder, Rows
 from tasks.core.params_spec import ImagesParams
 from tasks.core.runtime import (
     EMBEDDING,
@@ -28,6 +26,8 @@ from tasks.core.runtime import (
 )
 from tasks.core.schema_spec import Schema, schema_from_metadata
 from tasks.modalities.image.decode import ImageLimits
+from tasks.modalities.image.serving import ImageDecoder, ImageRows
+from tasks.modalities.table.serving import RowDecoder, Rows
 
 log = logging.getLogger("torchship.serving")
 

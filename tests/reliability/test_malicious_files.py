@@ -136,9 +136,10 @@ def test_a_data_file_under_the_limit_is_read(tmp_path):
 
 def test_a_path_in_a_request_field_is_just_data(tmp_path):
     from serving.request_log import RequestLog
-    from serving.validation import RowDecoder, RowsRefused
+    from tasks.core.refusals import RowsRefused
     from tasks.core.schema_spec import Feature, Schema
     from tasks.core.servelog import served_bytes
+    from tasks.modalities.table.serving import RowDecoder
 
     schema = Schema(source="t", target="y", classes=["no", "yes"], features=[
         Feature(name="region", kind="categorical", categories=["north"]),

@@ -17,12 +17,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serving.validation import FLOAT32_MAX, FLOAT32_RULE, BodyRefused, RowDecoder, RowsRefused
 from tasks.config import parse_params, read_params_file
 from tasks.core.encoding import encode_features
 from tasks.core.errors import ConfigError
+from tasks.core.refusals import BodyRefused, RowsRefused
 from tasks.core.schema_spec import Feature, Schema
 from tasks.core.servelog import served_bytes
+from tasks.modalities.table.serving import FLOAT32_MAX, FLOAT32_RULE, RowDecoder
 from tasks.variants.preprocess import WHITESPACE
 
 pytestmark = pytest.mark.reliability

@@ -1,4 +1,5 @@
-"""Micro-batching of image requests in the service (serving/batching.py over serving/images.py ImageRows): requests
+"""Micro-batching of image requests in the service (serving/batching.py over tasks/modalities/image/serving.py
+ImageRows): requests
 that arrive together, through the whole ASGI app on one event loop, are scored in fewer graph runs than there are
 requests, and each answer holds exactly its own images' probabilities, as the graph gives them scored alone."""
 from __future__ import annotations
@@ -40,8 +41,8 @@ def png(seed: int) -> bytes:
 
 def alone(model_file, files: list[bytes]) -> np.ndarray:
     """(N, C): the served graph's probabilities of each image, one run per image."""
-    from serving.images import ImageDecoder
     from tasks.modalities.image.decode import ImageLimits
+    from tasks.modalities.image.serving import ImageDecoder
 
     decoder, session = ImageDecoder(SCHEMA, ImageLimits()), open_onnx(model_file, 1)
     return np.concatenate([session.run(["probabilities"], decoder.feed(decoder.decode(

@@ -76,8 +76,8 @@ def served_file(tmp_path, monkeypatch):
 
 def graph_probabilities(model_file, files: list[bytes]) -> np.ndarray:
     """The served graph's probabilities of the files sent to it as one base64 request."""
-    from serving.images import ImageDecoder
     from tasks.modalities.image.decode import ImageLimits
+    from tasks.modalities.image.serving import ImageDecoder
 
     decoder = ImageDecoder(SCHEMA, ImageLimits())
     pixels = decoder.feed(decoder.decode(orjson.dumps({"images": [base64.b64encode(f).decode() for f in files]})))

@@ -1,4 +1,5 @@
-"""The service's image request decoder (serving/images.py): JSON base64 and multipart uploads, limits answered 413,
+"""The service's image request decoder (tasks/modalities/image/serving.py): JSON base64 and multipart uploads, limits
+answered 413,
 broken images 422 naming the image and the rule, every accepted image brought to the model's size and mode."""
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import numpy as np
 import orjson
 import pytest
 
-from serving.images import ImageDecoder
-from serving.validation import BodyRefused, RowsRefused
+from tasks.core.refusals import BodyRefused, RowsRefused
 from tasks.core.schema_spec import ImageShape, Schema
 from tasks.modalities.image.decode import ImageLimits, encode_png
+from tasks.modalities.image.serving import ImageDecoder
 from tests.helpers.images import bomb_png
 
 SCHEMA = Schema(source="t", target="label", classes=["a", "b"], modality="image",

@@ -57,8 +57,8 @@ def image(seed: int, size: tuple[int, int] = (16, 16), channels: int = 3) -> byt
 
 
 def graph_probabilities(model_file, files: list[bytes]) -> np.ndarray:
-    from serving.images import ImageDecoder
     from tasks.modalities.image.decode import ImageLimits
+    from tasks.modalities.image.serving import ImageDecoder
 
     decoder = ImageDecoder(SCHEMA, ImageLimits())
     pixels = decoder.feed(decoder.decode(orjson.dumps({"images": [base64.b64encode(f).decode() for f in files]})))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from serving.batching import MicroBatcher
-from serving.validation import Rows
+from tasks.modalities.table.serving import Rows
 
 
 class FakeVariant:

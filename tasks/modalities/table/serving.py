@@ -30,6 +30,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from tasks.core.encoding import normalise_category
+from tasks.core.refusals import BodyRefused, RowsRefused
 from tasks.core.schema_spec import Schema
 
 ROWS_SHAPE = "body must be {\"rows\": [{feature: value, ...}, ...]} with at least one row"
@@ -40,23 +41,6 @@ FLOAT32_RULE = "float32_range"
 # An integer given for a category is logged as a JSON number (orjson, msgspec: 64-bit integers): 2**64 is refused,
 # not a 500 when its row is logged.
 INT64 = (-(2**63), 2**63 - 1)
-
-
-class BodyRefused(ValueError):
-    """A body that is not a request at all: not JSON (400, in the parser's own words: where it stopped and
-    why), or JSON of another shape (422)."""
-
-    def __init__(self, status: int, detail: str):
-        super().__init__(detail)
-        self.status, self.detail = status, detail
-
-
-class RowsRefused(ValueError):
-    """Request rows that break the model's schema; `problems` name row, field and rule."""
-
-    def __init__(self, problems: list[dict]):
-        super().__init__(f"{len(problems)} problem(s) in the request rows")
-        self.problems = problems
 
 
 def row_model(schema: Schema) -> type[BaseModel]:

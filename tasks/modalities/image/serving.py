@@ -1,5 +1,5 @@
 """Request images checked and brought to the model's size: the image modality's request decoder (the table one is
-serving/validation.py's RowDecoder, and this one has the same face: decode, feed, features).
+tasks/modalities/table/serving.py's RowDecoder, and this one has the same face: decode, feed, features).
 
 A request carries images as JSON, `{"images": ["<base64 of a PNG or JPEG file>", ...]}` (a `data:` URL prefix is
 allowed), or as a multipart/form-data upload with one or more `image` parts (`curl -F image=@sample.png`). Each image
@@ -22,7 +22,7 @@ from email.parser import BytesParser
 import msgspec
 import numpy as np
 
-from serving.validation import BodyRefused, RowsRefused
+from tasks.core.refusals import BodyRefused, RowsRefused
 from tasks.core.schema_spec import Schema
 from tasks.modalities.image.decode import ImageLimits, fit_size, inspect_image
 
