@@ -17,12 +17,12 @@ from tasks.core import paths
 from tasks.core.artifacts import write_atomic
 from tasks.core.gate import GateResult
 from tasks.core.params_spec import ImagesParams
-from tasks.core.quarantine import unique_stamp
+from tasks.core.quarantine import safe_name, unique_stamp
 from tasks.core.schema_spec import Schema
 from tasks.modalities.image.contract import ImageContract
 from tasks.modalities.image.decode import ImageLimits, inspect_image
 from tasks.modalities.image.expectations import judge_images, metadata_table, rules_for
-from tasks.modalities.image.sources import ImageFile
+from tasks.modalities.image.sources import ImageFile, path_refusals
 
 SUFFIX = ".images.parquet"
 STAMP = "%Y%m%d-%H%M%S"   # tasks/core/quarantine.py unique_stamp's time part
@@ -34,11 +34,11 @@ def judge_image_batch(files: list[ImageFile], origin: str, schema: Schema, param
     with the trained set's classes and mode; it fails when the refused share is over max_bad_share."""
     limits = ImageLimits(max_file_bytes=contract.max_file_bytes if contract else int(params.max_file_mb * (1 << 20)),
                          max_pixels=params.max_pixels)
-    records = [inspect_image(f.name, _read(f), limits, f.label) for f in files]
+    records = [inspect_image(f.name, b"" if f.refusal else _read(f), limits, f.label) for f in files]
     table = metadata_table([r.row() for r in records])
     rules = rules_for(table, params, contract)
     rules = type(rules)(**{**rules.__dict__, "classes": list(schema.classes), "mode": schema.image.mode})
-    refused = judge_images(table, rules).refused
+    refused = {**judge_images(table, rules).refused, **path_refusals(files)}
     held = prepared_hashes()
     for name, digest in zip(table["name"], table["sha256"]):   # a batch image the splits hold would leak
         if digest in held:
@@ -78,7 +78,7 @@ def write_image_batch(files: list[ImageFile], name: str) -> Path:
     """The accepted images (original bytes and labels) as one file under data/batches/ (temp + rename)."""
     frame = pd.DataFrame({"name": [f.name for f in files], "label": [f.label for f in files],
                           "data": [f.read() for f in files]})
-    accepted = paths.BATCHES / f"{unique_stamp()}-{name}{SUFFIX}"
+    accepted = paths.BATCHES / f"{unique_stamp()}-{safe_name(name)}{SUFFIX}"
     write_atomic(accepted, lambda tmp: frame.to_parquet(tmp, index=False))
     return accepted
 

@@ -19,13 +19,13 @@ import pandas as pd
 from tasks.core.contract_spec import class_labels, label_strings
 from tasks.core.errors import DataError
 from tasks.core.params_spec import ImagesParams, PrepareParams
-from tasks.core.quarantine import quarantine_folder
+from tasks.core.quarantine import OutsideFolder, contained_path, quarantine_folder
 from tasks.core.schema_spec import ImageShape, Schema
 from tasks.modalities.image.contract import ImageContract
 from tasks.modalities.image.decode import CHANNELS, ImageLimits, Inspected, fit_size, inspect_image
 from tasks.modalities.image.expectations import ImageRules, judge_images, metadata_table, rules_for
 from tasks.modalities.image.shards import METADATA
-from tasks.modalities.image.sources import ImageFile
+from tasks.modalities.image.sources import ImageFile, path_refusals
 
 log = logging.getLogger("torchship.prepare")
 KEEP_DECODED_BYTES = 256 << 20   # first-pass pixels kept for the second; beyond this budget a file is read again
@@ -52,6 +52,10 @@ def inspect_files(files: list[ImageFile], limits: ImageLimits) -> list[Inspected
     """Every file read and checked once; decoded pixels are kept while they fit KEEP_DECODED_BYTES."""
     found, kept = [], 0
     for file in files:
+        if file.refusal is not None:   # its manifest row points outside the manifest's folder: never opened
+            found.append(Inspected(name=file.name, label=file.label, file_bytes=0, sha256="-" + file.name,
+                                   error=file.refusal))
+            continue
         try:
             data = file.read()
         except OSError as exc:   # a manifest row naming a file that is not there
@@ -82,7 +86,7 @@ def prepare_images(files: list[ImageFile], origin: str, target: str, params: Ima
     records = inspect_files(files, limits_of(params, contract))
     table = metadata_table([r.row() for r in records])
     rules = rules_for(table, params, contract)
-    refused = judge_images(table, rules).refused
+    refused = {**judge_images(table, rules).refused, **path_refusals(files)}
     if refused:
         folder = quarantine_images(files, refused, origin, len(records), rules.max_bad_share)
         share = len(refused) / len(records)
@@ -160,19 +164,21 @@ def _listing(refused: dict[str, list[str]]) -> str:
 
 def quarantine_images(files: list[ImageFile], refused: dict[str, list[str]], origin: str, total: int,
                       max_share: float) -> Path:
-    """A copy of each refused file under its own relative name, and report.json: file -> rules."""
+    """A copy of each refused file under its relative name made safe (tasks/core/quarantine.py `contained_path`:
+    never outside the quarantine folder), and report.json: file -> rules. A file refused for where its manifest row
+    points is not copied (nor read)."""
     folder = quarantine_folder("images")
     for file in files:
-        if file.name not in refused:
+        if file.name not in refused or file.refusal is not None:
             continue
-        copy = folder / "files" / file.name.lstrip("/")
-        copy.parent.mkdir(parents=True, exist_ok=True)
         try:
+            copy = contained_path(folder / "files", file.name)
+            copy.parent.mkdir(parents=True, exist_ok=True)
             if file.path is not None:
                 shutil.copy2(file.path, copy)
             else:
                 copy.write_bytes(file.read())
-        except OSError:   # not there at all (a manifest's missing file): the report still names it
+        except (OSError, OutsideFolder):   # not there at all (a manifest's missing file): the report names it
             continue
     report = {"gate": "image contract", "status": "fail" if len(refused) / total > max_share else "warn",
               "origin": origin, "images": total, "refused": len(refused), "max_bad_share": max_share,

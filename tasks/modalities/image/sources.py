@@ -25,6 +25,8 @@ PREFIX = "images:"
 PACKAGED = ("digits", "shapes")
 SUFFIXES = (".png", ".jpg", ".jpeg")
 MANIFEST_SUFFIXES = (".csv", ".parquet", ".pq")
+OUTSIDE_MANIFEST_RULE = "path_outside_manifest_folder"   # a row names a file outside the manifest's folder
+UNUSABLE_PATH_RULE = "path_not_a_file_name"              # a row's path cannot name a file (a NUL byte, a loop)
 SHAPES = ("circle", "square", "triangle", "cross")
 SHAPE_SIDE = 32
 
@@ -37,6 +39,12 @@ class ImageFile:
     label: str | None               # None: the file is in no class folder
     read: Callable[[], bytes]
     path: Path | None = None        # the file on disk (what a quarantine copies), None for a packaged image
+    refusal: str | None = None      # a named rule its manifest row breaks: the file is never opened
+
+
+def path_refusals(files: list[ImageFile]) -> dict[str, list[str]]:
+    """name -> [rule] of every file refused for where its manifest row points (judged before anything is read)."""
+    return {f.name: [f.refusal] for f in files if f.refusal}
 
 
 def is_packaged(source: str) -> bool:
@@ -125,8 +133,9 @@ def folder_images(root: Path) -> list[ImageFile]:
 
 def manifest_images(manifest: Path, target: str | None, path_column: str,
                     labels_required: bool = True) -> list[ImageFile]:
-    """A table of image paths (relative to the manifest's folder, or absolute) and labels (without the label
-    column, when not `labels_required`: images to score have none)."""
+    """A table of image paths (relative to the manifest's folder, or absolute inside it) and labels (without the
+    label column, when not `labels_required`: images to score have none). A row whose path leaves the manifest's
+    folder (`..`, an absolute path elsewhere, a symlink out of it) is refused by a named rule and never read."""
     import pandas as pd
 
     frame = pd.read_csv(manifest, dtype=str, keep_default_na=False) if manifest.suffix.lower() == ".csv" else \
@@ -138,21 +147,48 @@ def manifest_images(manifest: Path, target: str | None, path_column: str,
     if missing:
         raise DataError(f"{manifest}: the manifest lacks column(s) {missing} (it has {list(frame.columns)}); it needs "
                         f"a path column (images.path_column, now '{path_column}') and the label column (data.target).")
-    base = manifest.parent
+    folder = manifest.parent.resolve()
     found = []
     for path, label in zip(frame[path_column].astype(str), frame[target]):
-        file = Path(path) if Path(path).is_absolute() else base / path
         text = None if label is None or (isinstance(label, float) and math.isnan(label)) or str(label) == "" \
             else str(label)
-        found.append(ImageFile(name=path, label=text, read=_reader(file), path=file if file.exists() else None))
+        file, refusal = manifest_file(folder, path)
+        if refusal is not None:
+            found.append(ImageFile(name=path, label=text, read=_refused(refusal), refusal=refusal))
+            continue
+        found.append(ImageFile(name=path, label=text, read=_reader(file, folder),
+                               path=file if file.exists() else None))
     return found
 
 
-def _reader(path: Path) -> Callable[[], bytes]:
+def manifest_file(folder: Path, text: str) -> tuple[Path | None, str | None]:
+    """(the file a manifest row names, resolved, None), or (None, the refusal naming its rule) when it resolves
+    outside `folder` (the manifest's, resolved): through `..`, as an absolute path elsewhere, or by a symlink.
+    Nothing is opened."""
+    try:
+        resolved = (folder / text).resolve()   # an absolute `text` replaces `folder`
+    except (OSError, ValueError, RuntimeError) as exc:   # a NUL byte, a symlink loop
+        return None, f"{UNUSABLE_PATH_RULE}: {text!r} cannot name a file ({type(exc).__name__}): not read"
+    if not resolved.is_relative_to(folder):
+        return None, (f"{OUTSIDE_MANIFEST_RULE}: {text!r} names a file outside the manifest's folder {folder}: "
+                      "not read")
+    return resolved, None
+
+
+def _reader(path: Path, folder: Path) -> Callable[[], bytes]:
     def read() -> bytes:
+        if not path.resolve().is_relative_to(folder):   # swapped for a symlink out since the manifest was read
+            raise PermissionError(f"{OUTSIDE_MANIFEST_RULE}: {path} now resolves outside {folder}: not read")
         if not path.is_file():
             raise FileNotFoundError(f"{path} does not exist")
         return path.read_bytes()
+
+    return read
+
+
+def _refused(refusal: str) -> Callable[[], bytes]:
+    def read() -> bytes:
+        raise PermissionError(refusal)
 
     return read
 
