@@ -1,0 +1,39 @@
+"""The text modality's params section (`text:` in params.yaml): how texts are read and, without a declared text
+contract, what every text must be. A spec: fields, defaults and their checks."""
+from __future__ import annotations
+
+from pydantic import Field
+
+from tasks.core.params_spec import Section
+
+
+class TextParams(Section):
+    """The text modality: which column holds the text, what is read at all, and the rules without a contract."""
+
+    text_column: str | None = Field(None, description="A table's column of free text. null = the contract's, else "
+                                                      "the one column that looks like free text (several: refused, "
+                                                      "name one).")
+    generated: int = Field(8000, ge=100, le=1_000_000, description="Texts `text:tickets` generates.")
+    max_chars: int = Field(20_000, ge=1, description="A longer text is refused; one over 4 bytes a character is "
+                                                     "refused unread (here and in the service).")
+    min_chars: int = Field(1, ge=0, description="Without a contract: a shorter text is refused.")
+    max_tokens: int | None = Field(None, ge=1, description="Without a contract: more whitespace-separated tokens are "
+                                                           "refused. null = no limit beyond max_chars.")
+    max_control_chars: int = Field(0, ge=0, description="Without a contract: control characters (not tab or line "
+                                                        "breaks) a text may hold.")
+    max_zero_width_chars: int = Field(8, ge=0, description="Without a contract: invisible format characters (zero-"
+                                                           "width, bidi controls) a text may hold; emoji sequences "
+                                                           "use zero-width joiners.")
+    max_non_letter_share: float = Field(0.9, ge=0.0, le=1.0, description="Without a contract: the share of non-"
+                                                                         "space characters that are not letters.")
+    allow_duplicates: bool = Field(False, description="Without a contract: keep exact copies (after Unicode and "
+                                                      "whitespace normalisation); false refuses every copy but the "
+                                                      "first.")
+    near_duplicate_jaccard: float = Field(0.8, gt=0.0, le=1.0, description="Two texts whose word-pair sets overlap "
+                                                                           "this much (Jaccard) are near duplicates: "
+                                                                           "one in another split is leakage.")
+    max_class_ratio: float = Field(10.0, gt=1.0, description="A class holding this many times the median share of "
+                                                             "the others is named in a warning.")
+    max_bad_share: float = Field(0.05, ge=0.0, le=1.0, description="Without a contract: the share of texts that "
+                                                                   "may be refused (each named, all quarantined) "
+                                                                   "while the run goes on; above it, prepare fails.")
