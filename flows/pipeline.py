@@ -81,19 +81,21 @@ def pipeline(params_file: str = "params.yaml", trigger: dict[str, str] | None = 
     (promotion.approval: decisions made since, timeouts) -> canary.
     `trigger`: tags naming why this run happened (a retrain's window), put on the run and a new version."""
     params = load_params(params_file)
-    pull_batches(params)
-    check_source(params)
-    run_tags = {**git_state(), "data_source": params.data.source, **(trigger or {})}
-    with (workspace_lock("the pipeline run", params.retrain.workspace_wait_s),
-          tracking.pipeline_run(params.tracking, run_tags) as parent_run, repro.last_good_outputs()):
-        # dvc.yaml's stages, in its order
-        stages = [dvc_stage(stage, parent_run, params.tracking) for stage in pipeline_stages()]
-        blessing = bless_step(params, parent_run)
-        registration = register_step(params, blessing, parent_run, trigger)
-        approvals_review(params, "the pipeline")   # decided in the MLflow UI, or timed out: the canary goes next
-        canary_report = canary_step(params, parent_run, None, record_step,
-                                    smoke=blessing.outcome is not BlessOutcome.UNCHANGED)
-        record_decision(canary_report, params.data.registered_model_name())
-        summary = summarize(stages, blessing, registration, canary_report, parent_run)
-        publish_summary(params, parent_run, summary)
+    # the workspace before anything is written (data/batches/, data/source.json, dvc.lock): re-entrant, so a
+    # `torchship run` or a retrain that holds it already goes straight on
+    with workspace_lock("the pipeline run", params.retrain.workspace_wait_s):
+        pull_batches(params)
+        check_source(params)
+        run_tags = {**git_state(), "data_source": params.data.source, **(trigger or {})}
+        with tracking.pipeline_run(params.tracking, run_tags) as parent_run, repro.last_good_outputs():
+            # dvc.yaml's stages, in its order
+            stages = [dvc_stage(stage, parent_run, params.tracking) for stage in pipeline_stages()]
+            blessing = bless_step(params, parent_run)
+            registration = register_step(params, blessing, parent_run, trigger)
+            approvals_review(params, "the pipeline")   # decided in the MLflow UI, or timed out: the canary goes next
+            canary_report = canary_step(params, parent_run, None, record_step,
+                                        smoke=blessing.outcome is not BlessOutcome.UNCHANGED)
+            record_decision(canary_report, params.data.registered_model_name())
+            summary = summarize(stages, blessing, registration, canary_report, parent_run)
+            publish_summary(params, parent_run, summary)
     return summary

@@ -22,9 +22,14 @@ def ingest(batch: Path = typer.Argument(..., help="A labelled CSV/Parquet batch 
     enter_project()
     from tasks.config import load_params
     from tasks.ingest import ingest_batch
+    from tasks.workspace.lock import WorkspaceBusy, workspace_lock
 
     params = load_params()
-    gate, where = ingest_batch(batch, params)
+    try:   # the workspace first: a run's prepare lists data/batches/ while it holds it
+        with workspace_lock("this ingest", params.retrain.workspace_wait_s):
+            gate, where = ingest_batch(batch, params)
+    except WorkspaceBusy as exc:
+        fail(f"{exc}\nNothing was written: {batch} is where it was and data/batches/ is unchanged.")
     if gate.blocks(params.validate_.warn_blocks):
         fail(f"batch refused: {gate.summary()}\n"
              f"The file and its report are in {where}/; the training set is unchanged.")

@@ -30,16 +30,20 @@ def run(params: Path = typer.Option(None, "--params", help=PARAMS_HELP),
     from tasks.core.sources import check_source, resolve_target
     from tasks.registry.status import registry_changes, registry_snapshot
     from tasks.stages.overrides import applied_overrides, resolve
+    from tasks.workspace.lock import workspace_lock
 
     started = time.perf_counter()
     before = None
     try:
         raw, parsed = resolve(set_, params_file)
-        before = registry_snapshot(parsed)
         check_source(parsed.data, resolve_target(parsed.data, parsed.contract, parsed.images), parsed.images)
-        with applied_overrides(raw):
-            quiet_expected_tracebacks()
-            summary = pipeline(params_file="params.yaml")
+        # The workspace first: nothing (params.yaml, data/source.json, dvc.lock, data/batches/) is written before
+        # this run holds it, so a second run waits or is refused and never changes a running one's inputs.
+        with workspace_lock("this run", parsed.retrain.workspace_wait_s):
+            before = registry_snapshot(parsed)   # held: what this run finds, not what another is changing
+            with applied_overrides(raw):
+                quiet_expected_tracebacks()
+                summary = pipeline(params_file="params.yaml")
     except TorchshipError as exc:
         # Say what really happened to the registry: a failure after register leaves a version behind.
         registry = (registry_changes(before, registry_snapshot(parsed)) if before is not None

@@ -89,6 +89,7 @@ def record_stage(stage: str, cwd: Path = Path(".")) -> None:
     """Write the stage's current deps and outs to dvc.lock without running it (`dvc commit`): for the source
     stage, whose output torchship has just written itself, so plain `dvc status` then lists nothing to do."""
     from dvc.exceptions import DvcException
+    from dvc.lock import LockError
     from dvc.repo import Repo
 
     dvc_log = logging.getLogger("dvc")
@@ -97,6 +98,10 @@ def record_stage(stage: str, cwd: Path = Path(".")) -> None:
     try:
         with Repo(str(cwd)) as repo:
             repo.commit(stage, force=True)
+    except LockError:
+        raise StageFailed(f"dvc commit {stage}: another dvc command holds this folder's DVC lock (.dvc/tmp/lock): "
+                          "one run by hand, or a stage a killed run left behind; torchship's own runs wait for the "
+                          "workspace lock before they reach DVC. Let it finish (or stop it) and run again.") from None
     except DvcException as exc:
         raise StageFailed(f"dvc commit {stage} failed: {exc}") from None
     finally:
