@@ -131,6 +131,7 @@ def test_looks_like_text_is_cheap_and_never_raises(tmp_path):
     write_folder(tmp_path / "folder")
     (tmp_path / "pngs" / "a").mkdir(parents=True)
     (tmp_path / "pngs" / "a" / "x.png").write_bytes(b"\x89PNG")
+    (tmp_path / "pngs" / "README.txt").write_text("a note beside the class folders", encoding="utf-8")
     assert looks_like_text(tmp_path / "reviews.csv") and looks_like_text(reviews_frame(), target="label")
     assert looks_like_text(str(tmp_path / "folder")) and looks_like_text("text:tweets")
     for other in ("numbers.csv", "gzip.csv", "pngs", "missing.csv"):

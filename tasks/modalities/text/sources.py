@@ -250,15 +250,15 @@ def fingerprint_texts(source: str) -> dict:
 
 
 def looks_like_text(source: str | Path | pd.DataFrame, target: str | None = None) -> bool:
-    """Text rather than a table or images, cheaply: a packaged text set, a folder holding `.txt` files, or a table
-    (its header and first rows) with a free-text column. Never raises."""
+    """Text rather than a table or images, cheaply: a packaged text set, a folder whose class subfolders hold `.txt`
+    files, or a table (its header and first rows) with a free-text column. Never raises."""
     if isinstance(source, pd.DataFrame):
         return bool(_detected(source, target))
     if is_packaged(str(source)):
         return True
     path = Path(source)
-    if path.is_dir():
-        return any(True for _ in _text_files(path))
+    if path.is_dir():   # a README.txt beside class folders of images makes no text set: a class must hold one
+        return any(len(p.relative_to(path).parts) > 1 for p in _text_files(path))
     try:
         return path.suffix.lower() in TABLE_SUFFIXES and path.is_file() and \
             bool(_detected(read_table(path, sample=True), target))
