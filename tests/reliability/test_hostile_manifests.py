@@ -80,8 +80,8 @@ def test_prepare_refuses_rows_outside_the_manifest_folder_and_writes_only_quaran
 
     # an accepted batch whose stored image names climb out (written before names were checked): refused as
     # undecodable, its quarantine copy must still land inside the quarantine folder
-    climbing = [ImageFile(name="../" * depth + "dvc.yaml", label="circle", read=lambda d=depth: b"not an image %d" % d)
-                for depth in range(1, DEPTH + 1)]
+    climbing = [ImageFile(name="../" * depth + "dvc.yaml", label="circle",
+                          read=lambda limit=None, d=depth: b"not an image %d" % d) for depth in range(1, DEPTH + 1)]
     write_image_batch(climbing, "escape")
     before = tree(tmp_path)
     files, origin = list_images(str(manifest), "label", "path", 100, 0)

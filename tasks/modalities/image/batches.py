@@ -20,8 +20,9 @@ from tasks.core.params_spec import ImagesParams
 from tasks.core.quarantine import safe_name, unique_stamp
 from tasks.core.schema_spec import Schema
 from tasks.modalities.image.contract import ImageContract
-from tasks.modalities.image.decode import ImageLimits, inspect_image
+from tasks.modalities.image.decode import ImageLimits
 from tasks.modalities.image.expectations import judge_images, metadata_table, rules_for
+from tasks.modalities.image.prepare import inspect_file
 from tasks.modalities.image.sources import ImageFile, path_refusals
 
 SUFFIX = ".images.parquet"
@@ -34,7 +35,11 @@ def judge_image_batch(files: list[ImageFile], origin: str, schema: Schema, param
     with the trained set's classes and mode; it fails when the refused share is over max_bad_share."""
     limits = ImageLimits(max_file_bytes=contract.max_file_bytes if contract else int(params.max_file_mb * (1 << 20)),
                          max_pixels=params.max_pixels)
-    records = [inspect_image(f.name, b"" if f.refusal else _read(f), limits, f.label) for f in files]
+    records, judged = [], {}
+    for file in files:   # each read once, within the size limit: what is judged is what is stored
+        record, judged[file.name] = inspect_file(file, limits)
+        record.pixels = None   # not needed here: a batch's decoded pixels are not held
+        records.append(record)
     table = metadata_table([r.row() for r in records])
     rules = rules_for(table, params, contract)
     rules = type(rules)(**{**rules.__dict__, "classes": list(schema.classes), "mode": schema.image.mode})
@@ -53,7 +58,9 @@ def judge_image_batch(files: list[ImageFile], origin: str, schema: Schema, param
     else:   # within the share: the refused ones are named (a warning), the rest join
         gate = GateResult.decide("image batch", [], reasons,
                                  passed=f"{len(files)} of {len(files)} images accepted")
-    return gate, [f for f in files if f.name not in refused], refused
+    accepted = [ImageFile(name=f.name, label=f.label, read=lambda limit=None, data=judged[f.name]: data)
+                for f in files if f.name not in refused]
+    return gate, accepted, refused
 
 
 def prepared_hashes() -> dict[str, str]:
@@ -65,13 +72,6 @@ def prepared_hashes() -> dict[str, str]:
         if path.exists():
             held.update(dict.fromkeys(read_metadata(path, "label")["sha256"], split))
     return held
-
-
-def _read(file: ImageFile) -> bytes:
-    try:
-        return file.read()
-    except OSError:
-        return b""
 
 
 def write_image_batch(files: list[ImageFile], name: str) -> Path:
@@ -92,7 +92,8 @@ def batch_files(since: float = 0.0) -> list[ImageFile]:
         frame = pd.read_parquet(path)
         stem = path.name.removesuffix(SUFFIX)
         for name, label, data in zip(frame["name"], frame["label"], frame["data"]):
-            found.append(ImageFile(name=f"{stem}/{name}", label=str(label), read=lambda data=data: bytes(data)))
+            found.append(ImageFile(name=f"{stem}/{name}", label=str(label),
+                                   read=lambda limit=None, data=data: bytes(data)))
     return found
 
 

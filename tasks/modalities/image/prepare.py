@@ -25,7 +25,7 @@ from tasks.modalities.image.contract import ImageContract
 from tasks.modalities.image.decode import CHANNELS, ImageLimits, Inspected, fit_size, inspect_image
 from tasks.modalities.image.expectations import ImageRules, judge_images, metadata_table, rules_for
 from tasks.modalities.image.shards import METADATA
-from tasks.modalities.image.sources import ImageFile, path_refusals
+from tasks.modalities.image.sources import FileTooLarge, ImageFile, path_refusals
 
 log = logging.getLogger("torchship.prepare")
 KEEP_DECODED_BYTES = 256 << 20   # first-pass pixels kept for the second; beyond this budget a file is read again
@@ -48,21 +48,33 @@ def limits_of(params: ImagesParams, contract: ImageContract | None) -> ImageLimi
     return ImageLimits(max_file_bytes=max_bytes, max_pixels=params.max_pixels)
 
 
+def inspect_file(file: ImageFile, limits: ImageLimits) -> tuple[Inspected, bytes | None]:
+    """One file measured, read no further than the size limit, and checked (never raises on bad input); its bytes
+    when they were read."""
+    if file.refusal is not None:   # its manifest row points outside the manifest's folder: never opened
+        return unread(file, 0, file.refusal), None
+    try:
+        data = file.read_within(limits.max_file_bytes)
+    except FileTooLarge as exc:   # measured (stat) before a byte of it was read
+        record = unread(file, exc.size, str(exc))
+        record.too_large = True
+        return record, None
+    except OSError as exc:   # a manifest row naming a file that is not there, or no regular file
+        return unread(file, 0, f"cannot be read: {exc}"), None
+    return inspect_image(file.name, data, limits, file.label), data
+
+
+def unread(file: ImageFile, size: int, error: str) -> Inspected:
+    """The record of a file that was not read: no content hash (a placeholder no other file shares)."""
+    return Inspected(name=file.name, label=file.label, file_bytes=size, sha256="-" + file.name, error=error)
+
+
 def inspect_files(files: list[ImageFile], limits: ImageLimits) -> list[Inspected]:
-    """Every file read and checked once; decoded pixels are kept while they fit KEEP_DECODED_BYTES."""
+    """Every file read (within the size limit) and checked once; decoded pixels are kept while they fit
+    KEEP_DECODED_BYTES."""
     found, kept = [], 0
     for file in files:
-        if file.refusal is not None:   # its manifest row points outside the manifest's folder: never opened
-            found.append(Inspected(name=file.name, label=file.label, file_bytes=0, sha256="-" + file.name,
-                                   error=file.refusal))
-            continue
-        try:
-            data = file.read()
-        except OSError as exc:   # a manifest row naming a file that is not there
-            found.append(Inspected(name=file.name, label=file.label, file_bytes=0, sha256="-" + file.name,
-                                   error=f"cannot be read: {exc}"))
-            continue
-        record = inspect_image(file.name, data, limits, file.label)
+        record, _ = inspect_file(file, limits)
         if record.pixels is not None:
             kept += record.pixels.nbytes
             if kept > KEEP_DECODED_BYTES:
@@ -83,7 +95,8 @@ def prepare_images(files: list[ImageFile], origin: str, target: str, params: Ima
                    contract: ImageContract | None = None) -> PreparedImages:
     """The core: read, judge, split, size. Raises DataError (after quarantining) when the refused share is over the
     limit or a class is too small to split."""
-    records = inspect_files(files, limits_of(params, contract))
+    limits = limits_of(params, contract)
+    records = inspect_files(files, limits)
     table = metadata_table([r.row() for r in records])
     rules = rules_for(table, params, contract)
     refused = {**judge_images(table, rules).refused, **path_refusals(files)}
@@ -114,7 +127,7 @@ def prepare_images(files: list[ImageFile], origin: str, target: str, params: Ima
     splits, pixels = {}, {}
     for name in SPLITS:
         rows = kept[assignment == name].reset_index(drop=True)
-        pixels[name] = np.stack([sized(by_name[n], reading[n], shape) for n in rows["name"]])
+        pixels[name] = np.stack([sized(by_name[n], reading[n], shape, limits) for n in rows["name"]])
         splits[name] = rows[list(METADATA)].assign(**{target: rows["label"].to_numpy()})
     schema = Schema(source=origin, target=target, classes=classes, modality="image", image=shape)
     return PreparedImages(schema=schema, splits=splits, pixels=pixels, refused=refused, rules=rules,
@@ -145,12 +158,16 @@ def split_rows(table: pd.DataFrame, params: PrepareParams, origin: str) -> np.nd
     return assignment
 
 
-def sized(record: Inspected, file: ImageFile, shape: ImageShape) -> np.ndarray:
-    """The image at the model's size (read again when the first pass did not keep its pixels)."""
+def sized(record: Inspected, file: ImageFile, shape: ImageShape, limits: ImageLimits) -> np.ndarray:
+    """The image at the model's size (read again, by the same limits, when the first pass did not keep its
+    pixels)."""
     pixels = record.pixels
     if pixels is None:
-        pixels = inspect_image(record.name, file.read(), ImageLimits(max_file_bytes=1 << 62, max_pixels=1 << 62)
-                               ).pixels
+        again, _ = inspect_file(file, limits)
+        if again.pixels is None or again.sha256 != record.sha256:
+            raise DataError(f"{record.name} changed while prepare read it ({again.error or 'other content'}): run "
+                            "again once the source is still.")
+        pixels = again.pixels
     return fit_size(pixels, shape.height, shape.width)
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +39,41 @@ class ImageFile:
 
     name: str                       # the path relative to the source (posix), or `<set>/<index>` for a packaged set
     label: str | None               # None: the file is in no class folder
-    read: Callable[[], bytes]
+    read: Callable[..., bytes]      # read(limit=None): its bytes; a file on disk over `limit`: FileTooLarge, unread
     path: Path | None = None        # the file on disk (what a quarantine copies), None for a packaged image
     refusal: str | None = None      # a named rule its manifest row breaks: the file is never opened
+
+    def read_within(self, limit: int) -> bytes:
+        """Its bytes, or FileTooLarge when it holds more than `limit` (a file on disk is measured before it is read)."""
+        data = self.read(limit)
+        if len(data) > limit:   # one already in memory (a packaged set's, an accepted batch's)
+            raise FileTooLarge(len(data), limit)
+        return data
+
+
+class FileTooLarge(ValueError):
+    """A file over the size limit: measured, not read."""
+
+    def __init__(self, size: int, limit: int):
+        super().__init__(f"{size:,} bytes is over the limit of {limit:,}: not read")
+        self.size = size
+
+
+def read_capped(path: Path, limit: int | None = None) -> bytes:
+    """A regular file's bytes: measured (fstat) before a byte is read, and read no further than `limit` + 1
+    (FileTooLarge past it, also for a file that grew meanwhile). What is not a regular file is an OSError, unread (a
+    FIFO would block, a device never ends)."""
+    handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)   # a FIFO opens without waiting for a writer
+    with os.fdopen(handle, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is not a regular file: not read")
+        if limit is not None and info.st_size > limit:
+            raise FileTooLarge(info.st_size, limit)
+        data = file.read() if limit is None else file.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise FileTooLarge(len(data), limit)
+    return data
 
 
 def path_refusals(files: list[ImageFile]) -> dict[str, list[str]]:
@@ -108,11 +142,11 @@ def list_images(source: str, target: str | None, path_column: str, rendered: int
 
 def _in_memory(name: str, label: str, pixels: np.ndarray) -> ImageFile:
     data = encode_png(pixels)
-    return ImageFile(name=name, label=label, read=lambda: data)
+    return ImageFile(name=name, label=label, read=lambda limit=None: data)
 
 
 def _on_disk(name: str, label: str | None, path: Path) -> ImageFile:
-    return ImageFile(name=name, label=label, read=path.read_bytes, path=path)
+    return ImageFile(name=name, label=label, read=lambda limit=None: read_capped(path, limit), path=path)
 
 
 def folder_images(root: Path) -> list[ImageFile]:
@@ -175,19 +209,19 @@ def manifest_file(folder: Path, text: str) -> tuple[Path | None, str | None]:
     return resolved, None
 
 
-def _reader(path: Path, folder: Path) -> Callable[[], bytes]:
-    def read() -> bytes:
+def _reader(path: Path, folder: Path) -> Callable[..., bytes]:
+    def read(limit: int | None = None) -> bytes:
         if not path.resolve().is_relative_to(folder):   # swapped for a symlink out since the manifest was read
             raise PermissionError(f"{OUTSIDE_MANIFEST_RULE}: {path} now resolves outside {folder}: not read")
-        if not path.is_file():
+        if not path.exists():
             raise FileNotFoundError(f"{path} does not exist")
-        return path.read_bytes()
+        return read_capped(path, limit)   # a folder, a FIFO or a device: "not a regular file"
 
     return read
 
 
-def _refused(refusal: str) -> Callable[[], bytes]:
-    def read() -> bytes:
+def _refused(refusal: str) -> Callable[..., bytes]:
+    def read(limit: int | None = None) -> bytes:
         raise PermissionError(refusal)
 
     return read
@@ -261,6 +295,12 @@ def shift_images(pixels: np.ndarray, drift: float, seed: int) -> np.ndarray:
     return shifted
 
 
+def _file_md5(path: Path) -> bytes:
+    """A file's md5, read in blocks (never whole into memory)."""
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "md5").digest()
+
+
 def check_image_source(source: str, target: str | None, path_column: str) -> None:
     """What prepare would refuse after a while, refused in a second: an unknown packaged set, a folder without
     images, a manifest without its path or label column (the files themselves are judged by prepare)."""
@@ -297,5 +337,5 @@ def fingerprint_images(source: str, path_column: str, target: str | None) -> dic
         files = [(f.name, f.path) for f in folder_images(path)] if path.is_dir() else []
     for name, file in files:
         digest.update(name.encode() + b"\0")
-        digest.update(hashlib.md5(file.read_bytes()).digest() if file is not None and file.is_file() else b"-")
+        digest.update(_file_md5(file) if file is not None and file.is_file() else b"-")
     return {"source": source, "md5": digest.hexdigest(), "files": len(files)}
