@@ -379,6 +379,30 @@ def render_gpu(results: dict[str, dict]) -> list[str]:
     return lines
 
 
+def render_sweep(results: dict[str, dict]) -> list[str]:
+    """bench/bench_sweep.py: the search's winner vs the default configuration on the untouched holdout, its
+    optimism and the baseline cross-validation picks, one row per table; then trials per hour, two workers vs one."""
+    result = _need(results, "sweep")
+    config = result["config"]
+    reduced = "; reduced" if config["reduced"] else ""
+    lines = [f"**Search judged on the holdout** ({_when(result)}; {config['trials']} trials a study, "
+             f"{config['seeds']} seed(s), wall {result['wall_s'] / 60:.0f} min{reduced}; goal: {result['goal']}). "
+             "Holdout macro-F1, mean ± 95% interval over seeds; winner minus default paired per seed, in points, "
+             "with the seeds whose paired bootstrap interval lies below 0.", "",
+             "| table | holdout rows | default | winner | winner - default (points) | default better (seeds) | "
+             "optimism (points) | CV-picked baseline | met |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, t in result["tables"].items():
+        lines.append(f"| {name} | {t['holdout_rows']} | {_ci(t['default'])} | {_ci(t['winner'])} | "
+                     f"{_ci(t['gain'], 100, 2, '+')} | {t['default_significantly_better']}/{t['seeds']} | "
+                     f"{_ci(t['optimism'], 100, 2, '+')} | {_ci(t['cv_baseline'])} ({t['cv_baseline_name']}) | "
+                     f"{'yes' if t['met'] else 'no'} |")
+    scale = result.get("scale")
+    if scale:
+        lines += ["", f"Trials per hour, {scale['table']}, one thread a trial: one worker {scale['one']:.0f}, two "
+                      f"workers {scale['two']:.0f} ({scale['ratio']:.2f}x; goal {scale['goal']}x on 2 cores)."]
+    return lines
+
+
 RENDERERS: dict[str, Callable[[dict[str, dict]], list[str]]] = {
     "images": render_images, "image-compression": render_image_compression, "image-speed": render_image_speed,
     "image-serving": render_image_serving,
@@ -386,7 +410,7 @@ RENDERERS: dict[str, Callable[[dict[str, dict]], list[str]]] = {
     "workers": render_workers, "tables": render_tables, "bless": render_bless, "pipeline": render_pipeline,
     "headline": render_headline, "load": render_load, "estimate": render_estimate,
     "pipeline-output": render_pipeline_output, "stack": render_stack,
-    "team-pipeline": render_team_pipeline, "gpu": render_gpu}
+    "team-pipeline": render_team_pipeline, "gpu": render_gpu, "sweep": render_sweep}
 
 
 def render_block(name: str, results: dict[str, dict]) -> str:

@@ -28,6 +28,7 @@ from flows.cli import (
     serve,
     stack,
     status,
+    sweep,
     ui,
 )
 from flows.cli.output import console, fail
@@ -64,7 +65,8 @@ def main(version: bool = typer.Option(False, "--version", callback=show_version,
 
 for command in (run.run, plan.plan, ui.ui, serve.serve, status.status, status.history, promote.promote,
                 promote.rollback, approve.approve, approve.reject, promote.rebaseline, rebuild.rebuild, clean.clean,
-                ingest.ingest, monitor.monitor, deploy.deploy, predict.predict, observability.observability):
+                ingest.ingest, monitor.monitor, deploy.deploy, predict.predict, observability.observability,
+                sweep.sweep):
     app.command()(command)
 app.command()(canary.canary)
 app.add_typer(contract.contract_app, name="contract")

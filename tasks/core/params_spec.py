@@ -646,6 +646,63 @@ class TrackingParams(Section):
         return self.uri
 
 
+class SearchRange(Section):
+    """One searched param of `sweep.space`: a range (`low`, `high`, `log`; integers when both bounds are) or a list
+    of `choices`."""
+
+    low: int | float | None = Field(None, description="Smallest value tried.")
+    high: int | float | None = Field(None, description="Largest value tried.")
+    log: bool = Field(False, description="Sample the range on a log scale (learning rates, weight decay).")
+    choices: list[Any] | None = Field(None, min_length=1, description="The values tried, instead of a range (null is "
+                                                                      "one: the model's own default).")
+
+    @model_validator(mode="after")
+    def _range_or_choices(self) -> SearchRange:
+        ranged = self.low is not None and self.high is not None
+        if ranged == (self.choices is not None) or (not ranged and (self.low, self.high) != (None, None)):
+            raise ValueError("give either low and high, or choices")
+        if ranged and (self.low >= self.high or (self.log and self.low <= 0)):
+            raise ValueError(f"need low < high (and low > 0 with log), got {self.low}..{self.high}")
+        return self
+
+
+class SweepParams(Section):
+    """`torchship sweep` (docs/sweep.md): a search over params, each trial the train stage in a workspace of its own,
+    the winner judged by bless on the holdout the search never saw."""
+
+    trials: int = Field(12, ge=1, le=10_000, description="Trials the study holds when it ends (a second `sweep` of "
+                                                         "the same study runs only the missing ones). Trial 0 is the "
+                                                         "live champion's configuration (params.yaml's without one).")
+    timeout_minutes: float = Field(0.0, ge=0.0, description="No trial starts after this many minutes of the study; "
+                                                            "0 = no time budget.")
+    workers: int = Field(2, ge=1, le=64, description="Embedded default: local worker processes on the one study "
+                                                     "(each takes the next trial when its last one ends). Team stack: "
+                                                     "flow runs of the `sweep-trial` deployment.")
+    top_k: int = Field(3, ge=1, le=20, description="Finishers by validation score re-judged by bless on the holdout; "
+                                                   "the first that passes is the winner.")
+    study: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
+                              description="The study's name; null = `<registered model name>-sweep`.")
+    seed: int = Field(0, description="Seed of the sampler (multivariate TPE with the constant liar).")
+    pruner: Literal["median", "none"] = Field("median", description="Stop a trial whose validation score at an "
+                                                                    "epoch is below the median of earlier trials' "
+                                                                    "at that epoch.")
+    prune_startup_trials: int = Field(4, ge=0, description="Trials that finish before any is pruned.")
+    prune_warmup_epochs: int = Field(2, ge=0, description="Epochs of each trial before it may be pruned.")
+    require_better: bool = Field(True, description="The winner takes `challenger` only when bless finds it better "
+                                                   "than the live champion (the paired interval above 0), not merely "
+                                                   "no worse: picked from many trials on validation, it owes the "
+                                                   "holdout that evidence. A first model needs bless's pass only.")
+    heartbeat_s: int = Field(10, ge=1, description="How often a running trial tells the study it is alive.")
+    grace_s: int = Field(60, ge=2, description="A running trial silent this long (its worker died) is marked failed "
+                                               "and queued again for another worker.")
+    space: dict[str, SearchRange] = Field(
+        {"train.lr": SearchRange(low=0.0003, high=0.01, log=True),
+         "train.weight_decay": SearchRange(low=1e-6, high=0.01, log=True)},
+        description="The searched params, `section.key` (prepare, train, images.augment) -> a range or choices, "
+                    "e.g. `train.model_args.mlp.hidden: {choices: [[64], [128, 64]]}`. The params that define the "
+                    "splits (`data.*`, `prepare.seed`, the fractions) are fixed for a study.")
+
+
 def _contract_modality(value: Any) -> str:
     """Which contract a `contract:` section is: an image contract says `modality: image`."""
     modality = value.get("modality") if isinstance(value, dict) else getattr(value, "modality", None)
@@ -673,6 +730,7 @@ class Params(Section):
     notify: NotifyParams = NotifyParams()
     tracking: TrackingParams = TrackingParams()
     images: ImagesParams = ImagesParams()
+    sweep: SweepParams = SweepParams()
     contract: Annotated[Annotated[Contract, Tag("table")] | Annotated[ImageContract, Tag("image")],
                         Discriminator(_contract_modality)] | None = None
 

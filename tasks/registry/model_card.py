@@ -70,6 +70,15 @@ def inputs_line(prepared: dict) -> str:
     return f"features: {kinds.get('numeric', '?')} numeric, {kinds.get('categorical', '?')} categorical"
 
 
+def search_line(tags: dict[str, str]) -> str:
+    """A sweep's winner says how much the search flattered it (docs/sweep.md); other versions say nothing."""
+    if "sweep_study" not in tags:
+        return ""
+    return (f"**Search:** the winner of sweep study `{tags['sweep_study']}` (trial {tags.get('sweep_trial', '?')}): "
+            f"validation {tags.get('sweep_validation', '?')}, optimism {tags.get('sweep_optimism', '?')} (validation "
+            "minus holdout)\n\n")
+
+
 def model_card_markdown(params: Params, blessing: Blessing, tags: dict[str, str], version: str | None = None) -> str:
     prepared, validate, train = _read(paths.PREPARE_METRICS), _read(paths.VALIDATE_REPORT), _read(paths.TRAIN_METRICS)
     parity, compress, profile = _read(paths.PARITY_REPORT), _read(paths.COMPRESS_REPORT), _read(paths.PROFILE_REPORT)
@@ -86,6 +95,7 @@ def model_card_markdown(params: Params, blessing: Blessing, tags: dict[str, str]
     return (
         f"## torchship model card: {title}\n\n"
         f"**Verdict:** bless {blessing.gate.status}: {'; '.join(blessing.gate.reasons)}\n\n"
+        f"{search_line(tags)}"
         f"### Data\n- source `{params.data.source}`, {batches}; "
         f"rows: train {rows.get('train', '?'):,}, validation {rows.get('val', '?'):,}, "
         f"holdout {rows.get('holdout', '?'):,}; "

@@ -40,6 +40,7 @@ from tasks.training.failure import injected_fault
 from tasks.training.images import augmenter, keep_frozen_in_eval
 from tasks.training.loop import STOP_ON_F1, Split, Trainer, predict_logits
 from tasks.training.pretrained import load_pretrained
+from tasks.training.pruning import epoch_reporter
 from tasks.training.report import TrainingProgress, report_training
 from tasks.training.timeline import Timeline
 from tasks.training.weights import fit_layout, load_trained, save_trained
@@ -143,6 +144,7 @@ class JobTrainer(Trainer):
         self.folder, self.fingerprint = job.checkpoints, job_fingerprint(job)
         self.fault = injected_fault(runtime.rank)
         self.progress = TrainingProgress(job.train.epochs, job.stage) if runtime.rank == 0 else None
+        self.sweep = epoch_reporter(job.stage, runtime.rank, job.stop_on == STOP_ON_F1)   # a sweep trial's pruning
 
     def resume(self) -> None:
         """Continue from the newest intact checkpoint of this run (params + data), or forget other runs'. Rank 0
@@ -171,6 +173,8 @@ class JobTrainer(Trainer):
     def after_epoch(self, record: dict) -> None:
         if self.progress:
             self.progress.epoch(record)
+        if self.sweep:
+            self.sweep.report(record)
 
     def close(self) -> None:
         if self.progress:

@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("modalities", ("tasks.modalities",)),                     # one package per modality: read, check, serve...
     ("registry", ("tasks.registry",)),                         # the MLflow registry protocol, one package
     ("shared", ("tasks.training", "tasks.variants", "tasks.monitoring", "tasks.stages",
-                "tasks.workspace")),                           # what several steps share, by concern
+                "tasks.workspace", "tasks.sweep")),            # what several steps share, by concern
     ("steps", ("tasks",)),                                     # tasks/<step>.py or tasks/<step>/, one per step
     ("serving", ("serving",)),                                 # the service (narrower still: see below)
     ("flows", ("flows",)),                                     # Prefect flows, the CLI, the team-stack tool
