@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
 
     configure_logging()
     settings = ServiceSettings(serve=serve, model_name=args.model_name, tracking=params.tracking, seed=args.seed,
-                               model_file=args.model_file)
+                               images=params.images, model_file=args.model_file)
     # uvloop and httptools: the C event loop and HTTP parser (bench/results/serving.json); no access log (a line
     # per request on the loop; the request log and metrics already account for every request).
     server = {"host": serve.host, "port": serve.port, "log_level": "warning", "access_log": False, "loop": "uvloop",

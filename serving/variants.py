@@ -25,8 +25,7 @@ from tasks.core.runtime import (
     takes_raw_rows,
 )
 from tasks.core.schema_spec import Schema, schema_from_metadata
-from tasks.modalities.image.decode import ImageLimits
-from tasks.modalities.image.serving import ImageDecoder, ImageRows
+from tasks.modalities.image.serving import ImageDecoder, ImageRows, limits_for
 from tasks.modalities.table.serving import RowDecoder, Rows
 
 log = logging.getLogger("torchship.serving")
@@ -100,10 +99,10 @@ def graph_runner(session) -> Callable:
 
 
 def decoder_for(schema: Schema, images: ImagesParams) -> RowDecoder | ImageDecoder:
-    """The request decoder of a model's modality: rows by its schema, or images by its shape and the image limits."""
+    """The request decoder of a model's modality: rows by its schema, or images by its shape and the limits it was
+    trained under (its schema's), which this host's `images` params may only tighten."""
     if schema.is_image:
-        limits = ImageLimits(max_file_bytes=int(images.max_file_mb * (1 << 20)), max_pixels=images.max_pixels)
-        return ImageDecoder(schema, limits, images.min_side)
+        return ImageDecoder(schema, *limits_for(schema.image, images))
     return RowDecoder(schema)
 
 

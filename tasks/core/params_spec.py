@@ -93,9 +93,18 @@ class ImagesParams(Section):
     max_file_mb: float = Field(20.0, gt=0.0, description="A larger image file is refused unread (here and in the "
                                                          "service).")
     max_pixels: int = Field(40_000_000, ge=1, description="An image with more pixels (width x height, from its header) "
-                                                          "is refused before it is decoded: a decompression bomb "
-                                                          "never reaches memory.")
+                                                          "is refused before it is decoded (here and in the service).")
     min_side: int = Field(4, ge=1, description="A narrower or lower image is refused (a 1x1 image says nothing).")
+    serve_pixels_factor: float = Field(64.0, ge=1.0, description="The service refuses unread (413) an image with more "
+                                                                 "than this many times the model's own pixels (its "
+                                                                 "height x width): far larger than anything it was "
+                                                                 "trained on. Raise it to serve full-size photos to a "
+                                                                 "small model.")
+    max_request_pixels: int = Field(40_000_000, ge=1, description="The service refuses unread (413) a request whose "
+                                                                  "images have more pixels than this together (from "
+                                                                  "their headers).")
+    max_parts: int = Field(256, ge=1, description="The most images (JSON items) or multipart parts one request to the "
+                                                  "service may carry; each part at most the file limit.")
     max_aspect: float = Field(4.0, ge=1.0, description="Longest side over shortest side at most, without a contract.")
     size_outlier: float = Field(8.0, gt=1.0, description="Without a contract: a side more than this factor away from "
                                                          "the set's median side is an outlier and refused.")
@@ -550,8 +559,12 @@ class ServeParams(Section):
     log_rotate_hours: float = Field(24.0, gt=0.0, description="...or when it is older than this.")
     threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per loaded variant (requests are small: "
                                               "more threads only add overhead).")
-    max_body_mb: float = Field(4.0, gt=0.0, description="A /predict body larger than this is refused with 413 before "
-                                                        "it is read whole.")
+    max_body_mb: float = Field(4.0, gt=0.0, description="A request body (any endpoint) larger than this is refused "
+                                                        "with 413 before it is read whole: the first limit a request "
+                                                        "meets (an image file needs 4/3 of its size as base64).")
+    max_decodes: int = Field(4, ge=1, description="Request bodies decoded at once in the thread pool, per worker "
+                                                  "(every body of an image model; a table's only when large): the "
+                                                  "rest wait their turn on the event loop, holding no thread.")
     batch: bool = Field(True, description="Micro-batch concurrent /predict requests into one ONNX Runtime run "
                                           "(bench/results/serving.json: about 2x the requests/s at 32 connections on "
                                           "both tables measured).")

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from tasks.core.errors import DataError
+from tasks.modalities.image.contract import ReadLimits
 
 
 class Feature(BaseModel):
@@ -34,6 +35,7 @@ class ImageShape(BaseModel):
     width: int
     channels: int
     mode: Literal["L", "RGB"]
+    limits: ReadLimits | None = None   # the rule set its training images were read by; None: exported before it was
 
     @property
     def shape(self) -> tuple[int, int, int]:

@@ -23,6 +23,18 @@ class Range(BaseModel):
         return self
 
 
+class ReadLimits(BaseModel):
+    """What an image must be to be read at all, as the model's training data was read: it travels in the model's
+    schema (ImageShape.limits), so the service refuses what prepare refused; a serving host's params may only tighten
+    it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_file_bytes: int = Field(ge=1, description="A larger file is refused unread.")
+    max_pixels: int = Field(ge=1, description="An image with more pixels (from its header) is refused undecoded.")
+    min_side: int = Field(1, ge=1, description="A narrower or lower image is refused.")
+
+
 class ImageContract(BaseModel):
     """Per set: its classes, how many images and what share may be refused; per image: mode, size, bytes,
     brightness and contrast."""

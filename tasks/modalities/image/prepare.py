@@ -21,7 +21,7 @@ from tasks.core.errors import DataError
 from tasks.core.params_spec import ImagesParams, PrepareParams
 from tasks.core.quarantine import OutsideFolder, contained_path, quarantine_folder
 from tasks.core.schema_spec import ImageShape, Schema
-from tasks.modalities.image.contract import ImageContract
+from tasks.modalities.image.contract import ImageContract, ReadLimits
 from tasks.modalities.image.decode import CHANNELS, ImageLimits, Inspected, fit_size, inspect_image
 from tasks.modalities.image.expectations import ImageRules, judge_images, metadata_table, rules_for
 from tasks.modalities.image.shards import METADATA
@@ -120,7 +120,9 @@ def prepare_images(files: list[ImageFile], origin: str, target: str, params: Ima
     kept["label"] = label_strings(kept["label"])
     classes = class_labels(kept["label"])
     height, width = model_size(kept, params)
-    shape = ImageShape(height=height, width=width, channels=CHANNELS[rules.mode], mode=rules.mode)
+    shape = ImageShape(height=height, width=width, channels=CHANNELS[rules.mode], mode=rules.mode,
+                       limits=ReadLimits(max_file_bytes=rules.max_file_bytes, max_pixels=rules.max_pixels,
+                                         min_side=rules.min_side))   # the service reads by the same rules
     assignment = split_rows(kept, split, origin)
     by_name = {r.name: r for r in good}
     reading = {f.name: f for f in files}

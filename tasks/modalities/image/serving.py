@@ -1,13 +1,17 @@
 """Request images checked and brought to the model's size: the image modality's request decoder (the table one is
 tasks/modalities/table/serving.py's RowDecoder, and this one has the same face: decode, feed, features).
 
-A request carries images as JSON, `{"images": ["<base64 of a PNG or JPEG file>", ...]}` (a `data:` URL prefix is
-allowed), or as a multipart/form-data upload with one or more `image` parts (`curl -F image=@sample.png`). Each image
-is read by the pipeline's own rule (tasks/modalities/image/decode.py): over `images.max_file_mb` or
-`images.max_pixels` (from
-its header, before decoding: a decompression bomb never reaches memory) it is refused with 413; not decodable, or a
-side under `images.min_side`, 422 naming the image and the rule. An accepted image is converted to the model's mode
-(a grayscale upload to a colour model is read as colour) and scaled and centre-cropped to the model's size.
+A request carries images as JSON, `{"images": ["<base64 of a PNG or JPEG file>", ...]}` (a `data:` URL prefix and
+line-wrapped base64 are allowed), or as a multipart/form-data upload with one or more `image` parts (`curl -F
+image=@sample.png`), read by a streaming form-data parser that stops at `images.max_parts` parts or a part over the
+file limit. Every image of a request is opened (its header only) before any is decoded: a file over its byte limit, an
+image over its pixel limit, or images over the request's pixel budget together, and the request is refused with 413
+naming the limit and its setting, nothing decoded. An image that is not decodable, or has a side under its minimum,
+gets 422 naming the image and the rule. The limits are the model's own (the rule set its training images were read
+by, carried in its schema), tightened by the serving host's `images` params and by `images.serve_pixels_factor` times
+the model's own size (`limits_for`). An accepted image is decoded by the pipeline's own rule
+(tasks/modalities/image/decode.py, reduced towards the model's size before it is converted), converted to the model's
+mode (a grayscale upload to a colour model is read as colour) and scaled and centre-cropped to the model's size.
 
 The request log keeps no pixels: per image its statistics (width, height, mode, bytes, brightness, contrast), and
 the model's own embedding projection, which the served graph outputs beside the probabilities."""
@@ -16,25 +20,55 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass, field
-from email import policy
-from email.parser import BytesParser
 
 import msgspec
 import numpy as np
 
+from tasks.core.params_spec import ImagesParams
 from tasks.core.refusals import BodyRefused, RowsRefused
-from tasks.core.schema_spec import Schema
-from tasks.modalities.image.decode import ImageLimits, fit_size, inspect_image
+from tasks.core.schema_spec import ImageShape, Schema
+from tasks.modalities.image.contract import ReadLimits
+from tasks.modalities.image.decode import ImageLimits, decode_image, fit_size, open_image
 
 IMAGES_SHAPE = ('body must be {"images": ["<base64 PNG or JPEG>", ...]} with at least one image, or a '
                 'multipart/form-data upload with `image` parts')
 FIELD = "image"
 LOGGED = ("width", "height", "mode", "file_bytes", "brightness", "contrast")
 HASH_CHARS = 16   # of the file's sha256, logged: the same image sent twice is one row (a canary pairs on it)
+SHOWN_PARTS = 5   # other parts' names an upload without `image` parts is told (never all of them)
+MIB = 1 << 20
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True):
     images: list[str]
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request may carry in all."""
+
+    max_images: int = 256              # JSON items or multipart parts (images.max_parts)
+    max_pixels: int = 40_000_000       # of its images together, from their headers (images.max_request_pixels)
+
+
+def limits_for(shape: ImageShape, params: ImagesParams) -> tuple[ImageLimits, int, RequestLimits]:
+    """(per-image limits, shortest side, request limits) a service applies to a model of this shape: the rule set it
+    was trained under (its schema's; a schema exported before it carried one: the host's params), only ever
+    tightened by the host's `images` params, and the pixels of one image also held to `serve_pixels_factor` times the
+    model's own (an image far larger than anything it was trained on is refused unread)."""
+    host = ReadLimits(max_file_bytes=int(params.max_file_mb * MIB), max_pixels=params.max_pixels,
+                      min_side=params.min_side)
+    trained = shape.limits or host
+    file_bytes = min((host.max_file_bytes, "images.max_file_mb"),
+                     (trained.max_file_bytes, "the model's training limit, from its schema"), key=lambda c: c[0])
+    model_pixels = int(params.serve_pixels_factor * shape.height * shape.width)
+    pixels = min((model_pixels, f"images.serve_pixels_factor: {params.serve_pixels_factor:g}x the model's "
+                                f"{shape.height}x{shape.width}"),
+                 (host.max_pixels, "images.max_pixels"),
+                 (trained.max_pixels, "the model's training limit, from its schema"), key=lambda c: c[0])
+    limits = ImageLimits(max_file_bytes=file_bytes[0], max_pixels=pixels[0], file_setting=file_bytes[1],
+                         pixels_setting=pixels[1])
+    return limits, max(host.min_side, trained.min_side), RequestLimits(params.max_parts, params.max_request_pixels)
 
 
 @dataclass
@@ -57,31 +91,46 @@ class ImageDecoder:
     """Body bytes (and content type) -> accepted ImageRows, or BodyRefused / RowsRefused; ImageRows -> the served
     graph's feed ({"image": (N, H, W, C) uint8})."""
 
-    def __init__(self, schema: Schema, limits: ImageLimits, min_side: int = 1):
-        self.schema, self.limits, self.min_side = schema, limits, min_side
+    inline_body_bytes = 0   # the largest body decoded on the event loop: none (one image's decode can take seconds)
+
+    def __init__(self, schema: Schema, limits: ImageLimits, min_side: int = 1,
+                 request: RequestLimits = RequestLimits()):
+        self.schema, self.limits, self.min_side, self.request = schema, limits, min_side, request
         self.shape = schema.image.shape
         self._decoder = msgspec.json.Decoder(_Body)
 
     def decode(self, body: bytes, content_type: str | None = None) -> ImageRows:
-        files = _multipart_files(body, content_type) if content_type and content_type.startswith(
-            "multipart/") else self._json_files(body)
+        files = self._upload_files(body, content_type) if _is_multipart(content_type) else self._json_files(body)
+        opened = [open_image(f"image {index}", data, self.limits) for index, data in enumerate(files)]
+        self._refuse_unread(opened)
         rows, problems = ImageRows(), []
-        for index, data in enumerate(files):
-            record = inspect_image(f"image {index}", data, self.limits, mode=self.schema.image.mode)
-            if record.pixels is None:
-                if record.too_large:
-                    raise BodyRefused(413, f"image {index}: {record.error} (images.max_file_mb / images.max_pixels)")
+        for index, (record, image) in enumerate(opened):
+            if image is None:
                 problems.append(_problem(index, "decodable", record.error or "not decodable"))
-                continue
-            if min(record.width, record.height) < self.min_side:
+            elif min(record.width, record.height) < self.min_side:
                 problems.append(_problem(index, "min_side", f"{record.width}x{record.height}: both sides must be "
                                                             f"at least {self.min_side} pixels (images.min_side)"))
-                continue
-            rows.pixels.append(fit_size(record.pixels, self.shape[0], self.shape[1]))
-            rows.stats.append({**{key: getattr(record, key) for key in LOGGED}, "sha256": record.sha256[:HASH_CHARS]})
+            elif decode_image(record, image, self.schema.image.mode, self.shape[:2]).pixels is None:
+                problems.append(_problem(index, "decodable", record.error or "not decodable"))
+            else:
+                rows.pixels.append(fit_size(record.pixels, self.shape[0], self.shape[1]))
+                record.pixels = None   # the full decode goes as soon as its fitted copy is made
+                rows.stats.append({**{key: getattr(record, key) for key in LOGGED},
+                                   "sha256": record.sha256[:HASH_CHARS]})
         if problems:
             raise RowsRefused(problems)
         return rows
+
+    def _refuse_unread(self, opened: list) -> None:
+        """413 before anything is decoded: an image over its byte or pixel limit, or the request's images over its
+        pixel budget together."""
+        for index, (record, _) in enumerate(opened):
+            if record.too_large:
+                raise BodyRefused(413, f"image {index}: {record.error}")
+        total = sum(record.width * record.height for record, image in opened if image is not None)
+        if total > self.request.max_pixels:
+            raise BodyRefused(413, f"{len(opened)} images of {total:,} pixels together are over the request's "
+                                   f"budget of {self.request.max_pixels:,} (images.max_request_pixels): none decoded")
 
     def _json_files(self, body: bytes) -> list[bytes]:
         try:
@@ -92,15 +141,53 @@ class ImageDecoder:
             raise BodyRefused(400, f"body is not valid JSON: {exc}") from None
         if not images:
             raise BodyRefused(422, IMAGES_SHAPE)
+        if len(images) > self.request.max_images:
+            raise BodyRefused(413, f"{len(images):,} images in one request: at most {self.request.max_images:,} "
+                                   "(images.max_parts)")
         files, problems = [], []
         for index, text in enumerate(images):
             encoded = text.split(",", 1)[1] if text.startswith("data:") and "," in text else text
-            try:
-                files.append(base64.b64decode(encoded, validate=True))
+            try:   # line breaks and spaces are dropped first: `base64` wraps its output at 76 columns
+                files.append(base64.b64decode("".join(encoded.split()), validate=True))
             except (binascii.Error, ValueError):
                 problems.append(_problem(index, "base64", "not base64 (RFC 4648) text"))
         if problems:
             raise RowsRefused(problems)
+        return files
+
+    def _upload_files(self, body: bytes, content_type: str) -> list[bytes]:
+        """The `image` parts of a multipart/form-data body, parsed as a stream that stops at the first limit broken:
+        more than `images.max_parts` parts, or a part over the file limit."""
+        import multipart
+
+        boundary = multipart.parse_options_header(content_type)[1].get("boundary")
+        if not boundary:
+            raise BodyRefused(400, "a multipart body needs a boundary in its content-type (curl -F image=@file.png "
+                                   "sets one)")
+        files, others, part = [], [], None
+        try:
+            with multipart.PushMultipartParser(boundary, content_length=len(body),
+                                               max_segment_count=self.request.max_images,
+                                               max_segment_size=self.limits.max_file_bytes) as parser:
+                for event in parser.parse(body):
+                    if isinstance(event, multipart.MultipartSegment):
+                        part = [] if event.name == FIELD else None
+                        if part is None and len(others) < SHOWN_PARTS:
+                            others.append(str(event.name)[:40])
+                    elif event is None:
+                        if part is not None:
+                            files.append(b"".join(part))
+                    elif part is not None:
+                        part.append(event)
+        except multipart.ParserLimitReached as exc:
+            raise BodyRefused(413, f"the upload breaks a limit ({exc}): at most {self.request.max_images:,} parts "
+                                   f"(images.max_parts), each at most {self.limits.max_file_bytes:,} bytes "
+                                   f"({self.limits.file_setting})") from None
+        except multipart.MultipartError as exc:
+            raise BodyRefused(400, f"not a valid multipart/form-data body: {exc}") from None
+        if not files:
+            raise BodyRefused(422, f"no `{FIELD}` part in the upload (parts: {', '.join(others) or 'none'}"
+                                   f"{', ...' if len(others) == SHOWN_PARTS else ''}); {IMAGES_SHAPE}")
         return files
 
     def feed(self, rows: ImageRows) -> dict[str, np.ndarray]:
@@ -119,20 +206,6 @@ def _problem(index: int, rule: str, message: str) -> dict:
     return {"row": index, "field": FIELD, "rule": rule, "message": message}
 
 
-def _multipart_files(body: bytes, content_type: str) -> list[bytes]:
-    """The `image` parts of a multipart/form-data body (the standard library's MIME parser: the body is already
-    bounded by serve.max_body_mb)."""
-    message = BytesParser(policy=policy.HTTP).parsebytes(
-        b"Content-Type: " + content_type.encode("latin-1") + b"\r\nMIME-Version: 1.0\r\n\r\n" + body)
-    if not message.is_multipart():
-        raise BodyRefused(400, "a multipart body without parts: send `image` parts (curl -F image=@file.png)")
-    files, others = [], []
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        if name == FIELD:
-            files.append(part.get_payload(decode=True) or b"")
-        else:
-            others.append(str(name))
-    if not files:
-        raise BodyRefused(422, f"no `{FIELD}` part in the upload (parts: {others or 'none'}); {IMAGES_SHAPE}")
-    return files
+def _is_multipart(content_type: str | None) -> bool:
+    """Whether a content type is a multipart one (media types are case-insensitive: `Multipart/form-data` is)."""
+    return content_type is not None and content_type.lstrip()[:10].lower() == "multipart/"

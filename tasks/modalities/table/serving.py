@@ -140,6 +140,8 @@ class RowDecoder:
     graph (tasks/variants/preprocess.py): one 1-D array per feature, double for numbers (null = NaN), text for
     categories (null = "", an int as its digits), as tasks.core.encoding.raw_columns makes them."""
 
+    inline_body_bytes = 64 << 10   # the largest body decoded on the event loop (~40 rows of 64 columns: microseconds)
+
     def __init__(self, schema: Schema):
         self.schema = schema
         self.row_type = row_model(schema)
