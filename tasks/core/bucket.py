@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tasks.core.artifacts import redacted
 from tasks.core.env import AWS_ENDPOINT_ENV, AWS_KEY_ID_ENV, AWS_SECRET_ENV
 from tasks.core.errors import TorchshipError
 from tasks.core.params_spec import S3_URL
@@ -52,9 +53,11 @@ def s3_client():
                                             connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S))
 
 
-def explained(exc: Exception, location: Location, doing: str) -> BucketError:
-    """A boto3 failure as a BucketError that says what to do (the code only: a message might quote the request)."""
-    from botocore.exceptions import ClientError, NoCredentialsError
+def explained(exc: Exception, location: Location, doing: str, key: str = "") -> BucketError:
+    """A failure as a BucketError that says what really happened and what to do: a refusal by its code, only a
+    connection failure as "could not be reached"; anything else by its own type and its message redacted
+    (tasks/core/artifacts.py `redacted`: a message might quote the request or a credential)."""
+    from botocore.exceptions import ClientError, ConnectionError, HTTPClientError, NoCredentialsError
 
     if isinstance(exc, NoCredentialsError):
         why = f"no credentials: set {AWS_KEY_ID_ENV} and {AWS_SECRET_ENV} in the environment"
@@ -62,10 +65,15 @@ def explained(exc: Exception, location: Location, doing: str) -> BucketError:
         code = str(exc.response.get("Error", {}).get("Code", "?"))
         why = (f"the store refused the credentials ({code}): check {AWS_KEY_ID_ENV} and {AWS_SECRET_ENV} (and that "
                "the key may use this bucket)" if code in REFUSED else f"the store answered {code}")
+    elif isinstance(exc, (ConnectionError, HTTPClientError)):   # refused, no such endpoint, timed out, closed
+        why = (f"the store could not be reached or did not answer ({type(exc).__name__}): check "
+               f"{AWS_ENDPOINT_ENV}_S3 or {AWS_ENDPOINT_ENV}")
+    elif isinstance(exc, UnicodeDecodeError):
+        why = (f"the object is not UTF-8 text ({type(exc).__name__} at byte {exc.start}): it was not written by "
+               "torchship, or it was damaged")
     else:
-        why = (f"the store could not be reached ({type(exc).__name__}): check {AWS_ENDPOINT_ENV}_S3 or "
-               f"{AWS_ENDPOINT_ENV}")
-    return BucketError(f"could not {doing} {location.url()}: {why}")
+        why = f"it failed with {redacted(exc)}"
+    return BucketError(f"could not {doing} {location.url(key)}: {why}")
 
 
 def put_bytes(client, location: Location, key: str, body: bytes) -> None:
@@ -90,4 +98,4 @@ def get_text(client, location: Location, key: str) -> str:
     try:
         return client.get_object(Bucket=location.bucket, Key=key)["Body"].read().decode("utf-8")
     except Exception as exc:
-        raise explained(exc, location, "read") from None
+        raise explained(exc, location, "read", key) from None

@@ -24,6 +24,7 @@ from tasks.stages import run_cache
 from tasks.stages.stage_list import REFRESHED_BY_TORCHSHIP, headline, metrics_files
 
 LOCK_FILE = Path("dvc.lock")
+log = logging.getLogger("torchship.stages")
 
 
 class StageFailed(TorchshipError):
@@ -165,14 +166,36 @@ def last_good_outputs(cwd: Path = Path(".")) -> Iterator[None]:
     saved = {path: (cwd / path).read_bytes() if (cwd / path).exists() else None for path in files}
     try:
         yield
-    except BaseException:
-        if saved[LOCK_FILE] is not None:  # before the first good run there is nothing to go back to
-            for path, content in saved.items():
-                if content is not None:
-                    (cwd / path).write_bytes(content)
-            subprocess.run([sys.executable, "-m", "dvc", "checkout", "--force", "--quiet"], cwd=cwd,
-                           capture_output=True, env=stage_environment())
-        raise
+    except BaseException as exc:
+        if saved[LOCK_FILE] is None:  # before the first good run there is nothing to go back to
+            raise
+        problem = restore_last_good(saved, cwd)
+        if problem is None:
+            raise
+        log.error("putting back the last good outputs failed: %s", problem)
+        if not isinstance(exc, TorchshipError):   # Ctrl-C, SIGTERM, a bug: as it was, the problem logged
+            raise
+        raise StageFailed(f"{exc}\nPutting back the last good outputs failed too: {problem}") from exc
+
+
+def restore_last_good(saved: dict[Path, bytes | None], cwd: Path = Path(".")) -> str | None:
+    """dvc.lock and the metric files put back as `saved` (each atomically: never half a file), then the outputs
+    they name checked out of the DVC cache; what went wrong, or None."""
+    from tasks.core.artifacts import ArtifactWriteError, write_bytes_atomic
+
+    try:
+        for path, content in saved.items():
+            if content is not None:
+                write_bytes_atomic(cwd / path, content)
+    except ArtifactWriteError as exc:
+        return f"{exc} data/ holds this run's outputs; put {LOCK_FILE} back from git and run `dvc checkout --force`."
+    result = subprocess.run([sys.executable, "-m", "dvc", "checkout", "--force", "--quiet"], cwd=cwd,
+                            capture_output=True, text=True, env=stage_environment())
+    if result.returncode != 0:
+        said = " ".join(result.stderr.strip().splitlines()[-3:]) or f"exit {result.returncode}"
+        return (f"`dvc checkout --force` failed ({said}): {LOCK_FILE} is the last good one, but data/ may still "
+                "hold this run's outputs; run it by hand once that is fixed.")
+    return None
 
 
 def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout, cwd: Path = Path("."),
