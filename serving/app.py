@@ -1,12 +1,11 @@
 """The HTTP face of the service: /predict routes each request to the champion or (for a share) the
 challenger and names each served row by an id (answered by serving/front.py, in front of this FastAPI app),
 /feedback takes true labels for those ids, /health (the process is up), /ready (a champion is loaded and
-warmed) and /metrics report, and token-guarded /admin endpoints reload or re-split traffic. The alias poller
-and the buffered logs run for the app's lifespan."""
+warmed) and /metrics report, and token-guarded /admin endpoints reload or re-split traffic (/feedback takes the
+same token when the service is bound beyond loopback: serving/front.py). The alias poller and the buffered logs run
+for the app's lifespan."""
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -16,11 +15,10 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from serving.batching import MicroBatcher
-from serving.front import Front, new_request_id
+from serving.front import Front, is_loopback, new_request_id, token_refusal
 from serving.openapi import contract_openapi
 from serving.service import FeedbackOff, Service, ServiceSettings
 from serving.variants import NoChampion
-from tasks.core.env import TOKEN_ENV
 from tasks.core.refusals import BodyRefused, RowsRefused
 
 LABELS_SHAPE = ("body must be {\"labels\": [{\"id\": <prediction id from /predict>, \"label\": <class>}, ...]} "
@@ -33,12 +31,9 @@ async def current_service(request: Request) -> Service:
 
 def require_admin(authorization: Annotated[str | None, Header()] = None) -> None:
     """403 while no admin token is configured, 401 unless `Authorization: Bearer <token>` matches it."""
-    expected = os.environ.get(TOKEN_ENV)
-    if not expected:
-        raise HTTPException(403, f"admin endpoints are disabled: start the service with {TOKEN_ENV} set")
-    given = (authorization or "").removeprefix("Bearer ").strip()
-    if not given or not secrets.compare_digest(given.encode(), expected.encode()):  # constant time
-        raise HTTPException(401, "admin endpoints need 'Authorization: Bearer <token>'")
+    refusal = token_refusal(authorization)
+    if refusal is not None:
+        raise HTTPException(*refusal)
 
 
 ServiceDep = Annotated[Service, Depends(current_service)]
@@ -136,4 +131,5 @@ def create_app(settings: ServiceSettings) -> Front:
     app.openapi = contract_openapi(app, lambda: service.router.champion)
     serve = settings.serve
     batcher = MicroBatcher(serve.batch_max_rows, serve.batch_wait_ms / 1e3) if serve.batch else None
-    return Front(app, service, max_body_bytes=int(serve.max_body_mb * (1 << 20)), batcher=batcher)
+    return Front(app, service, max_body_bytes=int(serve.max_body_mb * (1 << 20)), batcher=batcher,
+                 max_decodes=serve.max_decodes, guard_feedback=not is_loopback(serve.host))

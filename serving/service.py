@@ -50,7 +50,7 @@ class ServiceSettings:
     model_name: str
     tracking: TrackingParams
     seed: int | None = None   # of the traffic split: a canary replays reproducibly
-    images: ImagesParams = ImagesParams()   # an image model's request limits (images.max_file_mb, max_pixels, ...)
+    images: ImagesParams = ImagesParams()   # this host's image limits: they only tighten a model's own (its schema's)
     model_file: Path | None = None   # serve this ONNX file as the champion: no registry, poller or logs (bless)
     share_file: Path | None = None   # serve.workers > 1: the challenger share every worker maps (SharedShare)
 
@@ -217,11 +217,14 @@ class Service:
                 "challenger": challenger.version if challenger else None, "challenger_share": self.router.share,
                 "shadow": self.router.shadow}
 
-    def accept(self, body: bytes, key: bytes | None = None, content_type: str | None = None) -> Accepted:
-        """Pick the variant (sticky by the request `key` when the client sent one), then parse and check the body
-        against its schema. Raises BodyRefused, RowsRefused (naming row, field and rule) or NoChampion."""
+    def accept(self, body: bytes, key: bytes | None = None, content_type: str | None = None,
+               variant: Variant | None = None) -> Accepted:
+        """Pick the variant (sticky by the request `key` when the client sent one), unless the caller picked it, then
+        parse and check the body against its schema. Raises BodyRefused, RowsRefused (naming row, field and rule) or
+        NoChampion."""
         started = time.perf_counter()
-        variant = self.router.pick(key)
+        if variant is None:
+            variant = self.router.pick(key)
         try:
             rows = variant.decoder.decode(body, content_type)
         except (BodyRefused, RowsRefused):
@@ -248,10 +251,10 @@ class Service:
             self._log_served(request_id, accepted, labels, scores)
         return orjson.dumps(answer)
 
-    def predict(self, body: bytes, request_id: str, key: bytes | None = None, content_type: str | None = None
-                ) -> bytes:
+    def predict(self, body: bytes, request_id: str, key: bytes | None = None, content_type: str | None = None,
+                variant: Variant | None = None) -> bytes:
         """accept, score and answer one request in the calling thread."""
-        accepted = self.accept(body, key, content_type)
+        accepted = self.accept(body, key, content_type, variant)
         try:
             probabilities = accepted.variant.score(accepted.rows)
         except Exception:

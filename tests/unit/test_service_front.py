@@ -145,3 +145,46 @@ def test_a_big_body_is_scored_off_the_loop_and_answered_whole(model_file):
     assert response.status_code == 200, response.text
     predictions = response.json()["predictions"]
     assert len(predictions) == 1200 and predictions[5]["probabilities"] == pytest.approx(single)
+
+
+def test_a_feedback_body_over_the_limit_gets_413_whether_its_length_is_declared_or_not(client):
+    labels = {"labels": [{"id": f"{'0' * 32}-{i}", "label": "yes"} for i in range(400)]}   # ~20 KB over 10 KB
+    big = json.dumps(labels).encode()
+    declared = client.post("/feedback", content=big, headers={"content-type": "application/json"})
+    chunked = client.post("/feedback", content=(big[i:i + 4096] for i in range(0, len(big), 4096)),
+                          headers={"content-type": "application/json"})
+    for response in (declared, chunked):
+        assert response.status_code == 413 and "serve.max_body_mb" in response.json()["detail"], response.text
+        assert response.headers["x-request-id"] == response.json()["request_id"]
+    small = client.post("/feedback", json={"labels": labels["labels"][:2]})
+    assert small.status_code == 409   # under the limit: read (and refused for its own reason: no request log here)
+
+
+def test_feedback_needs_the_admin_token_when_the_service_is_not_on_loopback(model_file, monkeypatch):
+    body = {"labels": [{"id": "r-0", "label": "yes"}]}
+    monkeypatch.delenv("TORCHSHIP_ADMIN_TOKEN", raising=False)
+    with client_for(model_file, host="0.0.0.0") as exposed, client_for(model_file) as local:
+        assert exposed.post("/feedback", json=body).status_code == 403   # no token configured: closed
+        monkeypatch.setenv("TORCHSHIP_ADMIN_TOKEN", "feedback-token-never-guessed")
+        assert exposed.post("/feedback", json=body).status_code == 401
+        wrong = exposed.post("/feedback", json=body, headers={"authorization": "Bearer guessed"})
+        assert wrong.status_code == 401 and "Authorization" in wrong.json()["detail"]
+        right = exposed.post("/feedback", json=body, headers={"authorization": "Bearer feedback-token-never-guessed"})
+        assert right.status_code == 409   # let in (and refused for its own reason: no request log here)
+        assert local.post("/feedback", json=body).status_code == 409   # loopback: no token asked
+        assert exposed.get("/health").status_code == 200
+
+
+def test_a_small_table_body_is_decoded_on_the_event_loop(client, monkeypatch):
+    import serving.front
+
+    sent = []
+    run = serving.front.run_in_threadpool
+
+    async def counted(work, *args):
+        sent.append(work)
+        return await run(work, *args)
+
+    monkeypatch.setattr(serving.front, "run_in_threadpool", counted)
+    assert client.post("/predict", json={"rows": [ROW] * 3}).status_code == 200
+    assert sent == []   # the hot path: no thread hop for a few rows
