@@ -40,30 +40,40 @@ def backbone_parameters(model: nn.Module) -> set[str]:
     return {name for name in names if not name.startswith(head + ".")}
 
 
-def checked_file(params: PretrainedParams) -> Path:
-    """The weights file, refused unless it is there and its sha256 is the pinned one."""
+def checked_weights(params: PretrainedParams) -> bytes:
+    """The weights file's bytes, read once: refused unless it is a .safetensors file whose sha256 is the pinned one.
+    What is hashed is what is loaded (read_weights takes these bytes), so a file changed between the two cannot slip
+    through."""
     path = Path(params.path)
     if not path.is_file():
         raise ConfigError(f"train.pretrained.path {path} does not exist (weights are read from a local file).")
     if path.suffix != ".safetensors":
         raise ConfigError(f"train.pretrained.path {path}: only .safetensors files are read (a pickle could run "
                           "code when loaded); convert it with safetensors.torch.save_file(state_dict, ...).")
-    with path.open("rb") as handle:
-        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
     if digest != params.sha256:
         raise ConfigError(f"train.pretrained.path {path} has sha256 {digest}, not the pinned "
                           f"train.pretrained.sha256 {params.sha256}: the file changed; it was not loaded. If the new "
                           "file is meant, pin its sha256.")
-    return path
+    return data
 
 
-def read_weights(path: Path) -> dict:
-    """{name: tensor} of a safetensors file; one that is not (a pickle renamed, a truncated copy) is refused."""
+def check_pretrained(params: PretrainedParams) -> None:
+    """Before any stage runs: the pinned weights file is there, a safetensors file, and has its pinned sha256 (the
+    training stage checks the bytes it loads again)."""
+    if params.path:
+        read_weights(checked_weights(params), params.path)
+
+
+def read_weights(data: bytes, path: Path | str) -> dict:
+    """{name: tensor} of a safetensors file's bytes; bytes that are not one (a pickle renamed, a truncated copy) are
+    refused, naming `path`."""
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors.torch import load
 
     try:
-        return load_file(str(path))
+        return load(data)
     except SafetensorError as exc:
         raise ConfigError(f"train.pretrained.path {path} is not a readable safetensors file ({exc}); write it with "
                           "safetensors.torch.save_file(model.state_dict(), ...).") from None
@@ -75,7 +85,7 @@ def load_pretrained(model: nn.Module, params: PretrainedParams) -> dict[str, lis
     model has not}. Refused, with the model untouched: a file that matches none of the backbone's parameters (it is
     another model's: the preprocessing statistics and a same-sized head alone are no backbone), and a frozen
     backbone that the file does not cover (its missing layers would stay at their random start)."""
-    state = read_weights(checked_file(params))
+    state = read_weights(checked_weights(params), params.path)
     head = head_of(model) if params.freeze == "backbone" else None
     own = model.state_dict()
     loaded = [name for name, tensor in state.items() if name in own and own[name].shape == tensor.shape]
