@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from tasks.core.errors import TorchshipError
 from tasks.core.metrics import classification_metrics
 from tasks.core.params_spec import TrainParams
 from tasks.training.adapt import fit_training, fitted_settings
@@ -24,6 +25,10 @@ log = logging.getLogger("torchship.train")
 # log-loss (cross-validated members, whose few dozen inner-validation rows make F1 a step function that saturates
 # at the first epoch that gets them all right: tasks/training/crossval.py).
 STOP_ON_F1, STOP_ON_LOSS = "f1_macro", "loss"
+
+
+class TrainingDiverged(TorchshipError):
+    """The loss or the validation logits stopped being finite: training stops there, and that epoch is never kept."""
 
 
 @dataclass
@@ -187,8 +192,11 @@ class Trainer:
             started = time.perf_counter()
             loss_sum = torch.tensor(state.loss_sum, device=self.device)
             first_step = state.step_in_epoch
+            self.bad_step, self.bad_loss = torch.tensor(-1, device=self.device), torch.tensor(0.0, device=self.device)
             for step, inputs, targets in self.batches.epoch(state.epoch, first_step):
                 loss = self._gradients(inputs, targets)
+                if not scaler.is_enabled():   # fp16's scaler skips a step whose gradients overflowed by itself
+                    self._watch(loss, step)
                 if scaler.is_enabled():
                     scaler.unscale_(optimizer)
                 nn.utils.clip_grad_norm_(parameters, settings.grad_clip, foreach=True)
@@ -204,7 +212,9 @@ class Trainer:
                 if settings.checkpoint_every and state.global_step % settings.checkpoint_every == 0 \
                         and step + 1 < steps:
                     state.step_in_epoch, state.loss_sum = step + 1, float(loss_sum)
+                    self._stop_if_diverged(steps)   # never a checkpoint of diverged weights
                     self.checkpoint()
+            self._stop_if_diverged(steps)
             if self.world > 1:
                 loss_sum = all_reduce(loss_sum)
             seconds = time.perf_counter() - started
@@ -230,10 +240,32 @@ class Trainer:
                 if self.device.type == "cuda":
                     torch.cuda.empty_cache()
 
+    def _watch(self, loss: torch.Tensor, step: int) -> None:
+        """Mark the epoch's first non-finite loss where it is (no device sync per step: read at each checkpoint and at
+        the epoch's end)."""
+        first = (self.bad_step < 0) & ~torch.isfinite(loss)
+        self.bad_step = torch.where(first, step, self.bad_step)
+        self.bad_loss = torch.where(first, loss.float(), self.bad_loss)
+
+    def _stop_if_diverged(self, steps: int) -> None:
+        """TrainingDiverged naming the epoch and step of the first non-finite loss, if there was one."""
+        if int(self.bad_step) >= 0:
+            raise TrainingDiverged(
+                f"training diverged on rank {self.rank}: the loss was {float(self.bad_loss)} at epoch "
+                f"{self.state.epoch + 1}, step {int(self.bad_step) + 1} of {steps}; training stopped there and nothing "
+                "of this epoch was kept. Lower train.lr (or train.grad_clip), look for extreme or non-finite inputs, "
+                "or train in fp32 (train.precision).")
+
     def _end_epoch(self, loss_sum: float, samples_per_s: float, seconds: float) -> None:
-        """Validate, record the epoch, keep the best weights, and stop early after `patience` flat epochs."""
+        """Validate, record the epoch, keep the best weights, and stop early after `patience` flat epochs. An epoch
+        whose validation logits are not finite stops training (TrainingDiverged): it never becomes the best."""
         state, val = self.state, self.val_split
         logits = predict_logits(self.model, val.features)
+        if not torch.isfinite(logits).all():
+            rows = int((~torch.isfinite(logits)).any(1).sum())
+            raise TrainingDiverged(f"training diverged on rank {self.rank}: after epoch {state.epoch + 1} the model's "
+                                   f"logits are NaN or inf for {rows} of {len(logits)} validation rows; training "
+                                   "stopped and this epoch was not kept. Lower train.lr, or look for extreme inputs.")
         scores = classification_metrics(val.labels.cpu().numpy(), logits.argmax(1).cpu().numpy(), self.n_classes)
         record = {"epoch": state.epoch + 1, "train_loss": loss_sum / (self.steps_per_epoch * self.world),
                   "val_loss": float(nn.functional.cross_entropy(logits, val.labels)),
