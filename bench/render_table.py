@@ -330,6 +330,27 @@ def render_image_serving(results: dict[str, dict]) -> list[str]:
     return lines
 
 
+def render_image_limits(results: dict[str, dict]) -> list[str]:
+    """bench/bench_image_limits.py: the 6,300 x 6,300 black PNG refused unread at the defaults, decoded off the event
+    loop with its limit raised, and (when measured) on the code before these limits."""
+    result = _need(results, "image_limits")
+    figures, before = result["figures"], result["baseline"].get("before")
+    refused, decoded = figures["refused"], figures["decoded"]
+    lines = [f"**A {figures['pixels']:,}-pixel black PNG of {figures['file_bytes'] / 1024:.0f} KiB** "
+             f"({_when(result)}, `bench/bench_image_limits.py`, the real service on a {figures['model']} model; "
+             f"goal: {result['goal']}).", "",
+             "| case | status | time to the answer | /health meanwhile: median / worst | peak RSS growth |",
+             "|---|---|---|---|---|",
+             f"| defaults: alone / a hundred in one body | {', '.join(map(str, refused['statuses']))} | "
+             f"{refused['alone_ms']:.0f} / {refused['hundred_ms']:.0f} ms | — | {refused['rss_growth_mb']:.0f} MB |"]
+    for case, run in (("limit raised: decoded in the thread pool", decoded),
+                      ("before these limits: decoded on the event loop", before)):
+        if run:
+            lines.append(f"| {case} | {run['status']} | {run['decode_ms']:,.0f} ms | {run['health_median_ms']:.1f} / "
+                         f"{run['health_max_ms']:,.0f} ms | {run['rss_growth_mb']:,.0f} MB |")
+    return lines
+
+
 def _cell(value, digits: int = 2) -> str:
     if value is None:
         return "—"
@@ -405,7 +426,7 @@ def render_sweep(results: dict[str, dict]) -> list[str]:
 
 RENDERERS: dict[str, Callable[[dict[str, dict]], list[str]]] = {
     "images": render_images, "image-compression": render_image_compression, "image-speed": render_image_speed,
-    "image-serving": render_image_serving,
+    "image-serving": render_image_serving, "image-limits": render_image_limits,
     "summary": render_summary, "serving": render_serving, "serving-ratios": render_serving_ratios,
     "workers": render_workers, "tables": render_tables, "bless": render_bless, "pipeline": render_pipeline,
     "headline": render_headline, "load": render_load, "estimate": render_estimate,
