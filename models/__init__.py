@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+import traceback
 from collections.abc import Callable, Iterator, Mapping
 from functools import cached_property
 from pathlib import Path
@@ -65,14 +66,30 @@ def model_class(name: str) -> Callable[..., nn.Module]:
     if ":" in name:
         module_name, _, class_name = name.partition(":")
         try:
-            return getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError) as exc:
-            raise KeyError(f"model '{name}' cannot be imported ({exc}); give package.module:Class on the "
-                           "Python path, or one of: " + ", ".join(sorted(MODELS))) from None
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            missing = getattr(exc, "name", None)   # ModuleNotFoundError: which module was not found
+            if isinstance(exc, ImportError) and missing and f"{module_name}.".startswith(f"{missing}."):
+                raise KeyError(f"model '{name}' cannot be imported ({exc}); give package.module:Class on the "
+                               "Python path, or one of: " + ", ".join(sorted(MODELS))) from None
+            # the module's own code failed: a SyntaxError, a NameError at its top level, an import inside it
+            raise KeyError(f"model '{name}': importing {module_name} raised {type(exc).__name__} at "
+                           f"{failed_at(exc)}: {exc}") from None
+        if not hasattr(module, class_name):
+            raise KeyError(f"model '{name}' cannot be imported: {module_name} has no {class_name}")
+        return getattr(module, class_name)
     if name not in MODELS:
         raise KeyError(f"unknown model '{name}'; known models: {', '.join(sorted(MODELS))} "
                        "(or package.module:Class for your own nn.Module)")
     return MODELS[name]
+
+
+def failed_at(exc: BaseException) -> str:
+    """`file, line N` of what raised `exc`: a SyntaxError's own place, else the innermost frame of its traceback."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}, line {exc.lineno}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{frames[-1].filename}, line {frames[-1].lineno}" if frames else "its top level"
 
 
 def build_model(name: str, layout: Any, **kwargs: Any) -> nn.Module:

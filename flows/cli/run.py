@@ -30,6 +30,7 @@ def run(params: Path = typer.Option(None, "--params", help=PARAMS_HELP),
     from tasks.core.sources import check_source, resolve_target
     from tasks.registry.status import registry_changes, registry_snapshot
     from tasks.stages.overrides import applied_overrides, resolve
+    from tasks.training.probe_process import check_before_stages
     from tasks.workspace.lock import workspace_lock
 
     started = time.perf_counter()
@@ -37,6 +38,8 @@ def run(params: Path = typer.Option(None, "--params", help=PARAMS_HELP),
     try:
         raw, parsed = resolve(set_, params_file)
         check_source(parsed.data, resolve_target(parsed.data, parsed.contract, parsed.images), parsed.images)
+        # your own module's probe and the weights' pin, in a child with time and memory limits, before any stage
+        check_before_stages(raw, parsed.train.model, parsed.train.pretrained.path)
         # The workspace first: nothing (params.yaml, data/source.json, dvc.lock, data/batches/) is written before
         # this run holds it, so a second run waits or is refused and never changes a running one's inputs.
         with workspace_lock("this run", parsed.retrain.workspace_wait_s):

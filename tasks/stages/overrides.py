@@ -47,7 +47,8 @@ def merge(base: dict, extra: dict) -> dict:
 
 def resolve(assignments: list[str], params_file: str | None = None,
             base_file: str = PARAMS_FILE) -> tuple[dict, Params]:
-    """The merged raw mapping and its validated Params; nothing is written."""
+    """The merged raw mapping and its validated Params; nothing is written, and no code of the user's runs (the own
+    module's probe is `torchship run`'s, in a child process: tasks/training/probe_process.py)."""
     raw = read_params_file(base_file)
     if params_file:
         raw = merge(raw, read_params_file(params_file))
@@ -64,10 +65,8 @@ def resolve(assignments: list[str], params_file: str | None = None,
         # a named model or its arguments are checked against models/ before anything runs; that imports torch,
         # which loading params never does, so only when there is something to check
         from tasks.training.model_args import check_model_args
-        from tasks.training.probe import probe_own_model
 
         check_model_args(parsed.train)
-        probe_own_model(parsed)   # your own class: its contract checked on a probe batch, in seconds
     return raw, parsed
 
 

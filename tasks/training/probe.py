@@ -157,10 +157,14 @@ def _exports(name: str, model: nn.Module, inputs: torch.Tensor) -> None:
 def first_image_shape(params: Params) -> tuple[int, int, int]:
     """(height, width, channels) a source's images will have: images.size (or the first image's own size) and the
     first image's channels, read from its header."""
-    from PIL import Image
-
     from tasks.modalities.image.decode import CHANNELS, MODE_OF
-    from tasks.modalities.image.sources import SHAPE_SIDE, folder_images, is_packaged, manifest_images
+    from tasks.modalities.image.sources import (
+        SHAPE_SIDE,
+        first_image_header,
+        folder_images,
+        is_packaged,
+        manifest_images,
+    )
 
     source = params.data.source
     if is_packaged(source):
@@ -169,8 +173,8 @@ def first_image_shape(params: Params) -> tuple[int, int, int]:
         path = Path(source)
         files = folder_images(path) if path.is_dir() else manifest_images(path, params.data.target,
                                                                           params.images.path_column)
-        with Image.open(files[0].path) as image:
-            (width, height), channels = image.size, CHANNELS[MODE_OF.get(image.mode, "RGB")]
+        width, height, mode = first_image_header(files, int(params.images.max_file_mb * (1 << 20)))
+        channels = CHANNELS[MODE_OF.get(mode, "RGB")]
     if params.images.size:
         height, width = params.images.size
     return height, width, channels

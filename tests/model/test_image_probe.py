@@ -1,6 +1,7 @@
 """A broken own image module is refused by the probe (tasks/training/probe.py) before any stage runs, naming the
-rule it breaks: through tasks/stages/overrides.py resolve, the step `torchship run --set ...` takes before it
-writes params or starts a stage, on the packaged digits (8x8 grayscale, ten classes). A sound module passes."""
+rule it breaks: the params resolved as `torchship run --set ...` resolves them, then the probe that run makes before
+it writes params or starts a stage (there in a child process with limits, tasks/training/probe_process.py; here in
+this one), on the packaged digits (8x8 grayscale, ten classes). A sound module passes."""
 from __future__ import annotations
 
 import textwrap
@@ -8,7 +9,7 @@ import textwrap
 import pytest
 
 from tasks.stages.overrides import resolve
-from tasks.training.probe import ModelRuleBroken
+from tasks.training.probe import ModelRuleBroken, probe_own_model
 
 OWN = '''
     import torch
@@ -76,7 +77,9 @@ def project(tmp_path, monkeypatch):
 
 
 def run_with(model: str):
-    return resolve([f"train.model=own_images:{model}"], base_file="params.yaml")
+    raw, params = resolve([f"train.model=own_images:{model}"], base_file="params.yaml")
+    probe_own_model(params)
+    return raw, params
 
 
 def test_a_sound_image_module_passes_the_probe(project):

@@ -301,6 +301,26 @@ def _file_md5(path: Path) -> bytes:
         return hashlib.file_digest(handle, "md5").digest()
 
 
+def first_image_header(files: list[ImageFile], max_bytes: int, tries: int = 20) -> tuple[int, int, str]:
+    """(width, height, Pillow mode) from the header of the first of `files` that opens as an image (what the own-module
+    probe is sized by); a DataError naming the files tried and why when none of the first `tries` does (prepare then
+    judges every file)."""
+    import io
+
+    from PIL import Image
+
+    problems = []
+    for file in files[:tries]:
+        try:
+            with Image.open(io.BytesIO(file.read_within(max_bytes))) as image:
+                return image.width, image.height, image.mode
+        except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as exc:
+            problems.append(f"{file.name}: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}")
+    raise DataError(f"none of the first {len(problems)} image file(s) of the source could be read as an image, so "
+                    f"the model cannot be probed: {'; '.join(problems[:3])}. Fix or remove them (prepare names every "
+                    "file and the rule it breaks).")
+
+
 def check_image_source(source: str, target: str | None, path_column: str) -> None:
     """What prepare would refuse after a while, refused in a second: an unknown packaged set, a folder without
     images, a manifest without its path or label column (the files themselves are judged by prepare)."""
