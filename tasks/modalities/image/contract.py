@@ -59,11 +59,14 @@ class ImageContract(BaseModel):
                                                                    "quarantined) while the run goes on.")
 
 
-def suggest_image_contract(rows: list[dict], margin: float = 0.1, tail: float = 0.01) -> ImageContract:
-    """Profile reference images (metadata rows of the decodable ones, tasks/modalities/image/decode.py): the
-    observed classes and most common mode, and size, brightness, aspect and file-size ranges from the `tail` and
-    1 - `tail` quantiles widened by `margin` (so one odd image in the reference sets no rule); a starting point to
+def suggest_image_contract(rows: list[dict], margin: float = 0.1) -> ImageContract:
+    """Profile reference images (metadata rows of the decodable ones, tasks/modalities/image/decode.py): the observed
+    classes and most common mode, and size, brightness, aspect, contrast and file-size ranges that span every one of
+    them (the observed min and max, rounded outwards), then widened by `margin`: the folder it is suggested from
+    passes its own contract (but for images of the other mode, which one model cannot take). A starting point to
     review."""
+    import math
+
     import numpy as np
 
     if not rows:
@@ -73,19 +76,24 @@ def suggest_image_contract(rows: list[dict], margin: float = 0.1, tail: float = 
 
     def spread(key: str) -> tuple[float, float]:
         values = np.array([float(r[key]) for r in rows if r[key] is not None])
-        low, high = np.quantile(values, tail), np.quantile(values, 1 - tail)
+        low, high = float(values.min()), float(values.max())
         pad = (high - low) * margin or high * margin
-        return float(low - pad), float(high + pad)
+        return low - pad, high + pad
 
     def whole(key: str) -> Range:
         low, high = spread(key)
-        return Range(min=float(max(1, int(low))), max=float(int(high + 0.999)))
+        return Range(min=float(max(1, math.floor(low))), max=float(math.ceil(high)))
+
+    def outwards(value: float, up: bool) -> float:   # two decimals, never inside the observed range
+        return (math.ceil if up else math.floor)(value * 100) / 100
 
     low, high = spread("brightness")
-    brightness = Range(min=round(max(0.0, low), 2), max=round(min(255.0, high), 2))
+    brightness = Range(min=max(0.0, outwards(low, up=False)), max=min(255.0, outwards(high, up=True)))
+    lowest_contrast = min(float(r["contrast"]) for r in rows if r["contrast"] is not None)
     return ImageContract(modality="image", classes=classes, mode=max(set(modes), key=modes.count),
                          width=whole("width"), height=whole("height"),
-                         max_aspect=round(max(1.0, spread("aspect")[1]), 2),
+                         max_aspect=max(1.0, outwards(spread("aspect")[1], up=True)),
                          max_file_bytes=int(spread("file_bytes")[1] * 2) + 1,
                          brightness=brightness,
-                         min_contrast=1.0, min_images=max(1, int(len(rows) * (1 - margin))))
+                         min_contrast=min(1.0, outwards(lowest_contrast * (1 - margin), up=False)),
+                         min_images=max(1, int(len(rows) * (1 - margin))))

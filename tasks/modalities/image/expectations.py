@@ -24,6 +24,10 @@ from tasks.modalities.image.contract import ImageContract
 
 LEAKAGE_RULE = "no image in two splits, nor twice in one (content hash)"
 SHOWN_GROUPS = 5   # duplicate groups named in the refusal (the report's rows sample the rest)
+# A rule that refuses a class's images SKEW_FACTOR times as often as the other classes' (at least SKEW_MIN_IMAGES of
+# them) is named in a warning: a range drawn from reference images may cut one class's tail, not bad images.
+SKEW_FACTOR, SKEW_MIN_IMAGES = 5.0, 2
+NOT_RANGES = ("decodable", "label ", "not an exact duplicate", "path_")   # rules about the file, not its statistics
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,30 @@ def judge_images(table: pd.DataFrame, rules: ImageRules, docs_dir: Path | None =
             refused.setdefault(name, []).append(f"{words}: {detail}")
     _copy_docs(context, docs_dir)
     return Verdicts(refused=refused, results=results)
+
+
+def class_skews(refused: dict[str, list[str]], table: pd.DataFrame) -> list[str]:
+    """One warning per (rule, class) where a range rule refuses a share of one class far above its share of the
+    other classes (SKEW_FACTOR times, at least SKEW_MIN_IMAGES images), naming the rule, the class and both shares."""
+    from collections import Counter, defaultdict
+
+    labels = {name: None if label is None else str(label) for name, label in zip(table["name"], table["label"])}
+    totals = Counter(label for label in labels.values() if label is not None)
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for name, broken in refused.items():
+        for rule in {entry.split(": ", 1)[0] for entry in broken}:
+            if not rule.startswith(NOT_RANGES) and labels.get(name) is not None:
+                counts[rule][labels[name]] += 1
+    warnings = []
+    for rule, by_class in sorted(counts.items()):
+        for label, count in sorted(by_class.items()):
+            share = count / totals[label]
+            others = (sum(by_class.values()) - count) / max(1, sum(totals.values()) - totals[label])
+            if count >= SKEW_MIN_IMAGES and share >= SKEW_FACTOR * others:
+                warnings.append(f"rule '{rule}' refuses {count} of the {totals[label]} images of class '{label}' "
+                                f"({share:.1%}), the other classes {others:.1%}: a range drawn from reference images "
+                                "may cut one class's tail. Genuine images? Widen the rule in the contract.")
+    return warnings
 
 
 def _plain(value) -> str:

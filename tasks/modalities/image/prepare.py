@@ -23,7 +23,7 @@ from tasks.core.quarantine import OutsideFolder, contained_path, quarantine_fold
 from tasks.core.schema_spec import ImageShape, Schema
 from tasks.modalities.image.contract import ImageContract, ReadLimits
 from tasks.modalities.image.decode import CHANNELS, ImageLimits, Inspected, fit_size, inspect_image
-from tasks.modalities.image.expectations import ImageRules, judge_images, metadata_table, rules_for
+from tasks.modalities.image.expectations import ImageRules, class_skews, judge_images, metadata_table, rules_for
 from tasks.modalities.image.shards import METADATA
 from tasks.modalities.image.sources import FileTooLarge, ImageFile, path_refusals
 
@@ -100,6 +100,8 @@ def prepare_images(files: list[ImageFile], origin: str, target: str, params: Ima
     table = metadata_table([r.row() for r in records])
     rules = rules_for(table, params, contract)
     refused = {**judge_images(table, rules).refused, **path_refusals(files)}
+    for warning in class_skews(refused, table):
+        log.warning("%s: %s", origin, warning)
     if refused:
         folder = quarantine_images(files, refused, origin, len(records), rules.max_bad_share)
         share = len(refused) / len(records)
