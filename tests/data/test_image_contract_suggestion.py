@@ -4,57 +4,45 @@ And at prepare, a range rule that refuses a share of one class far above the oth
 from __future__ import annotations
 
 import logging
-import os
 
 import numpy as np
 import pytest
 from PIL import Image
 from ruamel.yaml import YAML
-from typer.testing import CliRunner
 
-from flows.cli import app
 from tasks.config import parse_params
 from tasks.core.params_spec import ImagesParams, PrepareParams
 from tasks.modalities.image.prepare import prepare_images
 from tasks.modalities.image.sources import folder_images
 from tests.helpers.images import shapes_folder
+from tests.unit.test_image_cli import cli  # noqa: F401 - the CLI in a bare project folder, its environment put back
 
 BRIGHT = 3   # circles far brighter than the rest of the set: the tail a percentile would cut
 
 
 @pytest.fixture()
-def reference(tmp_path, monkeypatch):
-    """400 shapes (100 a class) of which BRIGHT circles are brightened far above the rest; the CLI's project folder."""
+def reference(tmp_path, request):
+    """400 shapes (100 a class) of which BRIGHT circles are brightened far above the rest, and their suggested
+    contract, from the CLI run in a project folder of its own."""
+    cli = request.getfixturevalue("cli")
     root = shapes_folder(tmp_path / "shapes", count=400, side=16)
     for path in sorted((root / "circle").glob("*.png"))[:BRIGHT]:
         pixels = np.asarray(Image.open(path), dtype=np.int16)
         Image.fromarray((pixels + 150).clip(0, 255).astype(np.uint8)).save(path)
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "params.yaml").write_text("{}\n")
-    (project / "dvc.yaml").write_text("stages: {}\n")
-    monkeypatch.chdir(project)
-    saved = dict(os.environ)
-    yield root
-    os.environ.clear()
-    os.environ.update(saved)
-
-
-def suggested(root):
-    result = CliRunner().invoke(app, ["contract", "suggest", str(root)])
+    result = cli("contract", "suggest", str(root))
     assert result.exit_code == 0, result.output
-    return parse_params(YAML(typ="safe").load(result.stdout), origin="suggested").contract
+    return root, parse_params(YAML(typ="safe").load(result.stdout), origin="suggested").contract
 
 
 def test_the_suggested_contract_accepts_every_image_it_was_suggested_from(reference):
-    contract = suggested(reference)
+    reference, contract = reference
     prepared = prepare_images(folder_images(reference), str(reference), "label", ImagesParams(), PrepareParams(),
                               contract)
     assert not prepared.refused, prepared.refused
 
 
 def test_a_rule_that_cuts_one_class_is_named_in_a_warning(reference, caplog):
-    contract = suggested(reference)
+    reference, contract = reference
     cut = contract.model_copy(update={"brightness": contract.brightness.model_copy(update={"max": 150.0})})
     with caplog.at_level(logging.WARNING, logger="torchship.prepare"):
         prepared = prepare_images(folder_images(reference), str(reference), "label", ImagesParams(), PrepareParams(),
