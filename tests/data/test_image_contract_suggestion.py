@@ -24,12 +24,12 @@ BRIGHT = 3   # circles far brighter than the rest of the set: the tail a percent
 def reference(tmp_path, request):
     """400 shapes (100 a class) of which BRIGHT circles are brightened far above the rest, and their suggested
     contract, from the CLI run in a project folder of its own."""
-    cli = request.getfixturevalue("cli")
+    invoke = request.getfixturevalue("cli")
     root = shapes_folder(tmp_path / "shapes", count=400, side=16)
     for path in sorted((root / "circle").glob("*.png"))[:BRIGHT]:
         pixels = np.asarray(Image.open(path), dtype=np.int16)
         Image.fromarray((pixels + 150).clip(0, 255).astype(np.uint8)).save(path)
-    result = cli("contract", "suggest", str(root))
+    result = invoke("contract", "suggest", str(root))
     assert result.exit_code == 0, result.output
     return root, parse_params(YAML(typ="safe").load(result.stdout), origin="suggested").contract
 
