@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from tasks.core.artifacts import redacted
 from tasks.core.csv_table import read_csv_table
-from tasks.core.errors import DataError
+from tasks.core.errors import DataError, TorchshipError
 from tasks.core.problems import Problem, raise_if_any
 
 
@@ -52,8 +53,13 @@ def read_table(path: Path) -> tuple[pd.DataFrame, list[Problem]]:
         raise_if_any(str(path), [Problem("is empty (rule: a Parquet file with rows)", 1)])
     try:
         table = pd.read_parquet(path)
+    except MemoryError as exc:   # pyarrow's ArrowMemoryError too: the file may be sound, this process is short
+        raise TorchshipError(f"{path}: reading it ran out of memory ({redacted(exc)}); that says nothing about the "
+                             "file's validity. Free memory, or give this process more, and run again.") from None
+    except OSError as exc:   # the disk or the file system refused the read
+        raise DataError(f"{path} could not be read ({redacted(exc)}).") from None
     except Exception as exc:
-        raise DataError(f"{path} is not a valid Parquet file ({type(exc).__name__}: {exc}).") from None
+        raise DataError(f"{path} is not a valid Parquet file ({redacted(exc)}).") from None
     table.index = pd.RangeIndex(1, len(table) + 1)  # Parquet has rows, not lines
     return table, []
 

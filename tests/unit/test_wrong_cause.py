@@ -94,3 +94,22 @@ def test_a_write_that_did_not_find_the_disk_full_never_says_free_space(tmp_path,
 def test_a_full_disk_or_quota_is_still_named_with_its_free_space(tmp_path, code):
     with pytest.raises(ArtifactWriteError, match="the disk is full, or a quota.*MiB free.*Free space and re-run"):
         write_atomic(tmp_path / "model.onnx", failing(OSError(code, "full")))
+
+
+def test_a_parquet_read_that_runs_out_of_memory_is_not_called_an_invalid_file(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from tasks.core import tables
+    from tasks.core.errors import TorchshipError
+
+    path = tmp_path / "rows.parquet"
+    pd.DataFrame({"a": [1, 2]}).to_parquet(path)
+
+    def short_of_memory(*args, **kwargs):
+        raise MemoryError("malloc of 4294967296 bytes failed")
+
+    monkeypatch.setattr(pd, "read_parquet", short_of_memory)
+    with pytest.raises(TorchshipError) as raised:
+        tables.read_table(path)
+    message = str(raised.value)
+    assert "not a valid Parquet file" not in message and "MemoryError" in message and "out of memory" in message
