@@ -26,13 +26,14 @@ def contract_yaml(contract: Contract | ImageContract, origin: str, rows: int, un
 def suggested_image_contract(data: DataParams, images: ImagesParams, margin: float) -> str:
     """Read every image of the source once and propose the image contract from the decodable ones (what could not be
     decoded is named on the way, and left out of the profile)."""
-    from tasks.modalities.image.decode import ImageLimits, inspect_image
+    from tasks.modalities.image.decode import ImageLimits
+    from tasks.modalities.image.prepare import inspect_files
     from tasks.modalities.image.sources import list_images
 
     files, origin = list_images(data.source, resolve_target(data, images=images), images.path_column, images.rendered,
                                 data.seed)
     limits = ImageLimits(max_file_bytes=int(images.max_file_mb * (1 << 20)), max_pixels=images.max_pixels)
-    records = [inspect_image(f.name, f.read(), limits, f.label) for f in files]
+    records = inspect_files(files, limits)   # each measured first, read within the limit
     rows = [r.row() for r in records if r.decodable and r.label is not None]
     skipped = [f"{r.name} ({r.error or 'no class folder'})" for r in records if not (r.decodable and r.label)]
     text = contract_yaml(suggest_image_contract(rows, margin), origin, len(rows), "images")
