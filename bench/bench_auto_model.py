@@ -19,14 +19,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import save  # noqa: E402
 from models import build_model  # noqa: E402
-from tasks.core.encoding import encode_features, encode_target  # noqa: E402
+from tasks.core.labels import encode_target
 from tasks.core.metrics import classification_metrics  # noqa: E402
 from tasks.core.params_spec import PrepareParams, TrainParams  # noqa: E402
-from tasks.core.sources import generate_customers, load_sklearn  # noqa: E402
-from tasks.prepare import prepare_tables  # noqa: E402
+from tasks.modalities.table.encoding import encode_features  # noqa: E402
+from tasks.modalities.table.layout import fit_layout
+from tasks.modalities.table.prepare import prepare_tables  # noqa: E402
+from tasks.modalities.table.sources import generate_customers, load_sklearn  # noqa: E402
 from tasks.training.adapt import fit_training, fitted_settings  # noqa: E402
 from tasks.training.loop import Split, predict_logits, train_model  # noqa: E402
-from tasks.training.weights import fit_layout, model_spec  # noqa: E402
+from tasks.training.weights import model_spec  # noqa: E402
 
 SIZES = [int(s) for s in os.environ.get("BENCH_SIZES", "3000,10000,30000,100000").split(",")]
 MODELS = ("mlp", "ft_transformer")

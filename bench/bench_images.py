@@ -43,18 +43,20 @@ sys.path.insert(0, ".")
 from models import build_model
 from tasks.config import load_params
 from tasks.core.schema_spec import load_schema
+from tasks.modalities.image.contract import image_shape
+from tasks.modalities.image.layout import fit_image_layout
 from tasks.modalities.image.shards import read_metadata, read_pixels
-from tasks.training.weights import fit_layout, model_spec
+from tasks.training.weights import model_spec
 
 params = load_params().train
 torch.set_num_threads(params.threads)
 torch.manual_seed(0)
 schema = load_schema("data/prepare/schema.json")
-x = torch.from_numpy(read_pixels("data/prepare/train.parquet", schema.image.shape).copy())
+x = torch.from_numpy(read_pixels("data/prepare/train.parquet", image_shape(schema).shape).copy())
 labels = read_metadata("data/prepare/train.parquet", schema.target)["label"]
 y = torch.tensor([schema.classes.index(str(v)) for v in labels])
 spec = model_spec(params.model_copy(update={"model": "resnet"}))
-model = build_model("resnet", fit_layout(x.numpy(), schema), **spec["kwargs"])
+model = build_model("resnet", fit_image_layout(x.numpy(), schema), **spec["kwargs"])
 optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr or 3e-3, weight_decay=params.weight_decay)
 loss_fn = nn.CrossEntropyLoss()
 model.train()
@@ -93,18 +95,19 @@ def run_pipeline(folder: Path, source: str) -> tuple[Path, float]:
 def quality(project: Path) -> dict:
     """The served graph's holdout accuracy and macro-F1 beside each baseline's, with paired bootstrap intervals."""
     os.chdir(project)
-    from tasks.core.holdout import load_holdout
     from tasks.core.metrics import classification_metrics, paired_bootstrap
     from tasks.core.params_spec import BaselineParams
-    from tasks.core.runtime import open_onnx, predict_labels
+    from tasks.core.runtime import open_onnx
     from tasks.core.schema_spec import load_schema
+    from tasks.modalities import load_holdout
     from tasks.modalities.image import baseline as images_baseline
+    from tasks.modalities.scoring import predict_labels
 
     schema = load_schema(Path("data/prepare/schema.json"))
     holdout = load_holdout(schema)
-    served = predict_labels(open_onnx(Path("data/profile/model.onnx"), 1), schema, holdout.features)
+    served = predict_labels(open_onnx(Path("data/profile/model.onnx"), 1), schema, holdout.inputs)
     train = load_holdout(schema, Path("data/prepare/train.parquet"))
-    _, predicted = images_baseline.fit_and_predict(train.features, train.labels, holdout.features, holdout.labels,
+    _, predicted = images_baseline.fit_and_predict(train.inputs, train.labels, holdout.inputs, holdout.labels,
                                                    len(schema.classes), BaselineParams(), False)
     n = len(schema.classes)
     figures = {"holdout_images": len(holdout.labels), "served": classification_metrics(holdout.labels, served, n)}

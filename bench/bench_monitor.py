@@ -34,8 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import save  # noqa: E402
 from tasks.core.params_spec import MonitorParams  # noqa: E402
 from tasks.core.schema_spec import Feature, Schema  # noqa: E402
-from tasks.core.servelog import served_line  # noqa: E402
-from tasks.monitoring.drift import PREDICTION, measure_drift, save_html  # noqa: E402
+from tasks.core.servelog import (
+    PREDICTION,
+    served_line,  # noqa: E402
+)
+from tasks.monitoring.drift import measure_drift, save_html  # noqa: E402
 from tasks.monitoring.estimate import Holdout, expected_accuracy, fit_reliability  # noqa: E402
 from tasks.monitoring.window import read_window  # noqa: E402
 

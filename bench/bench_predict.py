@@ -74,8 +74,9 @@ def baseline(source: str, model: str, output: str) -> None:
     """The naive batch job: the whole file in memory, one ONNX Runtime call, the predictions written."""
     import pandas as pd
 
-    from tasks.core.runtime import open_onnx, predict_proba
+    from tasks.core.runtime import open_onnx
     from tasks.core.schema_spec import schema_from_metadata
+    from tasks.modalities.scoring import predict_proba
 
     frame = pd.read_csv(source)
     session = open_onnx(Path(model), 2)
@@ -97,7 +98,7 @@ def main() -> None:
     import pandas as pd
     from mlflow import MlflowClient
 
-    from serving.batch_scoring import CHUNK_ROWS
+    from tasks.core.scored_files import CHUNK_ROWS
     from tasks.registry.read import download_onnx
 
     work = Path(tempfile.mkdtemp(prefix="bench-predict-"))

@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import save  # noqa: E402
 from tasks.core.env import MLFLOW_TRACKING_URI_ENV, TELEMETRY_OFF  # noqa: E402
+from tasks.modalities.image.contract import image_shape  # noqa: E402
 
 BIN = Path(sys.executable).parent
 TABLES = {"default": ("synthetic", []), "digits": ("sklearn:digits", ["data.source=sklearn:digits"]),
@@ -111,13 +112,13 @@ def champion(root: Path) -> tuple[str, str, Path, dict]:
     version = str(client.get_model_version_by_alias(name, "champion").version)
     onnx_path = download_onnx(client, name, version, Path(tempfile.mkdtemp(prefix="bench-serving-")))
     schema = load_schema(root / "data/prepare/schema.json")
-    if schema.is_image:
+    if schema.modality == "image":
         import base64
 
         from tasks.modalities.image.decode import encode_png
         from tasks.modalities.image.shards import read_pixels
 
-        image = read_pixels(root / "data/prepare/holdout.parquet", schema.image.shape)[0]
+        image = read_pixels(root / "data/prepare/holdout.parquet", image_shape(schema).shape)[0]
         return name, version, onnx_path, {IMAGE: base64.b64encode(encode_png(image)).decode(),
                                           "pixels": image.tolist()}
     frame = pd.read_parquet(root / "data/prepare/holdout.parquet")[schema.feature_names].head(1)

@@ -36,9 +36,11 @@ import pandas as pd, torch
 from torch import nn
 sys.path.insert(0, ".")
 from models import build_model
-from tasks.core.encoding import encode_features, encode_target
+from tasks.modalities.table.encoding import encode_features
+from tasks.core.labels import encode_target
 from tasks.core.schema_spec import load_schema
-from tasks.training.weights import fit_layout, model_spec
+from tasks.training.weights import model_spec
+from tasks.modalities.table.layout import fit_layout
 from tasks.config import load_params
 
 params = load_params().train

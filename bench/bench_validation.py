@@ -1,5 +1,5 @@
-"""Validation: the Great Expectations contract gate (tasks.core.expectations.validate_frames) vs a plain pandas
-implementation of the same checks, on 100k and 1M rows x 30 columns, alternating in one process."""
+"""Validation: the Great Expectations contract gate (tasks.modalities.table.expectations.validate_frames) vs a plain
+pandas implementation of the same checks, on 100k and 1M rows x 30 columns, alternating in one process."""
 from __future__ import annotations
 
 import os
@@ -13,10 +13,10 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import save  # noqa: E402
-from tasks.core.contract_spec import ColumnRule, Contract  # noqa: E402
-from tasks.core.expectations import validate_frames  # noqa: E402
 from tasks.core.params_spec import ValidateParams  # noqa: E402
 from tasks.core.schema_spec import Feature, Schema  # noqa: E402
+from tasks.modalities.table.contract import ColumnRule, Contract  # noqa: E402
+from tasks.modalities.table.expectations import validate_frames  # noqa: E402
 
 SIZES = [int(s) for s in os.environ.get("BENCH_ROWS", "100000,1000000").split(",")]
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 2))

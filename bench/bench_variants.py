@@ -28,10 +28,10 @@ from torch import nn  # noqa: E402
 
 from bench.common import save  # noqa: E402
 from tasks.config import read_params_file  # noqa: E402
-from tasks.core.holdout import load_holdout  # noqa: E402
 from tasks.core.runtime import onnx_runner  # noqa: E402
 from tasks.core.schema_spec import load_schema  # noqa: E402
 from tasks.core.timing import time_interleaved  # noqa: E402
+from tasks.modalities import load_holdout  # noqa: E402
 from tasks.training.weights import load_trained  # noqa: E402
 from tasks.variants.exporters import export_onnx  # noqa: E402
 from tasks.variants.quantize import quantize_onnx  # noqa: E402
@@ -115,7 +115,7 @@ def main() -> None:
         os.chdir(root)
         schema = load_schema(Path("data/prepare/schema.json"))
         holdout = load_holdout(schema)
-        rows = holdout.features[:2048]
+        rows = holdout.inputs[:2048]
         served_teacher, saved = load_trained(Path("data/train/model.pt"))
         teacher = network_of(served_teacher)
         teacher_spec = saved["model"]

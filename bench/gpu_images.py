@@ -39,11 +39,13 @@ NO_AUGMENT = {"shift": 0, "brightness": 0.0, "flip": False}   # the plain loop h
 # The baseline's data part (bench/gpu_project.py has the rest): the split as one uint8 tensor on the device, the
 # same CNN in channels_last on CUDA, as an expert would write it.
 IMAGE_DATA = r'''
+from tasks.modalities.image.contract import image_shape
+from tasks.modalities.image.layout import fit_image_layout
 from tasks.modalities.image.shards import read_metadata, read_pixels
-pixels = read_pixels("data/prepare/train.parquet", schema.image.shape).copy()
+pixels = read_pixels("data/prepare/train.parquet", image_shape(schema).shape).copy()
 labels = read_metadata("data/prepare/train.parquet", schema.target)["label"]
 y = torch.tensor([schema.classes.index(str(v)) for v in labels], device=device)
-model = build_model(spec["name"], fit_layout(pixels, schema), **spec["kwargs"]).to(device)
+model = build_model(spec["name"], fit_image_layout(pixels, schema), **spec["kwargs"]).to(device)
 if device.type == "cuda":
     model = model.to(memory_format=torch.channels_last)
 x = torch.from_numpy(pixels).to(device)

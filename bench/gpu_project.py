@@ -28,7 +28,7 @@ sys.path.insert(0, ".")
 from models import build_model
 from tasks.config import load_params
 from tasks.core.schema_spec import load_schema
-from tasks.training.weights import fit_layout, model_spec
+from tasks.training.weights import model_spec
 batch, epochs, precision = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 params = load_params().train
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -41,7 +41,9 @@ spec = model_spec(params)
 '''
 TABLE_DATA = r'''
 import pandas as pd
-from tasks.core.encoding import encode_features, encode_target
+from tasks.modalities.table.encoding import encode_features
+from tasks.core.labels import encode_target
+from tasks.modalities.table.layout import fit_layout
 frame = pd.read_parquet("data/prepare/train.parquet")
 x = torch.from_numpy(encode_features(frame, schema)); y = torch.from_numpy(encode_target(frame[schema.target], schema))
 model = build_model(spec["name"], fit_layout(x.numpy(), schema), **spec["kwargs"]).to(device)

@@ -19,7 +19,7 @@ class PublicTable:
 
 
 def sklearn_table(name: str) -> pd.DataFrame:
-    from tasks.core.sources import load_sklearn
+    from tasks.modalities.table.sources import load_sklearn
 
     return load_sklearn(name)
 

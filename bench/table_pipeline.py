@@ -16,20 +16,22 @@ import pandas as pd
 import torch
 
 from models import build_model
-from tasks.baseline import baseline_outputs
 from tasks.bless import predict_labels
 from tasks.bless.quality import HoldoutPredictions, baseline_gap, gate_baselines, gate_predictions, judge_candidate
-from tasks.core.encoding import encode_features, encode_target
+from tasks.core.labels import encode_target
 from tasks.core.metrics import classification_metrics
 from tasks.core.params_spec import Params, TrainParams
 from tasks.core.schema_spec import Schema
-from tasks.prepare import prepare_tables
+from tasks.modalities.table.baseline import baseline_outputs
+from tasks.modalities.table.encoding import encode_features
+from tasks.modalities.table.layout import fit_layout
+from tasks.modalities.table.prepare import prepare_tables
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.calibration import calibrate_single
 from tasks.training.crossval import candidates_for, cross_validate, cross_validation_rows, finish_cross_validation
 from tasks.training.job import validation_decision
 from tasks.training.loop import STOP_ON_F1, Split, Trainer, predict_logits
-from tasks.training.weights import fit_layout, model_spec
+from tasks.training.weights import model_spec
 from tasks.variants.exporters import export_onnx
 
 
@@ -78,8 +80,8 @@ def cv_baseline(baselines: dict, train: pd.DataFrame, schema: Schema, params: Pa
     """The baseline the goal compares with: the one baseline.cv_folds-fold cross-validation on the training split
     picks on the bless metric (the baseline stage's own pick below baseline.cv_max_rows, the same rule above it),
     with its holdout figures from the stage's report."""
-    from tasks.baseline import pick_baseline
     from tasks.core.metrics import balances_classes
+    from tasks.modalities.table.baseline import pick_baseline
 
     name, scores = baselines["picked"], baselines["cv_scores"]
     if name is None:

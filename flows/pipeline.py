@@ -10,10 +10,11 @@ from prefect.artifacts import create_markdown_artifact
 from flows.canary import record_decision, record_step
 from tasks import bless, canary, register, validate
 from tasks.config import load_params
-from tasks.core import paths, sources, tracking
+from tasks.core import paths, tracking
 from tasks.core.artifacts import read_json
 from tasks.core.params_spec import Params, TrackingParams
 from tasks.core.verdicts import BlessOutcome
+from tasks.modalities import sources
 from tasks.monitoring import batch_index
 from tasks.registry.approvals import review_approvals
 from tasks.stages import repro
@@ -62,9 +63,8 @@ def pull_batches(params: Params) -> str:
 def check_source(params: Params) -> None:
     """Refuse a missing file or target column now, not after the stages start; then refresh data/source.json
     (DVC hashes it) so a changed file or a new accepted batch re-runs prepare, and record the source stage."""
-    target = sources.resolve_target(params.data, params.contract, params.images)
-    sources.check_source(params.data, target, params.images)
-    sources.write_source_fingerprint(params.data, images=params.images)
+    sources.check_source(params)
+    sources.write_source_fingerprint(params)
     repro.record_stage("source")   # as `dvc repro` would have left it: plain `dvc status` stays clean
 
 

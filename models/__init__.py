@@ -1,9 +1,9 @@
 """Model definitions and the name -> constructor registry (torch only: no I/O, no tracking).
 
 Each model file declares what is known about its model beside it: a `Config` dataclass (its hyper-parameters,
-their defaults and rules: `train.model_args.<name>`), a `default_lr`, and `MODELS`, the name(s) `train.model`
-selects it by. The registry is every model file's `MODELS`, found here on first use: a new model family is its
-file, and no list elsewhere names it."""
+their defaults and rules: `train.model_args.<name>`), a `default_lr`, the `modality` it takes, its `auto` role (what
+`train.model: auto` picks it for) and `MODELS`, the name(s) `train.model` selects it by. The registry is every
+model file's `MODELS`, found here on first use: a new model family is its file, and no list elsewhere names it."""
 from __future__ import annotations
 
 import importlib
@@ -97,9 +97,16 @@ def build_model(name: str, layout: Any, **kwargs: Any) -> nn.Module:
     return model_class(name)(layout, **kwargs)
 
 
-def model_modality(name: str) -> str:
-    """What a model takes: "image" pixels, or "table" rows (a model class without `modality` takes tables)."""
-    return str(getattr(model_class(name), "modality", "table"))
+def model_modality(name: str) -> str | None:
+    """The modality a model takes (its class's `modality`; None: it names none, and takes the fallback's)."""
+    return getattr(model_class(name), "modality", None)
+
+
+def auto_models(modality: str, role: str) -> list[str]:
+    """The registered models of `modality` whose class declares `auto = role`, by name: what `train.model: auto`
+    picks from (`default`; `large` from a modality's row threshold; `compared` out of fold on small sets)."""
+    return [name for name, model in MODELS.items()
+            if getattr(model, "modality", None) == modality and getattr(model, "auto", None) == role]
 
 
 def default_lr(name: str) -> float:

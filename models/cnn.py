@@ -93,7 +93,8 @@ class ImageResNet(nn.Module):
 
     Config = ResNetConfig
     default_lr = 3e-3
-    modality = "image"   # what it takes (models without the attribute take tables)
+    modality = "image"   # what it takes (tasks/modalities/: a model without it takes the fallback's, tables)
+    auto = "default"     # what `auto` trains on images
     head = "fc"   # the classifier: what trains when a pretrained backbone is frozen
 
     def __init__(self, layout: ImageLayout, **hyper: Any):

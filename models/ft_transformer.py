@@ -66,6 +66,8 @@ class FTTransformer(nn.Module):
     # The peak AdamW learning rate that trained it best in the measurements behind `auto`
     # (bench/results/auto_model.json); `train.lr` overrides it.
     default_lr = 1e-3
+    modality = "table"
+    auto = "large"   # `auto` trains it from train.ft_min_rows training rows (bench/results/auto_model.json)
 
     def __init__(self, layout: FeatureLayout, **hyper: Any):
         """`hyper`: FTTransformerConfig's fields; its defaults fill the rest."""

@@ -28,6 +28,8 @@ class SoftmaxLinear(nn.Module):
     Config = LinearConfig
     # No hidden layers to keep stable: a larger step than the MLP's converges in the same step budget.
     default_lr = 1e-2
+    modality = "table"
+    auto = "compared"   # below train.cv_max_rows `auto` compares it out of fold with the other compared families
 
     def __init__(self, layout: FeatureLayout, **hyper: Any):
         """`hyper`: LinearConfig's fields; its defaults fill the rest."""

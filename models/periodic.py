@@ -61,6 +61,8 @@ class PeriodicMLP(nn.Module):
 
     Config = PeriodicMLPConfig
     default_lr = 3e-3   # the plain MLP's: the same body, trained by the same schedule
+    modality = "table"
+    auto = "compared"   # below train.cv_max_rows `auto` compares it out of fold with the other compared families
 
     def __init__(self, layout: FeatureLayout, **hyper: Any):
         """`hyper`: PeriodicMLPConfig's fields; its defaults fill the rest."""

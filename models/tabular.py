@@ -92,6 +92,8 @@ class TabularMLP(nn.Module):
     # The peak AdamW learning rate that trained it best in the measurements behind `auto`
     # (bench/results/auto_model.json); `train.lr` overrides it.
     default_lr = 3e-3
+    modality = "table"
+    auto = "default"   # what `auto` trains on a table below train.ft_min_rows training rows
 
     def __init__(self, layout: FeatureLayout, **hyper: Any):
         """`hyper`: MLPConfig's fields; its defaults fill the rest."""

@@ -66,7 +66,7 @@ def embedding_table(rows: int, dim: int, std: float, pad_id: int | None = None) 
 class PooledTextClassifier(nn.Module):
     """What both families share: `embed(ids)` (B, D) -> dropout -> the Linear `classifier` -> logits (B, C)."""
 
-    modality = "text"   # what it takes (models without the attribute take tables)
+    modality = "text"   # what it takes (tasks/modalities/: a model without it takes the fallback's, tables)
     head = "classifier"   # the classifier: what trains when a pretrained backbone is frozen
 
     def __init__(self, dim: int, n_classes: int, dropout: float):
@@ -92,6 +92,7 @@ class TextBag(PooledTextClassifier):
 
     Config = BagConfig
     default_lr = 1e-2   # embedding bags train best with a high rate (fastText's own default is 0.1 with SGD)
+    auto = "default"    # what `auto` trains on texts below train.ft_min_rows training rows
 
     def __init__(self, layout: TextLayout, **hyper: Any):
         config = BagConfig(**hyper)
@@ -164,6 +165,7 @@ class TextTransformer(PooledTextClassifier):
 
     Config = TextTransformerConfig
     default_lr = 1e-3
+    auto = "large"      # `auto` trains it from train.ft_min_rows training rows
 
     def __init__(self, layout: TextLayout, **hyper: Any):
         config = TextTransformerConfig(**hyper)

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from tasks.config import load_params
 from tasks.core.env import DEFAULT_PARAMS, PARAMS_ENV, SERVE_SETTINGS_ENV, TELEMETRY_OFF, set_defaults
 from tasks.core.params_spec import Params, ServeParams
+from tasks.modalities import modality_sections
 
 # The serve params a flag may override for one run (`--request-log ""` turns the log off; `--ship-to ""` keeps it on
 # this host, as the canary's own service does: replayed rows are not production traffic).
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
 
     configure_logging()
     settings = ServiceSettings(serve=serve, model_name=args.model_name, tracking=params.tracking, seed=args.seed,
-                               images=params.images, model_file=args.model_file)
+                               host=modality_sections(params), model_file=args.model_file)
     # uvloop and httptools: the C event loop and HTTP parser (bench/results/serving.json); no access log (a line
     # per request on the loop; the request log and metrics already account for every request).
     server = {"host": serve.host, "port": serve.port, "log_level": "warning", "access_log": False, "loop": "uvloop",

@@ -12,8 +12,6 @@ import dataclasses
 import numpy as np
 
 from serving.variants import Variant
-from tasks.modalities.image.serving import ImageRows
-from tasks.modalities.table.serving import Rows
 
 
 class Batch:
@@ -21,11 +19,11 @@ class Batch:
 
     def __init__(self, variant: Variant):
         self.variant = variant
-        self.rows: Rows | ImageRows | None = None   # of the first request's kind (rows or images), then extended
+        self.rows = None   # the first request's decoded items (a dataclass of lists: its modality's), then extended
         self.waiting: list[tuple[asyncio.Future, int, int]] = []   # (future, first row, end row)
         self.timer: asyncio.Handle | None = None
 
-    def add(self, rows: Rows | ImageRows, future: asyncio.Future) -> None:
+    def add(self, rows, future: asyncio.Future) -> None:
         if self.rows is None:   # a copy: extending must never grow the first request's own rows
             self.rows = dataclasses.replace(rows, **{f.name: list(getattr(rows, f.name))
                                                      for f in dataclasses.fields(rows)})
@@ -59,7 +57,7 @@ class MicroBatcher:
         self.batches = 0                    # scored batches and their rows: the mean batch size, for the bench
         self.rows = 0
 
-    async def score(self, variant: Variant, rows: Rows) -> np.ndarray:
+    async def score(self, variant: Variant, rows) -> np.ndarray:
         """Probabilities (N, C) of `rows`, scored in a batch with whatever concurrent requests joined it."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()

@@ -1,7 +1,8 @@
-"""/predict's OpenAPI, generated from the serving champion's contract: its request row (the same pydantic model
-that words the 422s: every column, its type, range, category set and nullability) and its answer (the model's
-classes). /predict is answered outside FastAPI's body parsing (serving/front.py), so FastAPI cannot infer this;
-the document is rebuilt whenever a different champion is swapped in."""
+"""/predict's OpenAPI, generated from the serving champion: its request, as its modality's serving part documents it
+(a table's row is the same pydantic model that words the 422s: every column, its type, range, category set and
+nullability), and its answer (the model's classes). /predict is answered outside FastAPI's body parsing
+(serving/front.py), so FastAPI cannot infer this; the document is rebuilt whenever a different champion is swapped
+in."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -10,8 +11,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from serving.variants import Variant
-from tasks.modalities.image.serving import IMAGES_SHAPE
-from tasks.modalities.table.serving import ROWS_SHAPE
+from tasks.modalities import modality_of, serving_part
 
 PROBLEM = {"type": "object", "properties": {
     "row": {"type": "integer", "description": "index of the row in `rows`"},
@@ -26,32 +26,15 @@ def _error(description: str, detail: dict) -> dict:
         "type": "object", "properties": {"detail": detail, "request_id": {"type": "string"}}}}}}
 
 
-def image_request() -> dict:
-    """An image model's /predict bodies: JSON with base64 files, or a multipart upload of `image` parts."""
-    return {"application/json": {"schema": {
-                "type": "object", "title": "PredictImages", "required": ["images"], "additionalProperties": False,
-                "properties": {"images": {"type": "array", "minItems": 1, "items": {
-                    "type": "string", "format": "byte", "description": "a PNG or JPEG file, base64 (a `data:` URL "
-                                                                       "prefix is allowed)"}}}}},
-            "multipart/form-data": {"schema": {
-                "type": "object", "title": "PredictUpload", "required": ["image"],
-                "properties": {"image": {"type": "array", "items": {"type": "string", "format": "binary"},
-                                         "description": "one or more PNG or JPEG files (curl -F image=@file.png)"}}}}}
-
-
 def predict_operation(champion: Variant | None) -> dict:
-    """The OpenAPI operation of POST /predict for this champion (a generic row when none is loaded)."""
-    if champion is not None and champion.schema.is_image:
-        return image_operation(champion)
-    if champion is None:
-        row: dict = {"type": "object", "description": "no champion is loaded yet: the columns are not known"}
-        classes: dict = {"type": "string"}
-        served = "no champion loaded"
-    else:
-        row = champion.decoder.row_type.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
-        row["title"] = "PredictRow"
-        classes = {"type": "string", "enum": list(champion.schema.classes)}
-        served = f"champion v{champion.version}, {len(champion.schema.features)} columns"
+    """The OpenAPI operation of POST /predict for this champion: its modality's request (a table's row, an image
+    upload, ...: its serving part documents it), one prediction per item out (a generic request when none is
+    loaded)."""
+    request = serving_part(modality_of(champion.schema).name).document(champion) if champion is not None else {
+        "description": "no champion is loaded yet: its request is not known.", "items": "item", "components": {},
+        "content": {"application/json": {"schema": {"type": "object", "title": "PredictRequest"}}},
+        "too_large": "the body is over serve.max_body_mb", "refused": "items that break the model's rules"}
+    classes = {"type": "string", "enum": list(champion.schema.classes)} if champion is not None else {"type": "string"}
     probabilities = {"type": "object", "description": "probability of each class",
                      "properties": {c: {"type": "number"} for c in classes.get("enum", [])}}
     answer = {"type": "object", "title": "PredictAnswer",
@@ -62,47 +45,25 @@ def predict_operation(champion: Variant | None) -> dict:
                   "version": {"type": "string"},
                   "served_ms": {"type": "number"},
                   "predictions": {"type": "array", "items": {"type": "object", "properties": {
-                      "id": {"type": "string", "description": "<request_id>-<row index>: what /feedback names"},
+                      "id": {"type": "string", "description": f"<request_id>-<{request['items']} index>: what "
+                                                              "/feedback names"},
                       "label": classes, "probabilities": probabilities}}}}}
+    served = f" (champion v{champion.version})" if champion is not None else ""
     return {
         "summary": "Predict",
-        "description": f"Scores raw rows with the champion (or, for a share of requests, the challenger). Schema from "
-                       f"the serving model's contract ({served}); {ROWS_SHAPE}.",
+        "description": f"Scores with the champion{served} (or, for a share of requests, the challenger): "
+                       + request["description"],
         "operationId": "predict",
-        "requestBody": {"required": True, "content": {"application/json": {"schema": {
-            "type": "object", "title": "PredictRequest", "required": ["rows"],
-            "properties": {"rows": {"type": "array", "minItems": 1, "items": row}}}}}},
+        "requestBody": {"required": True, "content": request["content"]},
         "responses": {
-            "200": {"description": "one prediction per row", "content": {"application/json": {"schema": answer}}},
+            "200": {"description": f"one prediction per {request['items']}",
+                    "content": {"application/json": {"schema": answer}}},
             "400": _error("the body is not JSON", {"type": "string"}),
-            "413": _error("the body is over serve.max_body_mb", {"type": "string"}),
-            "422": _error("rows that break the contract: one problem per (row, field)",
-                          {"anyOf": [{"type": "array", "items": PROBLEM}, {"type": "string"}]}),
+            "413": _error(request["too_large"], {"type": "string"}),
+            "422": _error(request["refused"], {"anyOf": [{"type": "array", "items": PROBLEM}, {"type": "string"}]}),
             "503": _error("no champion is loaded yet", {"type": "string"})},
+        "x-components": request["components"],
     }
-
-
-def image_operation(champion: Variant) -> dict:
-    """POST /predict of an image champion: images in (JSON base64 or an upload), one prediction per image out."""
-    shape = champion.schema.image
-    operation = predict_operation(None)
-    answer = operation["responses"]["200"]["content"]["application/json"]["schema"]
-    answer["properties"]["predictions"]["items"]["properties"]["label"] = {
-        "type": "string", "enum": list(champion.schema.classes)}
-    answer["properties"]["predictions"]["items"]["properties"]["probabilities"] = {
-        "type": "object", "properties": {c: {"type": "number"} for c in champion.schema.classes}}
-    operation["description"] = (f"Scores images with the champion (or, for a share of requests, the challenger): "
-                                f"champion v{champion.version}, {shape.height}x{shape.width} {shape.mode}. Each image "
-                                "is scaled to cover that size (aspect kept) and centre-cropped, and converted to its "
-                                f"mode. {IMAGES_SHAPE}.")
-    operation["requestBody"] = {"required": True, "content": image_request()}
-    operation["responses"]["413"] = _error("the body is over serve.max_body_mb, or an image over images.max_file_mb "
-                                           "or images.max_pixels (read from its header, before decoding)",
-                                           {"type": "string"})
-    operation["responses"]["422"] = _error("images that break the rules: one problem per image (decodable, "
-                                           "min_side, base64), or a body of another shape",
-                                           {"anyOf": [{"type": "array", "items": PROBLEM}, {"type": "string"}]})
-    return operation
 
 
 def contract_openapi(app: FastAPI, champion: Callable[[], Variant | None]) -> Callable[[], dict]:
@@ -116,10 +77,9 @@ def contract_openapi(app: FastAPI, champion: Callable[[], Variant | None]) -> Ca
         if cached.get("key") != key or "document" not in cached:
             document = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             operation = predict_operation(current)
-            if current is not None and not current.schema.is_image:   # a row's nested models under components
-                document.setdefault("components", {}).setdefault("schemas", {}).update(
-                    operation["requestBody"]["content"]["application/json"]["schema"]["properties"]["rows"]["items"]
-                    .pop("$defs", {}))
+            components = operation.pop("x-components")   # a request's nested models (a table row's)
+            if components:
+                document.setdefault("components", {}).setdefault("schemas", {}).update(components)
             document["paths"]["/predict"] = {"post": operation}
             cached.update(key=key, document=document)
         return cached["document"]

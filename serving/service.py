@@ -6,7 +6,7 @@ import gc
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -20,12 +20,10 @@ from serving.request_log import RequestLog
 from serving.shipper import log_shipper
 from serving.variants import NoChampion, Router, SharedShare, Variant, bytes_variant, file_variant
 from serving.watcher import RegistryWatcher
-from tasks.core.params_spec import ImagesParams, ServeParams, TrackingParams
-from tasks.core.refusals import BodyRefused, RowsRefused
+from tasks.core.params_spec import ServeParams, TrackingParams
+from tasks.core.refusals import BodyRefused, RowsRefused, validate_rows
 from tasks.core.runtime import EMBEDDING
 from tasks.core.servelog import feedback_line, feedback_path, row_id, served_bytes, shadow_path
-from tasks.modalities.image.serving import ImageRows
-from tasks.modalities.table.serving import Rows, validate_rows
 from tasks.registry.read import CHALLENGER, CHAMPION
 
 log = logging.getLogger("torchship.serving")
@@ -50,7 +48,8 @@ class ServiceSettings:
     model_name: str
     tracking: TrackingParams
     seed: int | None = None   # of the traffic split: a canary replays reproducibly
-    images: ImagesParams = ImagesParams()   # this host's image limits: they only tighten a model's own (its schema's)
+    # this host's modality sections (`images`, ...) as plain values: their limits only tighten a model's own
+    host: dict[str, dict] = field(default_factory=dict)
     model_file: Path | None = None   # serve this ONNX file as the champion: no registry, poller or logs (bless)
     share_file: Path | None = None   # serve.workers > 1: the challenger share every worker maps (SharedShare)
 
@@ -63,7 +62,7 @@ class ServiceSettings:
         """These settings as JSON (handed to worker processes)."""
         return orjson.dumps({"serve": self.serve.model_dump(), "model_name": self.model_name,
                              "tracking": self.tracking.model_dump(), "seed": self.seed,
-                             "images": self.images.model_dump(),
+                             "host": self.host,
                              "model_file": str(self.model_file) if self.model_file else None,
                              "share_file": str(self.share_file) if self.share_file else None}).decode()
 
@@ -72,8 +71,7 @@ class ServiceSettings:
         raw = orjson.loads(text)
         paths = {k: Path(raw[k]) if raw[k] else None for k in ("model_file", "share_file")}
         return cls(**{**raw, **paths, "serve": ServeParams.model_validate(raw["serve"]),
-                      "tracking": TrackingParams.model_validate(raw["tracking"]),
-                      "images": ImagesParams.model_validate(raw.get("images", {}))})
+                      "tracking": TrackingParams.model_validate(raw["tracking"])})
 
     def open_log(self, path: Path | None) -> RequestLog:
         """A buffered, rotated log on `path` with the `serve.log_*` settings."""
@@ -87,7 +85,7 @@ class Accepted:
     """A request whose rows passed the answering variant's schema, not yet scored."""
 
     variant: Variant
-    rows: Rows | ImageRows
+    rows: object   # the decoded items, of the variant's modality (its decoder's)
     body: bytes      # kept for the shadow variant, which parses it by its own schema
     started: float   # perf_counter at arrival: served_ms and the latency metric
     content_type: str | None = None   # multipart uploads of images are parsed by it
@@ -132,7 +130,7 @@ class Service:
     def start(self) -> None:
         if self.settings.model_file is not None:   # a file, not the registry: nothing to poll, nothing to log
             self.router.champion = file_variant(CHAMPION, self.settings.model_file, self.settings.serve.threads,
-                                                self.settings.images)
+                                                self.settings.host)
         else:
             self.request_log.open()
             self.feedback_log.open()
@@ -177,7 +175,7 @@ class Service:
         if current is not None and current.version == version:
             return
         try:
-            variant = bytes_variant(alias, version, payload, self.settings.serve.threads, self.settings.images)
+            variant = bytes_variant(alias, version, payload, self.settings.serve.threads, self.settings.host)
         except Exception as exc:  # a broken new version must not take the service down
             self._not_loaded(alias, version, str(exc))
             return
@@ -293,7 +291,7 @@ class Service:
         self.request_log.append(self._served_lines(request_id, accepted.variant, accepted.rows, scores, labels))
 
     @staticmethod
-    def _served_lines(request_id: str, variant: Variant, rows: Rows | ImageRows, scores: np.ndarray,
+    def _served_lines(request_id: str, variant: Variant, rows, scores: np.ndarray,
                       labels: list[str] | None = None) -> bytes:
         """One log line per row: its features (an image's statistics and the embedding projection, never its
         pixels), the label served and the probabilities."""

@@ -14,19 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.core.params_spec import ImagesParams
-from tasks.core.runtime import (
-    EMBEDDING,
-    IMAGE_INPUT,
-    decide,
-    decision_threshold,
-    open_onnx,
-    predict_proba,
-    takes_raw_rows,
-)
+from tasks.core.runtime import EMBEDDING, decide, decision_threshold, open_onnx, softmax, takes_raw_rows
 from tasks.core.schema_spec import Schema, schema_from_metadata
-from tasks.modalities.image.serving import ImageDecoder, ImageRows, limits_for
-from tasks.modalities.table.serving import RowDecoder, Rows
+from tasks.modalities import modality_of, serving_part
 
 log = logging.getLogger("torchship.serving")
 
@@ -41,25 +31,22 @@ class Variant:
     version: str
     schema: Schema
     session: object
-    decoder: RowDecoder | ImageDecoder   # request bodies are parsed and checked against this version's own schema
-    raw: bool = True      # a graph with one input per column; False: a bare model on the encoded matrix (old versions)
+    decoder: object       # its modality's request decoder: bodies are parsed and checked by this version's own schema
+    raw: bool = True      # a served graph on raw inputs; False: a bare model on the encoded input (old table versions)
     run: Callable = None  # (output names, feed) -> outputs: see graph_runner
     threshold: float | None = None   # a binary graph's decision threshold (its metadata); None: the argmax
+    outputs: tuple[str, ...] = ("probabilities",)   # and the embedding projection, where the graph gives one
 
-    def score(self, rows: Rows | ImageRows) -> np.ndarray:
-        """Accepted rows -> scores (N, C [+ k]), float32: the class probabilities, and for an image model its
-        embedding projection after them (what the request log keeps instead of the pixels: `split`)."""
-        if self.schema.is_image:
-            return np.concatenate(self.run(["probabilities", EMBEDDING], self.decoder.feed(rows)), axis=1)
-        if self.raw:
-            return self.run(["probabilities"], self.decoder.feed(rows))[0]
-        import pandas as pd  # only for versions registered before the graph took raw rows
-
-        frame = pd.DataFrame([self.decoder.features(rows, i) for i in range(len(rows))])
-        return predict_proba(self.session, self.schema, frame)
+    def score(self, items) -> np.ndarray:
+        """Accepted items -> scores (N, C [+ k]), float32: the class probabilities, and where the graph gives one the
+        embedding projection after them (what the request log keeps instead of raw inputs: `split`)."""
+        if not self.raw:   # a version registered before the graph took raw inputs
+            return softmax(self.session.run(None, {"x": self.decoder.bare_inputs(items)})[0])
+        scores = self.run(list(self.outputs), self.decoder.feed(items))
+        return scores[0] if len(scores) == 1 else np.concatenate(scores, axis=1)
 
     def split(self, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """(probabilities (N, C), the embedding projection (N, k) or None for a table model) of `score`'s answer."""
+        """(probabilities (N, C), the embedding projection (N, k) or None) of `score`'s answer."""
         classes = len(self.schema.classes)
         return scores[:, :classes], (scores[:, classes:] if scores.shape[1] > classes else None)
 
@@ -70,18 +57,13 @@ class Variant:
         return decide(probabilities, self.threshold)
 
     def warm(self) -> None:
-        """One prediction on a row of nulls (ONNX Runtime allocates on its first run): the first request does
-        not pay for it, and a graph that cannot score is refused before it serves."""
+        """One prediction on a blank item (ONNX Runtime allocates on its first run): the first request does not pay
+        for it, and a graph that cannot score is refused before it serves."""
         inputs = {i.name for i in self.session.get_inputs()}
-        if self.schema.is_image:
-            blank = self.decoder.blank()
-            if inputs != {IMAGE_INPUT}:
-                raise ValueError(f"the image graph's inputs {sorted(inputs)} are not [{IMAGE_INPUT!r}]")
-        else:
-            blank = Rows([(None,) * len(self.decoder.number_names)], [(None,) * len(self.decoder.text_names)])
-            if self.raw and inputs != set(self.schema.feature_names):   # the feed names every input, and only those
-                raise ValueError(f"the graph's inputs {sorted(inputs)} are not the schema's columns")
-        probabilities = self.split(self.score(blank))[0]
+        if self.raw and inputs != self.decoder.inputs():   # the feed names every input, and only those
+            raise ValueError(f"the graph's inputs {sorted(inputs)} are not its request's "
+                             f"{sorted(self.decoder.inputs())}")
+        probabilities = self.split(self.score(self.decoder.blank()))[0]
         if probabilities.shape != (1, len(self.schema.classes)):
             raise ValueError(f"the graph answers {probabilities.shape} probabilities for one row, not "
                              f"(1, {len(self.schema.classes)}) (its classes)")
@@ -98,39 +80,41 @@ def graph_runner(session) -> Callable:
     return lambda outputs, feed: inner.run(outputs, feed, None)
 
 
-def decoder_for(schema: Schema, images: ImagesParams) -> RowDecoder | ImageDecoder:
-    """The request decoder of a model's modality: rows by its schema, or images by its shape and the limits it was
-    trained under (its schema's), which this host's `images` params may only tighten."""
-    if schema.is_image:
-        return ImageDecoder(schema, *limits_for(schema.image, images))
-    return RowDecoder(schema)
+def decoder_for(schema: Schema, host: dict | None = None):
+    """The request decoder of a model's modality (its serving part), by the model's own schema and limits; `host`:
+    this serving host's modality sections (`images`, ...), which may only tighten what the model was trained under."""
+    modality = modality_of(schema)
+    section = (host or {}).get(modality.section) if modality.section else None
+    if isinstance(section, dict):   # as the service's settings carry it to its workers
+        section = modality.settings.model_validate(section)
+    return serving_part(modality.name).decoder(schema, section)
 
 
-def make_variant(alias: str, version: str, session, schema: Schema, images: ImagesParams | None = None) -> Variant:
+def make_variant(alias: str, version: str, session, schema: Schema, host: dict | None = None) -> Variant:
     """A warmed variant of an opened graph."""
-    decoder = decoder_for(schema, images or ImagesParams())
-    variant = Variant(alias=alias, version=str(version), schema=schema, session=session, decoder=decoder,
-                      raw=takes_raw_rows(session), run=graph_runner(session),
-                      threshold=decision_threshold(session.get_modelmeta().custom_metadata_map))
+    outputs = ("probabilities", EMBEDDING) if EMBEDDING in {o.name for o in session.get_outputs()} else \
+        ("probabilities",)
+    variant = Variant(alias=alias, version=str(version), schema=schema, session=session,
+                      decoder=decoder_for(schema, host), raw=takes_raw_rows(session), run=graph_runner(session),
+                      threshold=decision_threshold(session.get_modelmeta().custom_metadata_map), outputs=outputs)
     variant.warm()
     return variant
 
 
-def bytes_variant(alias: str, version: str, payload: bytes, threads: int, images: ImagesParams | None = None
-                  ) -> Variant:
+def bytes_variant(alias: str, version: str, payload: bytes, threads: int, host: dict | None = None) -> Variant:
     """A registered version from its (verified) ONNX bytes, opened and warmed."""
     session = open_onnx(payload, threads)
     variant = make_variant(alias, version, session, schema_from_metadata(session.get_modelmeta().custom_metadata_map),
-                           images)
+                           host)
     log.info("loaded %s v%s", alias, version)
     return variant
 
 
-def file_variant(alias: str, path: Path, threads: int, images: ImagesParams | None = None) -> Variant:
+def file_variant(alias: str, path: Path, threads: int, host: dict | None = None) -> Variant:
     """A local ONNX file (exported by torchship: it carries its schema) as version `file`."""
     session = open_onnx(path, threads)
     variant = make_variant(alias, "file", session, schema_from_metadata(session.get_modelmeta().custom_metadata_map),
-                           images)
+                           host)
     log.info("serving %s", path)
     return variant
 

@@ -17,24 +17,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file, write_json_atomic
-from tasks.core.encoding import encode_features
 from tasks.core.errors import TorchshipError
 from tasks.core.gate import GateResult
-from tasks.core.holdout import Holdout, load_holdout
 from tasks.core.metrics import bootstrap_drop, classification_metrics, predict
 from tasks.core.params_spec import CompressParams, Params
 from tasks.core.runtime import Runner, onnx_runner
 from tasks.core.schema_spec import Schema, load_schema
-from tasks.modalities.image.graph import probe_images
-from tasks.modalities.image.shards import read_pixels
+from tasks.modalities import load_holdout, modality_of
+from tasks.modalities.interface import Holdout
 from tasks.stages.entry import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.exporters import export_onnx
-from tasks.variants.parity import probe_labels, probe_rows, publish_variant
+from tasks.variants.parity import publish_variant
 from tasks.variants.quantize import QuantizationFailed, quantize_onnx, quantize_onnx_static
 from tasks.variants.runners import eager_runner
 
@@ -68,27 +65,25 @@ def quantized(name: str, quantize: Callable[[], None], path: Path, threads: int,
 
 
 def calibration_inputs(schema: Schema, count: int) -> np.ndarray:
-    """Up to `count` training rows (encoded) or images, in a seeded order: what static int8 calibrates on."""
-    if schema.is_image:
-        pixels = read_pixels(paths.TRAIN_SPLIT, schema.image.shape)
-        return pixels[np.random.default_rng(0).permutation(len(pixels))[:count]]
-    rows = pd.read_parquet(paths.TRAIN_SPLIT).sample(frac=1.0, random_state=0).head(count)
-    return encode_features(rows, schema)
+    """Up to `count` training items (the bare model's inputs), in a seeded order: what static int8 calibrates on."""
+    inputs = modality_of(schema).read_split(paths.TRAIN_SPLIT, schema).inputs
+    return inputs[np.random.default_rng(0).permutation(len(inputs))[:count]]
 
 
 def build_variants(params: Params, schema: Schema) -> tuple[Variants, dict[str, str]]:
     """Make every compressed variant; returns them, and name -> the quantizer's error for those it could not make.
-    Images get static int8 only: ONNX Runtime's dynamic int8 of convolutions is slower than fp32 on CPUs (and its
-    answer depends on the batch)."""
+    The int8 kinds are the modality's (images: static only, since ONNX Runtime's dynamic int8 of convolutions is
+    slower than fp32 on CPUs), static int8 also where compress.static_int8 asks for it."""
     rules = params.compress
     paths.VARIANTS.mkdir(parents=True, exist_ok=True)
     threads = params.runtime.threads
     variants: Variants = {}
     failed: dict[str, str] = {}
-    if not schema.is_image:
+    kinds = modality_of(schema).int8
+    if "dynamic" in kinds:
         quantized("onnx-int8", lambda: quantize_onnx(paths.ONNX_MODEL, paths.INT8_MODEL), paths.INT8_MODEL, threads,
                   variants, failed)
-    if rules.static_int8 or schema.is_image:
+    if rules.static_int8 or "static" in kinds:
         calibration = calibration_inputs(schema, rules.calibration_rows)
         quantized("onnx-int8-static", lambda: quantize_onnx_static(paths.ONNX_MODEL, paths.STATIC_INT8_MODEL,
                                                                    calibration),
@@ -109,12 +104,7 @@ def build_student(params: Params, schema: Schema, holdout: Holdout, threshold: f
         gate = GateResult.decide("parity student-onnx", [f"student training failed: {exc}"])
         return {"publishable": False, "gate": gate.model_dump()}, gate, {}, {}
     student, _ = load_trained(paths.STUDENT_WEIGHTS)
-    if schema.is_image:
-        probe, chosen = probe_images(holdout.features, params.export.probe_rows)
-        labels = holdout.labels[chosen]
-    else:
-        probe = probe_rows(holdout.rows, schema, params.export.probe_rows)
-        labels = probe_labels(holdout.rows, schema, params.export.probe_rows)
+    probe, labels = modality_of(schema).probe(holdout, schema, params.export.probe_rows)
     entry, gate = publish_variant("student-onnx", eager_runner(student)(probe), probe, params.export,
                                   lambda: export_onnx(student, schema, params.export.onnx_exporter, paths.STUDENT_ONNX,
                                                       threshold),
@@ -123,7 +113,7 @@ def build_student(params: Params, schema: Schema, holdout: Holdout, threshold: f
         return entry, gate, {}, {}
     variants: Variants = {"student-onnx-fp32": (paths.STUDENT_ONNX, onnx_runner(paths.STUDENT_ONNX, threads))}
     failed: dict[str, str] = {}
-    if schema.is_image:
+    if "dynamic" not in modality_of(schema).int8:   # the student's int8 is the teacher's kind
         calibration = calibration_inputs(schema, params.compress.calibration_rows)
         quantize = lambda: quantize_onnx_static(paths.STUDENT_ONNX, paths.STUDENT_INT8, calibration)  # noqa: E731
     else:
@@ -163,7 +153,7 @@ def run(params: Params) -> None:
     n_classes = len(schema.classes)
     _, trained = load_trained(paths.MODEL_WEIGHTS)
     threshold = trained.get("threshold")   # every variant is judged by the decision rule it will be served with
-    reference = predict(onnx_runner(paths.ONNX_MODEL, params.runtime.threads), holdout.features, threshold=threshold)
+    reference = predict(onnx_runner(paths.ONNX_MODEL, params.runtime.threads), holdout.inputs, threshold=threshold)
     fp32 = {**classification_metrics(holdout.labels, reference, n_classes), "bytes": paths.ONNX_MODEL.stat().st_size}
     variants, failed = build_variants(params, schema)
     student_parity = None
@@ -181,7 +171,7 @@ def run(params: Params) -> None:
                     "fp32": fp32, "max_drop": rules.max_drop, "variants": {},
                     "student_parity": student_parity}
     for name, (path, runner) in variants.items():
-        predicted = predict(runner, holdout.features, threshold=threshold)
+        predicted = predict(runner, holdout.inputs, threshold=threshold)
         drop = bootstrap_drop(holdout.labels, reference, predicted, n_classes, rules.metric, rules.bootstrap,
                               rules.confidence)
         gate = accuracy_budget(name, drop, rules)

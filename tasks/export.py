@@ -8,36 +8,27 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-import pandas as pd
 import torch
 
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
-from tasks.core.encoding import encode_target
 from tasks.core.params_spec import Params
 from tasks.core.runtime import onnx_runner
 from tasks.core.schema_spec import load_schema
-from tasks.modalities.image.graph import probe_images
-from tasks.modalities.image.shards import read_metadata, read_pixels
+from tasks.modalities import load_holdout, modality_of
 from tasks.stages.entry import stage_main
 from tasks.training.weights import load_trained
 from tasks.variants.exporters import export_onnx, export_program
-from tasks.variants.parity import probe_labels, probe_rows, publish_variant
+from tasks.variants.parity import publish_variant
 from tasks.variants.runners import compiled_runner, pt2_runner
 
 log = logging.getLogger("torchship.export")
 
 
 def export_probe(schema, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """(probe inputs, the labels of its holdout part): holdout rows plus edge rows, or holdout images plus edge
-    images; the parity gates judge every variant on them."""
-    if schema.is_image:
-        holdout = read_pixels(paths.HOLDOUT_SPLIT, schema.image.shape)
-        images, chosen = probe_images(holdout, count)
-        labels = encode_target(read_metadata(paths.HOLDOUT_SPLIT, schema.target)["label"], schema)
-        return images, labels[chosen]
-    holdout = pd.read_parquet(paths.HOLDOUT_SPLIT)
-    return probe_rows(holdout, schema, count), probe_labels(holdout, schema, count)
+    """(probe inputs, the labels of its holdout part): holdout items plus the modality's edge cases (rows at the
+    extremes, black and white images); the parity gates judge every variant on them."""
+    return modality_of(schema).probe(load_holdout(schema), schema, count)
 
 
 def run(params: Params) -> None:

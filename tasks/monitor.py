@@ -7,21 +7,18 @@ from __future__ import annotations
 import logging
 import time
 
-import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
 from tasks.core.gate import GateResult
-from tasks.core.holdout import load_holdout
 from tasks.core.params_spec import Params
 from tasks.core.quarantine import unique_stamp
-from tasks.core.runtime import EMBEDDING, IMAGE_INPUT, decide, decision_threshold, predict_proba
 from tasks.core.schema_spec import Schema
-from tasks.modalities.image.shards import read_metadata, read_pixels
-from tasks.modalities.image.watch import STATISTICS
-from tasks.monitoring.drift import PREDICTION, DriftFindings, judge, measure_drift, sample, save_html
+from tasks.modalities import load_holdout, modality_of
+from tasks.modalities.scoring import served_classes
+from tasks.monitoring.drift import DriftFindings, judge, measure_drift, save_html
 from tasks.monitoring.estimate import Holdout, expected_accuracy, fit_reliability
 from tasks.monitoring.segments import log_source
 from tasks.monitoring.window import Window, read_window
@@ -45,42 +42,17 @@ class MonitorReport(BaseModel):
     seconds: float = 0.0
 
 
-def served_classes(schema: Schema, session, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(probabilities, the class indices the service answers) of the serving version on `rows`, by its decision
-    rule (argmax, or the threshold its graph's metadata names)."""
-    probabilities = predict_proba(session, schema, rows)
-    return probabilities, decide(probabilities, decision_threshold(session.get_modelmeta().custom_metadata_map))
-
-
 def reference_frame(schema: Schema, session, rows: int, seed: int) -> pd.DataFrame:
-    """A seeded sample of the training split with the serving version's answers on it (images: of the validation
-    split, their statistics and the serving version's embedding projection of them, the columns the request log
-    keeps)."""
-    if schema.is_image:
-        return image_reference(schema, session, rows, seed)
-    train = sample(pd.read_parquet(paths.TRAIN_SPLIT), rows, seed)
-    _, decided = served_classes(schema, session, train)
-    return train.assign(**{PREDICTION: [schema.classes[i] for i in decided]})
-
-
-def image_reference(schema: Schema, session, rows: int, seed: int) -> pd.DataFrame:
-    """The validation split, not the training one: a network's embeddings and answers on the images it fit are
-    not what it gives unseen images of the same distribution (clean traffic would look drifted)."""
-    metadata = read_metadata(paths.VAL_SPLIT, schema.target)
-    picked = np.sort(np.random.default_rng(seed).permutation(len(metadata))[:rows])
-    pixels = read_pixels(paths.VAL_SPLIT, schema.image.shape)[picked]
-    probabilities, embedding = session.run(["probabilities", EMBEDDING], {IMAGE_INPUT: pixels})
-    decided = decide(probabilities, decision_threshold(session.get_modelmeta().custom_metadata_map))
-    frame = metadata.iloc[picked][list(STATISTICS)].reset_index(drop=True)
-    return frame.assign(**{EMBEDDING: list(embedding), PREDICTION: [schema.classes[i] for i in decided]})
+    """Reference items in the request log's columns (a table's features, an image's statistics and embedding), with
+    the serving version's answers on them: what the window is compared with."""
+    return modality_of(schema).reference_frame(schema, session, rows, seed)
 
 
 def holdout_scores(schema: Schema, session) -> Holdout:
     """The serving version on the holdout, scored now: its accuracy (the figure feedback accuracy and the estimate
     are held to), its probabilities' own estimate there, and the reliability curves the window's estimate uses."""
     holdout = load_holdout(schema)
-    inputs = holdout.features if schema.is_image else holdout.rows
-    probabilities, decided = served_classes(schema, session, inputs)
+    probabilities, decided = served_classes(session, schema, holdout.feed)
     labels = holdout.labels
     return Holdout(accuracy=float((decided == labels).mean()), estimate=expected_accuracy(probabilities, decided)[0],
                    reliability=fit_reliability(probabilities, decided, labels))

@@ -14,7 +14,6 @@ import torch
 from tasks.core import paths
 from tasks.core.artifacts import read_json, sha256_file, write_bytes_atomic, write_json_atomic
 from tasks.core.gate import GateResult
-from tasks.core.holdout import Holdout, load_holdout
 from tasks.core.machine import load_during
 from tasks.core.metrics import evaluate
 from tasks.core.params_spec import ExportParams, Params, ProfileParams
@@ -22,11 +21,10 @@ from tasks.core.plots import plot_latency
 from tasks.core.runtime import Runner, decision_threshold, onnx_metadata, onnx_runner, open_onnx
 from tasks.core.schema_spec import load_schema, schema_from_metadata
 from tasks.core.timing import time_interleaved
-from tasks.modalities.image.graph import compose_image_model, probe_images
+from tasks.modalities import load_holdout, modality_of
+from tasks.modalities.interface import Holdout
 from tasks.stages.entry import stage_main
 from tasks.training.weights import load_trained
-from tasks.variants.parity import check_image_raw_parity, check_raw_parity, raw_probe_rows
-from tasks.variants.preprocess import compose_raw_model
 from tasks.variants.quantize import BATCH_DEPENDENT
 from tasks.variants.runners import compiled_runner, eager_runner
 
@@ -39,11 +37,11 @@ def profile_variants(runners: dict[str, Runner], holdout, n_classes: int, rules:
     calls each in turn, so a busy moment of the machine hits them all), with the machine's load meanwhile; and
     holdout scores, measured by the decision rule the served graph applies (a binary model's `threshold`, else the
     argmax), or for a variant in `same_scores` those of the variant it names."""
-    rows = [holdout.features[i][None] for i in range(min(len(holdout.features), 64))]
-    block = holdout.features[np.arange(rules.batch_size) % len(holdout.features)]   # rows or images, repeated
+    rows = [holdout.inputs[i][None] for i in range(min(len(holdout.inputs), 64))]
+    block = holdout.inputs[np.arange(rules.batch_size) % len(holdout.inputs)]   # rows or images, repeated
     with load_during() as load:
         timings = time_interleaved(runners, rows, block, rules.rounds, rules.throughput_seconds)
-    scores = {name: evaluate(runner, holdout.features, holdout.labels, n_classes, threshold=threshold)
+    scores = {name: evaluate(runner, holdout.inputs, holdout.labels, n_classes, threshold=threshold)
               for name, runner in runners.items() if name not in same_scores}
     results = {}
     for name in runners:
@@ -81,21 +79,16 @@ def candidate_runners(params: Params) -> tuple[dict[str, Runner], dict[str, str]
 
 def publish_raw_model(name: str, variant: Path, holdout: Holdout, rules: ExportParams,
                       threads: int) -> tuple[dict, GateResult]:
-    """Compose the selected variant with its preprocessing (an image model's: the served outputs) and gate it on
-    raw parity with Python encoding + the bare variant; only a passing graph is written (to paths.RAW_MODEL).
-    Returns its report entry and gate."""
+    """Compose the selected variant into the served graph, by its modality (raw inputs in: a table's columns, an
+    image's pixels), and gate it on raw parity with the bare variant on the modality's probe; only a passing graph
+    is written (to paths.RAW_MODEL). Returns its report entry and gate."""
     import onnx
 
     bare = onnx.load(str(variant))
     schema = schema_from_metadata({p.key: p.value for p in bare.metadata_props})
-    if schema.is_image:
-        composed = compose_image_model(bare, schema).SerializeToString()
-        gate = check_image_raw_parity(name, open_onnx(variant, threads), open_onnx(composed, threads), schema,
-                                      probe_images(holdout.features, rules.probe_rows)[0], rules)
-    else:
-        composed = compose_raw_model(bare, schema).SerializeToString()
-        gate = check_raw_parity(name, open_onnx(variant, threads), open_onnx(composed, threads), schema,
-                                raw_probe_rows(holdout.rows, schema, rules.probe_rows), rules)
+    modality = modality_of(schema)
+    composed = modality.compose(bare, schema).SerializeToString()
+    gate = modality.raw_parity(name, open_onnx(variant, threads), open_onnx(composed, threads), schema, holdout, rules)
     entry = {"variant": name, "variant_path": str(variant), "gate": gate.model_dump()}
     if gate.status == "fail":
         paths.RAW_MODEL.unlink(missing_ok=True)   # never leave an earlier run's graph where register looks

@@ -12,10 +12,10 @@ from tasks.core import paths
 from tasks.core.artifacts import read_json
 from tasks.core.env import HTTP_RETRIES_ENV, MLFLOW_HTTP_RETRY, http_retry_window_s, kept
 from tasks.core.errors import TorchshipError
-from tasks.core.holdout import load_holdout
 from tasks.core.params_spec import Params
 from tasks.core.schema_spec import load_schema
 from tasks.core.verdicts import OUTCOME_TAG, Blessing, Registration, RegistrationOutcome
+from tasks.modalities import load_holdout, modality_of
 from tasks.registry.approvals import REQUESTED_TAG, announce_waiting, request_approval
 from tasks.registry.history import run_actor
 from tasks.registry.model_card import model_card_html, model_card_markdown
@@ -65,9 +65,6 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
     import mlflow
     import onnx
 
-    from tasks.modalities.image.graph import embedding_width, image_signature
-    from tasks.variants.preprocess import client_rows, raw_signature
-
     started = time.perf_counter()
     client = registry_client(params.tracking)
     name = blessing.model_name
@@ -78,11 +75,8 @@ def register_candidate(params: Params, blessing: Blessing, run_id: str | None = 
                             action=f"same bytes as v{existing.version}: no new version, aliases unchanged",
                             aliases=aliases(client, name), seconds=time.perf_counter() - started)
     schema = load_schema(paths.SCHEMA)
-    holdout = load_holdout(schema)
-    if schema.is_image:   # the served graph's own input: uint8 pixels at the model's size
-        example, signature = holdout.features[:2], image_signature(schema, embedding_width(blessing.candidate_path))
-    else:
-        example, signature = client_rows(holdout.rows.head(5), schema), raw_signature(schema)   # raw rows
+    # the served graph's own raw inputs: what `mlflow models serve` and its pyfunc are fed
+    example, signature = modality_of(schema).signature(schema, Path(blessing.candidate_path), load_holdout(schema))
     profile = read_json(paths.PROFILE_REPORT)
     tags = {**lineage_tags(Path(".")), SHA_TAG: blessing.candidate_sha256, "variant": profile["selected"],
             "bless": blessing.gate.status, OUTCOME_TAG: str(blessing.outcome),

@@ -10,7 +10,7 @@ import logging
 
 from tasks.core import paths
 from tasks.core.params_spec import Params
-from tasks.core.sources import write_source_fingerprint
+from tasks.modalities.sources import write_source_fingerprint
 from tasks.stages.entry import stage_main
 
 log = logging.getLogger("torchship.source")
@@ -18,7 +18,7 @@ log = logging.getLogger("torchship.source")
 
 def run(params: Params) -> None:
     """DVC stage body: refresh the fingerprint."""
-    changed = write_source_fingerprint(params.data, images=params.images)
+    changed = write_source_fingerprint(params)
     log.info("%s: %s", paths.SOURCE_FINGERPRINT, "changed: prepare re-runs" if changed else "unchanged")
 
 

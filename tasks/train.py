@@ -11,6 +11,7 @@ from tasks.core import paths
 from tasks.core.metrics import balances_classes
 from tasks.core.params_spec import Params
 from tasks.core.schema_spec import load_schema
+from tasks.modalities import modality_of
 from tasks.stages.entry import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.distributed import device_kind
@@ -22,12 +23,12 @@ from tasks.training.weights import model_spec
 def teacher_job(params: Params) -> TrainingJob:
     """The teacher's job with its settings fitted to the training split and the device (model `auto`, batch, epochs,
     lr)."""
-    modality = load_schema(paths.SCHEMA).modality
+    modality = modality_of(load_schema(paths.SCHEMA))
     fitted = fit_training(params.train, split_rows(paths.TRAIN_SPLIT), device_kind(), modality)
     settings = fitted_settings(params.train, fitted)
     return TrainingJob("train", settings, model_spec(settings), paths.MODEL_WEIGHTS, paths.CHECKPOINTS,
                        paths.TRAIN, paths.TRAIN_LOGS, fitted=fitted, balanced=balances_classes(params.bless.metric),
-                       augment=params.images.augment if modality == "image" else None,
+                       augment=modality.augmentation(params), modality=modality.name,
                        pretrained=params.train.pretrained if params.train.pretrained.path else None)
 
 

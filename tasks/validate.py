@@ -9,19 +9,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import pandas as pd
-
 from tasks.core import paths
 from tasks.core.artifacts import write_json_atomic
-from tasks.core.expectations import validate_frames
 from tasks.core.gate import GateResult
 from tasks.core.params_spec import Params
-from tasks.core.quarantine import quarantine_copy
 from tasks.core.schema_spec import load_schema
-from tasks.core.sources import source_path
-from tasks.modalities.image.contract import ImageContract
-from tasks.modalities.image.expectations import rules_for, validate_splits
-from tasks.modalities.image.shards import read_metadata
+from tasks.modalities import modality_of
 from tasks.stages.entry import stage_main
 
 log = logging.getLogger("torchship.validate")
@@ -52,37 +45,13 @@ def print_summary(rows: list[dict], gate: GateResult) -> None:
     Console(stderr=True).print(table)
 
 
-def validate_images(params: Params, schema) -> tuple[GateResult, list[dict]]:
-    """The image contract's suite on the written splits' metadata (tasks/modalities/image/expectations.py)."""
-    splits = {name: read_metadata(path, schema.target) for name, path in
-              (("train", paths.TRAIN_SPLIT), ("val", paths.VAL_SPLIT), ("holdout", paths.HOLDOUT_SPLIT))}
-    contract = params.contract if isinstance(params.contract, ImageContract) else None
-    everything = pd.concat(splits.values(), ignore_index=True).assign(decodable=True)
-    rules = rules_for(everything, params.images, contract)
-    splits = {name: frame.assign(decodable=True, pixels=frame["width"] * frame["height"],
-                                 aspect=frame[["width", "height"]].max(axis=1) / frame[["width", "height"]].min(axis=1))
-              for name, frame in splits.items()}
-    return validate_splits(splits, rules, params.validate_, docs_dir=paths.DATA_DOCS)
-
-
-def validate_tables(params: Params, schema) -> tuple[GateResult, list[dict]]:
-    """The data contract's suite (or, without one, the schema's) on the prepared splits."""
-    frames = {"train": pd.read_parquet(paths.TRAIN_SPLIT), "val": pd.read_parquet(paths.VAL_SPLIT),
-              "holdout": pd.read_parquet(paths.HOLDOUT_SPLIT)}
-    if params.contract is not None:  # the contract judges the table as a whole (row count, key, class shares)
-        frames = {"training data": pd.concat(frames.values(), ignore_index=True)}
-    else:
-        log.warning("no data contract in params.yaml: only strict types and parsing are enforced "
-                    "(propose one with `torchship contract suggest DATA`)")
-    return validate_frames(frames, schema, params.validate_, docs_dir=paths.DATA_DOCS, contract=params.contract)
-
-
 def run(params: Params) -> None:
     """DVC stage body: validate every split, write the report and Data Docs, enforce the gate."""
     from tasks.core.tracking import stage_run
 
     schema = load_schema(paths.SCHEMA)
-    gate, rows = (validate_images if schema.is_image else validate_tables)(params, schema)
+    modality = modality_of(schema)
+    gate, rows = modality.validate(params, schema)
     passed = sum(r["success"] for r in rows)
     write_json_atomic(paths.VALIDATE_REPORT, {**gate.model_dump(), "modality": schema.modality, "expectations": rows,
                                                "headline": f"{gate.status}: {passed}/{len(rows)} expectations"})
@@ -92,11 +61,8 @@ def run(params: Params) -> None:
         log_data_docs(stage_log, paths.DATA_DOCS)
     print_summary(rows, gate)
     log.info("%s gate: %s (Data Docs: %s)", gate.gate, gate.summary(), gate.evidence)
-    if gate.blocks(params.validate_.warn_blocks) and not schema.is_image:   # images: prepare quarantined each file
-        folder = quarantine_copy(source_path(params.data), gate.summary())
-        if folder is not None:
-            shutil.copy2(paths.VALIDATE_REPORT, folder / "report.json")
-            gate = gate.model_copy(update={"reasons": gate.reasons + [f"the file and this report are in {folder}/"]})
+    if gate.blocks(params.validate_.warn_blocks):   # what was refused is kept (images: prepare kept each file)
+        gate = modality.keep_refused(params, gate)
     gate.enforce(params.validate_.warn_blocks)
 
 

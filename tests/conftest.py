@@ -431,6 +431,6 @@ def fresh_project(tmp_path) -> Project:
 
 @pytest.fixture(scope="session")
 def customers():
-    from tasks.core.sources import generate_customers
+    from tasks.modalities.table.sources import generate_customers
 
     return generate_customers(1500, seed=3)

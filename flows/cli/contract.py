@@ -23,5 +23,5 @@ def contract_suggest(data: str = typer.Argument(..., help="A CSV/Parquet path, `
     from tasks.contract_suggestion import suggested_contract
 
     params = load_params()
-    text = suggested_contract(params.data, data, target, margin, params.images)
+    text = suggested_contract(params, data, target, margin)
     typer.echo(text)

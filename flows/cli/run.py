@@ -27,7 +27,7 @@ def run(params: Path = typer.Option(None, "--params", help=PARAMS_HELP),
     enter_project()
     from flows.pipeline import pipeline  # Prefect is imported only once the environment points into the project
     from tasks.core.procs import Terminated
-    from tasks.core.sources import check_source, resolve_target
+    from tasks.modalities.sources import check_source
     from tasks.registry.status import registry_changes, registry_snapshot
     from tasks.stages.overrides import applied_overrides, resolve
     from tasks.training.probe_process import check_before_stages
@@ -37,7 +37,7 @@ def run(params: Path = typer.Option(None, "--params", help=PARAMS_HELP),
     before = None
     try:
         raw, parsed = resolve(set_, params_file)
-        check_source(parsed.data, resolve_target(parsed.data, parsed.contract, parsed.images), parsed.images)
+        check_source(parsed)
         # your own module's probe and the weights' pin, in a child with time and memory limits, before any stage
         check_before_stages(raw, parsed.train.model, parsed.train.pretrained.path)
         # The workspace first: nothing (params.yaml, data/source.json, dvc.lock, data/batches/) is written before

@@ -27,20 +27,22 @@ import pandas as pd
 from tasks.bless.performance import assess_performance
 from tasks.bless.plots import plot_slices
 from tasks.bless.quality import HoldoutPredictions, assess_quality, gate_baselines, gate_predictions, judge_candidate
-from tasks.bless.service import request_images, request_rows, try_in_service
+from tasks.bless.service import try_in_service
 from tasks.bless.stages import combine, combine_outcomes, run_stages
 from tasks.core import paths
 from tasks.core.artifacts import read_json, sha256_file
 from tasks.core.gate import GateResult
-from tasks.core.holdout import Holdout, load_holdout
 from tasks.core.machine import describe_machine, load_during
 from tasks.core.params_spec import Params
 from tasks.core.plots import plot_latency
-from tasks.core.runtime import onnx_metadata, open_onnx, predict_proba
-from tasks.core.runtime import predict_labels as served_labels
+from tasks.core.runtime import onnx_metadata, open_onnx
 from tasks.core.schema_spec import Schema, load_schema, schema_from_metadata
 from tasks.core.timing import Timings, confirmed, time_interleaved
 from tasks.core.verdicts import Blessing, BlessOutcome, StageReport
+from tasks.modalities import input_signature, load_holdout, modality_of
+from tasks.modalities.interface import Holdout
+from tasks.modalities.scoring import predict_labels as served_labels
+from tasks.modalities.scoring import predict_proba
 from tasks.registry.read import CHAMPION, SHA_TAG, UNFINISHED_TAG, alias_version, download_onnx, registry_client
 
 __all__ = ["bless_candidate", "judge_candidate", "run", "score_onnx"]   # judge_candidate: quality's rule, tested here
@@ -67,16 +69,10 @@ def score_onnx(path: Path, schema: Schema, threads: int) -> dict[str, float]:
                                   len(schema.classes))
 
 
-def raw_inputs(schema: Schema, holdout: Holdout):
-    """What a served model takes of the holdout: its raw rows (the schema's feature columns), or its images."""
-    return holdout.features if schema.is_image else holdout.rows[schema.feature_names]
-
-
-def predict_labels(path: Path, schema: Schema, rows: Holdout | pd.DataFrame, threads: int) -> np.ndarray:
-    """The class indices (in `schema`'s class order) an ONNX file serves for the holdout (or raw rows): its own
+def predict_labels(path: Path, schema: Schema, inputs: Holdout | pd.DataFrame, threads: int) -> np.ndarray:
+    """The class indices (in `schema`'s class order) an ONNX file serves for the holdout (or raw inputs): its own
     decision output."""
-    inputs = raw_inputs(schema, rows) if isinstance(rows, Holdout) else rows[schema.feature_names]
-    return served_labels(open_onnx(path, threads), schema, inputs)
+    return served_labels(open_onnx(path, threads), schema, inputs.feed if isinstance(inputs, Holdout) else inputs)
 
 
 def fetch_champion(client, name: str, schema: Schema, folder: Path) -> Champion | None:
@@ -86,7 +82,7 @@ def fetch_champion(client, name: str, schema: Schema, folder: Path) -> Champion 
         return None
     path = download_onnx(client, name, version.version, folder)
     champion_schema = schema_from_metadata(onnx_metadata(path))
-    comparable = (champion_schema.signature() == schema.signature()
+    comparable = (input_signature(champion_schema) == input_signature(schema)
                   and sorted(champion_schema.classes) == sorted(schema.classes))
     return Champion(str(version.version), path, champion_schema, comparable)
 
@@ -108,18 +104,14 @@ def measure_performance(path: Path, schema: Schema, holdout: Holdout, champion: 
     """Time candidate and champion (interleaved, `serve.threads` threads each, as the service runs them) on the
     same raw rows: one-row frames, and batches of `profile.batch_size`."""
     threads, batch_size = params.serve.threads, params.profile.batch_size
-    rows = raw_inputs(schema, holdout)
     models = {"candidate": partial(predict_proba, open_onnx(path, threads), schema)}
     sizes = {"candidate": path.stat().st_size}
     if champion is not None and champion.comparable:
         models["champion"] = partial(predict_proba, open_onnx(champion.path, threads), champion.schema)
         sizes["champion"] = champion.path.stat().st_size
-    if schema.is_image:
-        single = [rows[i:i + 1] for i in range(min(TIMED_ROWS, len(rows)))]
-        batch = rows[np.resize(np.arange(len(rows)), batch_size)]
-    else:
-        single = [rows.iloc[[i]] for i in range(min(TIMED_ROWS, len(rows)))]
-        batch = rows.iloc[np.resize(np.arange(len(rows)), batch_size)]
+    items = len(holdout.labels)
+    single = [holdout.take(slice(i, i + 1)) for i in range(min(TIMED_ROWS, items))]
+    batch = holdout.take(np.resize(np.arange(items), batch_size))
     rules = params.bless
 
     def measure() -> tuple[Timings, StageReport]:
@@ -138,8 +130,7 @@ def serve_candidate(path: Path, name: str, predictions: HoldoutPredictions, sche
                     params: Params) -> StageReport:
     """The candidate file in the real service, loaded with `slo.bless_requests` one-row (or one-image) holdout
     requests."""
-    payloads, positions = (request_images(holdout.features, params.slo.bless_requests) if schema.is_image else
-                           request_rows(predictions.rows, schema.feature_names, params.slo.bless_requests))
+    payloads, positions = modality_of(schema).request_bodies(holdout, schema, params.slo.bless_requests)
     expected = [schema.classes[i] for i in predictions.candidate[positions]]
     return try_in_service(path, name, payloads, expected, params.slo, params.bless.startup_timeout_s,
                           params.bless.bootstrap, params.bless.confidence)

@@ -30,27 +30,6 @@ REQUEST_TIMEOUT_S = 5.0
 NO_OP = "/health"     # the service's own path that runs no model: the reference for what the box costs a request
 
 
-def request_rows(rows: pd.DataFrame, features: list[str], count: int, seed: int = 0) -> tuple[list[dict], np.ndarray]:
-    """`count` one-row request bodies drawn from the holdout (cycled if it is smaller), missing values as null; and
-    the holdout positions they came from."""
-    positions = np.resize(np.random.default_rng(seed).permutation(len(rows)), count)
-    chosen = rows.iloc[positions][features]
-    records = chosen.astype(object).where(chosen.notna(), None).to_dict(orient="records")
-    return [{"rows": [record]} for record in records], positions
-
-
-def request_images(pixels: np.ndarray, count: int, seed: int = 0) -> tuple[list[dict], np.ndarray]:
-    """`count` one-image request bodies (the holdout image as a base64 PNG, as a client sends a file) drawn from the
-    holdout (cycled if it is smaller), and the holdout positions they came from."""
-    import base64
-
-    from tasks.modalities.image.decode import encode_png
-
-    positions = np.resize(np.random.default_rng(seed).permutation(len(pixels)), count)
-    encoded = {int(i): base64.b64encode(encode_png(pixels[i])).decode() for i in np.unique(positions)}
-    return [{"images": [encoded[int(i)]]} for i in positions], positions
-
-
 def send_load(url: str, payloads: list[dict], concurrency: int, seconds: float) -> pd.DataFrame:
     """POST each payload once to /predict from `concurrency` threads until all are sent or `seconds` pass, each
     followed by a GET of the no-op path; one row per request sent: its index, whether it succeeded, the

@@ -9,18 +9,16 @@ import logging
 import time
 from collections.abc import Iterator
 
-import numpy as np
-import pandas as pd
-
 from tasks.canary.analysis import judge_smoke
 from tasks.canary.client import ReplayTraffic, ServiceClient, embedded_service
 from tasks.canary.progressive import Record, promote_or_roll_back, run_steps, smoke_step, tag_step
 from tasks.core import paths
 from tasks.core.gate import GateResult
-from tasks.core.holdout import Holdout, load_holdout
 from tasks.core.params_spec import Params
 from tasks.core.schema_spec import Schema, load_schema
 from tasks.core.verdicts import CanaryOutcome, CanaryReport
+from tasks.modalities import input_signature, load_holdout, modality_of
+from tasks.modalities.interface import Holdout
 from tasks.registry.notifications import Notice, notify_once
 from tasks.registry.read import CHALLENGER, CHAMPION, alias_version, aliases, registry_client
 
@@ -29,13 +27,14 @@ SMOKE_ONLY = "smoke test only (no challenger)"
 
 
 @contextlib.contextmanager
-def replayed_service(name: str, rows: pd.DataFrame, schema: Schema, startup_timeout_s: float,
-                     images: np.ndarray | None = None) -> Iterator[tuple[ServiceClient, ReplayTraffic]]:
-    """The embedded default: a service started for the canary and the holdout rows (or `images`, in the rows'
-    order) replayed to it (features only; their labels posted as feedback)."""
+def replayed_service(name: str, holdout: Holdout, schema: Schema, requests: int, startup_timeout_s: float
+                     ) -> Iterator[tuple[ServiceClient, ReplayTraffic]]:
+    """The embedded default: a service started for the canary and up to `requests` distinct holdout items replayed
+    to it as a client sends them (their labels posted as feedback)."""
     with embedded_service(name, startup_timeout_s) as service:
-        features = images if images is not None else rows[schema.feature_names]
-        traffic = ReplayTraffic(service.url, features, rows[schema.target])
+        bodies, positions = modality_of(schema).request_bodies(holdout, schema, min(requests, len(holdout.labels)))
+        truth = [schema.classes[i] for i in holdout.labels[positions]]
+        traffic = ReplayTraffic(service.url, bodies, truth)
         try:
             yield service, traffic
         finally:
@@ -47,9 +46,9 @@ def signature_difference(client, name: str, champion: str, challenger: str) -> s
     from tasks.registry.read import open_version
 
     ours, theirs = (open_version(client, name, version, 1)[1] for version in (challenger, champion))
-    if ours.signature() != theirs.signature():
-        added = sorted(set(ours.signature()) - set(theirs.signature()))
-        gone = sorted(set(theirs.signature()) - set(ours.signature()))
+    if input_signature(ours) != input_signature(theirs):
+        added = sorted(set(input_signature(ours)) - set(input_signature(theirs)))
+        gone = sorted(set(input_signature(theirs)) - set(input_signature(ours)))
         return (f"v{challenger}'s input signature differs from champion v{champion}'s (only the challenger: "
                 f"{added[:5]}; only the champion: {gone[:5]})")
     if ours.classes != theirs.classes:
@@ -57,7 +56,7 @@ def signature_difference(client, name: str, champion: str, challenger: str) -> s
     return None
 
 
-def run_canary(params: Params, holdout_rows: pd.DataFrame | Holdout, schema: Schema,
+def run_canary(params: Params, holdout: Holdout | None, schema: Schema,
                service: ServiceClient | None = None,
                record: Record | None = None, smoke: bool = True) -> CanaryReport:
     """Smoke-test the champion alone (unless `smoke` is off: a re-run that changed nothing), or run the progressive
@@ -77,16 +76,7 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame | Holdout, schema: Sch
     if champion is None:   # e.g. a first model that bless refused: nothing to serve
         return report(GateResult(gate="canary", status="pass", reasons=["nothing to serve or compare"]),
                       CanaryOutcome.NOT_CANARIED, "skipped: no champion")
-    images = None
-    if isinstance(holdout_rows, Holdout) and schema.is_image:   # the holdout's images, in its rows' order
-        holdout_rows, images = holdout_rows.rows.assign(**{schema.target: holdout_rows.rows["label"]}), \
-            holdout_rows.features
-    elif isinstance(holdout_rows, Holdout):
-        holdout_rows = holdout_rows.rows
-    rows = holdout_rows[schema.feature_names + [schema.target]].reset_index(drop=True)
-    rows = rows.sample(n=min(params.canary.requests, len(rows)), random_state=0)
-    images = images[rows.index.to_numpy()] if images is not None else None
-    timeout_s = params.canary.startup_timeout_s
+    timeout_s, requests = params.canary.startup_timeout_s, params.canary.requests
     if challenger is None:
         if service is not None:
             return report(GateResult(gate="canary", status="pass", reasons=["no challenger to canary"]),
@@ -95,8 +85,8 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame | Holdout, schema: Sch
             return report(GateResult(gate="canary", status="pass", reasons=[
                 f"champion v{champion.version} unchanged (smoke-tested when it became champion)"]),
                 CanaryOutcome.NOT_CANARIED, "skipped: no challenger")
-        with replayed_service(name, rows, schema, timeout_s, images) as (service, traffic):
-            smoke = smoke_step(service, str(champion.version), traffic, min(len(rows), params.canary.smoke_requests))
+        with replayed_service(name, holdout, schema, requests, timeout_s) as (service, traffic):
+            smoke = smoke_step(service, str(champion.version), traffic, min(traffic.rows, params.canary.smoke_requests))
         return report(judge_smoke(smoke, params.canary), CanaryOutcome.SMOKE_TESTED, SMOKE_ONLY, smoke=smoke)
     versions = str(champion.version), str(challenger.version)
     if (difference := signature_difference(client, name, *versions)) is not None:
@@ -116,7 +106,7 @@ def run_canary(params: Params, holdout_rows: pd.DataFrame | Holdout, schema: Sch
 
     if service is not None:
         return steps(service, None)
-    with replayed_service(name, rows, schema, timeout_s, images) as (service, traffic):
+    with replayed_service(name, holdout, schema, requests, timeout_s) as (service, traffic):
         return steps(service, traffic)
 
 

@@ -11,9 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import orjson
-import pandas as pd
 
 from tasks.canary.observe import Scrape
 from tasks.core.env import KEY_HEADER, TOKEN_ENV
@@ -77,24 +75,15 @@ class ReplayTraffic:
     """Bounded replay: holdout rows in turn, one request each under a fresh key (so the sticky split spreads them
     like users), the true label posted as feedback for each answered row."""
 
-    def __init__(self, url: str, features: pd.DataFrame | np.ndarray, truth: pd.Series):
-        """`features`: the holdout rows' feature columns, or its images ((N, H, W, C) uint8, sent as base64 PNG
-        files, as a client uploads them)."""
+    def __init__(self, url: str, bodies: list[dict], truth: list[str]):
+        """`bodies`: one-item /predict bodies as a client sends them (the modality's: tasks/modalities/), `truth`
+        their labels."""
         import httpx
 
         self.client = httpx.Client(base_url=url, timeout=30.0)
-        if isinstance(features, np.ndarray):
-            import base64
-
-            from tasks.modalities.image.decode import encode_png
-
-            self.bodies = [orjson.dumps({"images": [base64.b64encode(encode_png(image)).decode()]})
-                           for image in features]
-        else:
-            records = features.astype(object).where(features.notna(), None).to_dict(orient="records")
-            self.bodies = [orjson.dumps({"rows": [record]}) for record in records]
+        self.bodies = [orjson.dumps(body) for body in bodies]
         self.rows = len(self.bodies)   # distinct rows: a step judges at most this many pairs
-        self.truth = truth.astype(str).tolist()
+        self.truth = [str(label) for label in truth]
         self.sent = 0
 
     def send(self, count: int) -> int:

@@ -88,3 +88,9 @@ def bootstrap_drop(labels: np.ndarray, reference: np.ndarray, variant: np.ndarra
     """Metric drop (reference - variant) on the same rows, with its paired bootstrap interval."""
     result = paired_bootstrap(labels, reference, variant, n_classes, metric, resamples, confidence, seed)
     return {"drop": result.pop("difference"), **result}
+
+
+def best_baseline(report: dict, metric: str) -> tuple[str, float]:
+    """(name, score) of the best model in a baseline report's `models` on `metric`."""
+    name = max(report["models"], key=lambda model: report["models"][model][metric])
+    return name, report["models"][name][metric]

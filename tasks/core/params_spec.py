@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tasks.core.contract_spec import Contract
-from tasks.modalities.image.contract import ImageContract
-
-# The default share of text cells above which a column is categorical: the strict parser (tasks/contract.py)
-# uses it when it is called without the params.
+# The default share of text cells above which a column is categorical: the strict parser
+# (tasks/modalities/table/parse.py) uses it when it is called without the params.
 MAX_NON_NUMERIC_SHARE = 0.2
 # What the synthetic generator's `data.drift` moves: the features P(x), the labelling P(y|x), both, or nothing.
 Shift = Literal["none", "covariate", "concept", "both"]
 # serve.ship_to: a bucket and a prefix, nothing else (no credentials, query or fragment: keys come from the environment)
+AUTO = "auto"
+BUILT_IN = re.compile(r"^[a-z]+:[a-z0-9_]+$")   # a source that ships with torchship: `sklearn:iris`, `images:digits`
 S3_URL = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>[^?#@]*))?")
 
 class Section(BaseModel):
@@ -36,10 +35,11 @@ class DataParams(Section):
                                                  "(packaged), a folder with one subfolder per class, or a manifest "
                                                  "(CSV or Parquet with an `images.path_column` and a `data.target` "
                                                  "column).")
-    modality: Literal["auto", "table", "image"] = Field("auto", description="What the source holds: `auto` reads "
-                                                                             "`images:` sets, folders of images and "
-                                                                             "manifests as images, everything else "
-                                                                             "as a table.")
+    modality: str = Field(AUTO, pattern=r"^[a-z][a-z0-9_]*$", description="What the source holds, a modality's name "
+                                                                      "(`table`, `image`, ...: tasks/modalities/), "
+                                                                      "or `auto`: the first modality that recognises "
+                                                                      "the source (packaged sets, folders of images, "
+                                                                      "manifests), else a table.")
     target: str | None = Field(None, description="Target column. Default: `churned` for synthetic, `target` for "
                                                  "sklearn; required for a file.")
     rows: int = Field(100_000, ge=200, le=20_000_000, description="Rows the synthetic generator makes.")
@@ -62,65 +62,11 @@ class DataParams(Section):
             return self.model_name
         if self.source == "synthetic":
             return "synthetic-churn"
-        if self.source.startswith(("sklearn:", "images:")):
+        if BUILT_IN.match(self.source):   # a built-in source, `kind:name`
             stem = self.source.replace(":", "-")
         else:
             stem = Path(self.source.split(":", 1)[-1]).stem
         return re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-") or "model"
-
-
-class ImageAugment(Section):
-    """Label-safe augmentation of training images (each off where it would change what an image shows)."""
-
-    flip: bool = Field(False, description="Mirror left-right at random: off by default, since a mirrored digit or "
-                                          "letter is another symbol; turn it on for photos of objects.")
-    shift: int = Field(1, ge=0, le=16, description="Shift by up to this many pixels each way at random (the edge "
-                                                   "repeated): a translation keeps the class of nearly every set.")
-    brightness: float = Field(0.1, ge=0.0, le=0.5, description="Scale pixel values by up to 1 +- this at random.")
-
-
-class ImagesParams(Section):
-    """The image modality (docs/images.md): how image files are read, checked, sized and augmented."""
-
-    path_column: str = Field("path", description="A manifest's column of image paths (relative to the manifest's "
-                                                 "folder, or absolute).")
-    size: list[int] | None = Field(None, min_length=2, max_length=2, description="[height, width] the model takes: "
-                                                                                 "every image is scaled to cover it "
-                                                                                 "(aspect kept), then centre-cropped, "
-                                                                                 "in prepare and in the service alike. "
-                                                                                 "null = the set's most common size.")
-    rendered: int = Field(4000, ge=100, le=1_000_000, description="Images `images:shapes` renders.")
-    max_file_mb: float = Field(20.0, gt=0.0, description="A larger image file is refused unread (here and in the "
-                                                         "service).")
-    max_pixels: int = Field(40_000_000, ge=1, description="An image with more pixels (width x height, from its header) "
-                                                          "is refused before it is decoded (here and in the service).")
-    min_side: int = Field(4, ge=1, description="A narrower or lower image is refused (a 1x1 image says nothing).")
-    serve_pixels_factor: float = Field(64.0, ge=1.0, description="The service refuses unread (413) an image with more "
-                                                                 "than this many times the model's own pixels (its "
-                                                                 "height x width): far larger than anything it was "
-                                                                 "trained on. Raise it to serve full-size photos to a "
-                                                                 "small model.")
-    max_request_pixels: int = Field(40_000_000, ge=1, description="The service refuses unread (413) a request whose "
-                                                                  "images have more pixels than this together (from "
-                                                                  "their headers).")
-    max_parts: int = Field(256, ge=1, description="The most images (JSON items) or multipart parts one request to the "
-                                                  "service may carry; each part at most the file limit.")
-    max_aspect: float = Field(4.0, ge=1.0, description="Longest side over shortest side at most, without a contract.")
-    size_outlier: float = Field(8.0, gt=1.0, description="Without a contract: a side more than this factor away from "
-                                                         "the set's median side is an outlier and refused.")
-    min_contrast: float = Field(1.0, ge=0.0, description="Without a contract: a pixel standard deviation (0..255) "
-                                                         "below this is a blank or constant image, refused.")
-    max_bad_share: float = Field(0.05, ge=0.0, le=1.0, description="Without a contract: the share of images that may "
-                                                                   "be refused (each named, all quarantined) while the "
-                                                                   "run goes on; above it, prepare fails.")
-    augment: ImageAugment = ImageAugment()
-
-    @field_validator("size")
-    @classmethod
-    def _positive(cls, size: list[int] | None) -> list[int] | None:
-        if size is not None and min(size) < 1:
-            raise ValueError(f"images.size {size}: height and width must be at least 1")
-        return size
 
 
 class PretrainedParams(Section):
@@ -166,9 +112,6 @@ class ValidateParams(Section):
         MAX_NON_NUMERIC_SHARE, ge=0.0, lt=1.0,
         description="A column whose filled cells are numbers except for at most this share is 'mostly numeric' and "
                     "refused (prepare), naming the text cells; above it, the column is categorical. 0: never refuse.")
-
-
-AUTO = "auto"
 
 
 class TrainParams(Section):
@@ -716,12 +659,6 @@ class SweepParams(Section):
                     "splits (`data.*`, `prepare.seed`, the fractions) are fixed for a study.")
 
 
-def _contract_modality(value: Any) -> str:
-    """Which contract a `contract:` section is: an image contract says `modality: image`."""
-    modality = value.get("modality") if isinstance(value, dict) else getattr(value, "modality", None)
-    return "image" if modality == "image" else "table"
-
-
 class Params(Section):
     data: DataParams = DataParams()
     prepare: PrepareParams = PrepareParams()
@@ -742,10 +679,7 @@ class Params(Section):
     retrain: RetrainParams = RetrainParams()
     notify: NotifyParams = NotifyParams()
     tracking: TrackingParams = TrackingParams()
-    images: ImagesParams = ImagesParams()
     sweep: SweepParams = SweepParams()
-    contract: Annotated[Annotated[Contract, Tag("table")] | Annotated[ImageContract, Tag("image")],
-                        Discriminator(_contract_modality)] | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -753,6 +687,4 @@ class Params(Section):
     def _splits_leave_training_rows(self) -> Params:
         if self.prepare.val_fraction + self.prepare.holdout_fraction >= 0.8:
             raise ValueError("prepare.val_fraction + prepare.holdout_fraction must leave at least 20% for training")
-        if isinstance(self.contract, Contract) and self.data.target and self.data.target != self.contract.target:
-            raise ValueError(f"data.target '{self.data.target}' differs from contract.target '{self.contract.target}'")
         return self

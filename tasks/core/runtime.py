@@ -6,16 +6,13 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.core.encoding import encode_features, raw_columns
-
 Runner = Callable[[np.ndarray], np.ndarray]   # encoded rows (N, F) float32 -> logits (N, C)
-RAW_INPUTS = {"torchship.inputs": "raw"}   # metadata of a graph with one input per feature column
+RAW_INPUTS = {"torchship.inputs": "raw"}   # metadata of a served graph: raw inputs in (tasks/modalities/scoring.py)
 # Metadata of a binary model: its decision threshold on P(class index 1), fitted on out-of-fold (or validation)
 # predictions to maximise the bless metric (tasks/training/decision.py). Absent: the argmax.
 THRESHOLD_KEY = "torchship.threshold"
 DECISION = "decision"   # a composed graph's output: one-hot (N, C) of the label its decision rule serves
-IMAGE_INPUT = "image"   # a composed image graph's input: uint8 (N, H, W, C) pixels at the model's size
-EMBEDDING = "embedding"   # a composed image graph's output: (N, k) projection of the model's own embedding
+EMBEDDING = "embedding"   # a composed graph's output: (N, k) projection of the model's own embedding
 
 
 def open_onnx(path: Path | bytes, threads: int):
@@ -51,25 +48,10 @@ def onnx_metadata(path: Path) -> dict[str, str]:
 
 
 def takes_raw_rows(session) -> bool:
-    """A composed graph (tasks/variants/preprocess.py: one input per feature column, softmax inside) rather
-    than a bare model on the encoded matrix `x` (every version registered before that change)."""
+    """A composed graph (raw inputs in, softmax inside: each modality's served graph) rather than a bare model on
+    its encoded input `x` (a variant, or a table version registered before its graph took raw rows)."""
     metadata = session.get_modelmeta().custom_metadata_map
     return all(metadata.get(key) == value for key, value in RAW_INPUTS.items())
-
-
-def model_inputs(session, schema, rows) -> dict[str, np.ndarray]:
-    """The feed of a composed graph: `raw_columns` of raw rows (a DataFrame with the schema's feature columns), or
-    for an image model its pixels ((N, H, W, C) uint8) as `image`."""
-    return {IMAGE_INPUT: rows} if schema.is_image else raw_columns(rows, schema)
-
-
-def predict_proba(session, schema, rows) -> np.ndarray:
-    """Raw rows (a DataFrame with the schema's feature columns; images: (N, H, W, C) uint8 pixels) -> class
-    probabilities (N, C), from either kind of torchship model: a composed graph takes its raw inputs, a bare one the
-    encoded matrix (or the pixels) as `x`."""
-    if takes_raw_rows(session):
-        return session.run(["probabilities"], model_inputs(session, schema, rows))[0]
-    return softmax(session.run(None, {"x": rows if schema.is_image else encode_features(rows, schema)})[0])
 
 
 def decision_threshold(metadata: dict[str, str]) -> float | None:
@@ -85,12 +67,3 @@ def decide(probabilities: np.ndarray, threshold: float | None = None) -> np.ndar
     if threshold is None:
         return probabilities.argmax(1)
     return (probabilities[:, 1] > np.float32(threshold)).astype(np.int64)
-
-
-def predict_labels(session, schema, rows) -> np.ndarray:
-    """Raw rows (or images) -> the class indices (N,) the model serves: a composed graph's own `decision` output
-    where it has one (the threshold inside), else the argmax of its probabilities (versions registered before that
-    output)."""
-    if takes_raw_rows(session) and DECISION in {output.name for output in session.get_outputs()}:
-        return session.run([DECISION], model_inputs(session, schema, rows))[0].argmax(1)
-    return predict_proba(session, schema, rows).argmax(1)

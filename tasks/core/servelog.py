@@ -26,6 +26,8 @@ from pathlib import Path
 
 import orjson
 
+PREDICTION = "prediction"   # a served row's label, as the log and the monitor's frames name it
+LABEL = "label"             # the column a joined feedback label lands in (None where no label came)
 FEEDBACK_FILE = "feedback.jsonl"
 SHADOW_FILE = "shadow.jsonl"
 ROTATED_GLOB = "-*.jsonl"

@@ -10,7 +10,7 @@ from pathlib import Path
 from tasks.core.errors import TorchshipError
 from tasks.core.params_spec import Params
 from tasks.core.procs import running_service
-from tasks.core.sources import SYNTHETIC_TARGET, generate_customers
+from tasks.modalities.table.sources import SYNTHETIC_TARGET, generate_customers
 
 ROWS_PER_REQUEST = 50
 

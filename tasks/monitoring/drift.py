@@ -28,16 +28,11 @@ from tasks.core.gate import GateResult
 from tasks.core.params_spec import MonitorParams
 from tasks.core.runtime import EMBEDDING
 from tasks.core.schema_spec import Schema
-from tasks.modalities.image.watch import (
-    EMBEDDING_METHOD,
-    embedding_drift,
-    embeddings_report,
-    spread_embeddings,
-    statistics_schema,
-)
+from tasks.core.servelog import PREDICTION
+from tasks.modalities import modality_of
+from tasks.monitoring.embeddings import EMBEDDING_METHOD, embedding_drift, embeddings_report, spread_embeddings
 from tasks.monitoring.estimate import Estimate, Holdout, estimate_window
 
-PREDICTION = "prediction"
 EMBEDDING_REPORT_ROWS = 300
 
 
@@ -141,7 +136,7 @@ def evidently_report(samples: DriftSamples, schema: Schema):
     from evidently import DataDefinition, Dataset, Report
     from evidently.presets import DataDriftPreset
 
-    numeric, categorical = drift_columns(statistics_schema(schema) if schema.is_image else schema)
+    numeric, categorical = drift_columns(modality_of(schema).watched(schema))
     definition = DataDefinition(numerical_columns=numeric, categorical_columns=categorical)
     columns = numeric + categorical
     return Report([DataDriftPreset(columns=columns, per_column_method={PREDICTION: prediction_test()})]).run(
@@ -196,17 +191,18 @@ def measure_drift(reference: pd.DataFrame, window: pd.DataFrame, schema: Schema,
     # Sample first, then type: typing is per value, so typing only the sample keeps the time flat in the log size.
     current_raw = sample(window, rules.sample_rows, rules.seed)
     reference_raw = sample(reference, rules.sample_rows, rules.seed)
-    watched = statistics_schema(schema) if schema.is_image else schema   # images: their logged statistics
+    watched = modality_of(schema).watched(schema)   # the columns the request log keeps of each item
     current_sample = typed_like(current_raw, watched).assign(**{PREDICTION: current_raw[PREDICTION].astype(str).values})
     reference_sample = typed_like(reference_raw, watched).assign(
         **{PREDICTION: reference_raw[PREDICTION].astype(str).values})
-    if schema.is_image:   # and the model's own embedding projection, one column per dimension
+    embedded = EMBEDDING in reference_raw.columns   # the model's own embedding projection, one column per dimension
+    if embedded:
         current_sample = current_sample.join(spread_embeddings(current_raw[[EMBEDDING]]))
         reference_sample = reference_sample.join(spread_embeddings(reference_raw[[EMBEDDING]]))
     samples = DriftSamples(reference=reference_sample, current=current_sample)
     columns = column_drifts(samples, watched)
     features = {f.name: columns[f.name] for f in watched.features if f.name in columns}
-    if schema.is_image:
+    if embedded:
         score, chance, drifted = embedding_drift(samples.reference, samples.current, rules.seed)
         features[EMBEDDING] = ColumnDrift(method=EMBEDDING_METHOD, score=score, threshold=chance, drifted=drifted)
     quality = None
@@ -259,7 +255,7 @@ def save_html(samples: DriftSamples, schema: Schema, path: Path) -> Path:
     side: its t-SNE plot grows with the square of the rows)."""
     snapshot = evidently_report(samples, schema)
     write_atomic(path, lambda tmp: snapshot.save_html(str(tmp)))
-    if schema.is_image:
+    if any(column.startswith(f"{EMBEDDING}_") for column in samples.reference.columns):
         embeddings = embeddings_report(sample(samples.reference, EMBEDDING_REPORT_ROWS, 0),
                                        sample(samples.current, EMBEDDING_REPORT_ROWS, 0))
         write_atomic(path.with_name(f"{path.stem}-embeddings.html"), lambda tmp: embeddings.save_html(str(tmp)))

@@ -12,10 +12,10 @@ import pandas as pd
 
 from tasks.core.errors import TorchshipError
 from tasks.core.params_spec import MonitorParams
+from tasks.core.servelog import LABEL
 from tasks.monitoring.estimate import PROBABILITIES
 from tasks.monitoring.segments import LogSource, Segment, local_source
 
-LABEL = "label"   # the column a joined feedback label lands in (None where no label came)
 CLOCK_SKEW_S = 600.0   # how far two serving hosts' clocks may disagree before a label could be missed
 
 

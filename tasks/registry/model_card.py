@@ -10,7 +10,9 @@ from tasks.core import paths
 from tasks.core.artifacts import read_json
 from tasks.core.machine import describe_machine
 from tasks.core.params_spec import Params
+from tasks.core.schema_spec import Schema
 from tasks.core.verdicts import BLESS_STAGES, Blessing
+from tasks.modalities import modality_of
 
 
 def _read(path: Path) -> dict:
@@ -60,14 +62,10 @@ def benchmark_table(profile: dict) -> str:
             " | accuracy | macro-F1 |\n|---|---|---|---|---|---|\n" + "\n".join(rows))
 
 
-def inputs_line(prepared: dict) -> str:
-    """What the model takes: a table's features by kind, or the images' size and mode (and how many were refused)."""
-    if prepared.get("modality") == "image":
-        height, width = prepared.get("size", ["?", "?"])
-        return (f"images {height}x{width} {prepared.get('mode', '?')}, {prepared.get('refused', 0)} refused and "
-                "quarantined by the image contract")
-    kinds = prepared.get("features", {})
-    return f"features: {kinds.get('numeric', '?')} numeric, {kinds.get('categorical', '?')} categorical"
+def inputs_line(prepared: dict, schema: dict) -> str:
+    """What the model takes, as its modality describes it from prepare's metrics (a table's features by kind, the
+    images' size and mode and how many were refused)."""
+    return modality_of(Schema.model_validate(schema)).describe_inputs(prepared) if schema else "inputs: unknown"
 
 
 def search_line(tags: dict[str, str]) -> str:
@@ -82,7 +80,8 @@ def search_line(tags: dict[str, str]) -> str:
 def model_card_markdown(params: Params, blessing: Blessing, tags: dict[str, str], version: str | None = None) -> str:
     prepared, validate, train = _read(paths.PREPARE_METRICS), _read(paths.VALIDATE_REPORT), _read(paths.TRAIN_METRICS)
     parity, compress, profile = _read(paths.PARITY_REPORT), _read(paths.COMPRESS_REPORT), _read(paths.PROFILE_REPORT)
-    baselines, classes = _read(paths.BASELINE_REPORT), _read(paths.SCHEMA).get("classes", [])
+    baselines, schema = _read(paths.BASELINE_REPORT), _read(paths.SCHEMA)
+    classes = schema.get("classes", [])
     selected = profile.get("selected", "")
     budget = (compress.get("variants") or {}).get(selected)
     budget_line = (f"{budget['gate']['status']}: {budget['gate']['reasons'][0]} vs the fp32 teacher" if budget
@@ -99,7 +98,7 @@ def model_card_markdown(params: Params, blessing: Blessing, tags: dict[str, str]
         f"### Data\n- source `{params.data.source}`, {batches}; "
         f"rows: train {rows.get('train', '?'):,}, validation {rows.get('val', '?'):,}, "
         f"holdout {rows.get('holdout', '?'):,}; "
-        f"classes: {shares}; {inputs_line(prepared)}\n"
+        f"classes: {shares}; {inputs_line(prepared, schema)}\n"
         f"- data contract gate: {validate.get('headline', '?')} (Data Docs in the validate run)\n"
         f"- DVC: training split md5 `{tags.get('dvc_train_md5', '?')}`, source fingerprint md5 "
         f"`{tags.get('dvc_source_md5', '?')}`\n\n"

@@ -1,13 +1,15 @@
 """Each DVC stage's code deps, derived rather than typed: the files of every project module the stage runs (the
 import closure of tasks/<stage>.py, tasks/stages/code_graph.py), plus the file of a model loaded by name
-(`train.model: package.module:Class`). `torchship dvc-deps` writes them into dvc.yaml, keeping its comments and
-its data and params deps; tests/unit/test_architecture.py fails when they are not current. So a change re-runs
+(`train.model: package.module:Class`) and the package of the configured modality (found at run time by the seam,
+tasks/modalities/, so a table project's stages depend on the table package's code and not on the image package's).
+`torchship dvc-deps` writes them into dvc.yaml, keeping its comments and its data and params deps;
+tests/unit/test_architecture.py fails when they are not current. So a change re-runs
 exactly the stages whose code changed: editing the request-log format re-runs none."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.config import PARAMS_FILE, read_params_file
+from tasks.config import PARAMS_FILE, load_params, read_params_file
 from tasks.core.dvc_file import DVC_FILE
 from tasks.stages.code_graph import REPO, closure, module_path
 from tasks.stages.stage_list import read_dvc_stages
@@ -22,12 +24,27 @@ def named_model_module(params_file: Path) -> str | None:
     return model.partition(":")[0] if ":" in model else None
 
 
+def configured_modality(root: Path) -> str:
+    """The package of the modality params.yaml under `root` configures (`data.modality`, or by `auto` the one the
+    source's kind calls for, a relative source read from `root`)."""
+    from tasks.modalities import detect_modality, package_of
+
+    params = load_params(root / PARAMS_FILE)
+    source = root / params.data.source
+    data = params.data.model_copy(update={"source": str(source)}) if source.exists() else params.data
+    return package_of(detect_modality(data, params).name)
+
+
 def code_deps(stage: str, root: Path = REPO) -> list[str]:
     """The repository files stage `stage` runs, sorted."""
     modules = closure(f"tasks.{stage}", root)
     named = named_model_module(root / PARAMS_FILE)
     if named and "models" in modules:   # a stage that builds models (models.build_model) imports this one by name
         modules |= closure(named, root)
+    if "tasks.modalities" in modules:   # a stage behind the seam runs the configured modality's package...
+        modality = closure(f"tasks.modalities.{configured_modality(root)}", root)
+        builds_models = "models" in modules   # ...and its models only where the stage itself builds models
+        modules |= {m for m in modality if builds_models or not (m == "models" or m.startswith("models."))}
     return sorted(module_path(module, root).relative_to(root).as_posix() for module in modules)
 
 

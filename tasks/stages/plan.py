@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from tasks.core.sources import write_source_fingerprint
+from tasks.modalities.sources import write_source_fingerprint
 from tasks.stages.overrides import applied_overrides, resolve
 from tasks.stages.repro import stage_changes
 from tasks.stages.stage_list import PREFECT_STEPS, dvc_stages
@@ -38,5 +38,5 @@ def plan_run(assignments: list[str], params_file: str | None) -> list[PlannedSte
     fingerprint back."""
     raw, parsed = resolve(assignments, params_file)
     with applied_overrides(raw, keep=False):
-        write_source_fingerprint(parsed.data, images=parsed.images)
+        write_source_fingerprint(parsed)
         return plan_steps(dvc_stages(), stage_changes())

@@ -9,6 +9,7 @@ import time
 import warnings
 from pathlib import Path
 
+from tasks.core.env import OMP_THREADS_ENV
 from tasks.core.procs import Child, start_child
 from tasks.sweep.study import (
     STOP,
@@ -24,8 +25,6 @@ from tasks.sweep.study import (
 )
 from tasks.sweep.trial import run_trial
 from tasks.sweep.workspace import ensure_template, study_folder
-
-WORKER_THREADS_ENV = "OMP_NUM_THREADS"
 
 
 def work(study_name: str, root: Path = Path("."), worker: int = 0, echo=sys.stdout) -> int:
@@ -59,7 +58,7 @@ def work(study_name: str, root: Path = Path("."), worker: int = 0, echo=sys.stdo
 
 def start_local_workers(study_name: str, count: int, threads: int, root: Path = Path(".")) -> list[Child]:
     """`count` worker processes on this machine, each with `threads` threads, their output under .sweep/<study>/."""
-    env = {**os.environ, WORKER_THREADS_ENV: str(threads)}
+    env = {**os.environ, OMP_THREADS_ENV: str(threads)}
     folder = study_folder(root, study_name)
     return [start_child(f"sweep worker {i}", [sys.executable, "-m", "tasks.sweep.worker", study_name, str(i)],
                         folder / f"worker-{i}.log", env=env, cwd=root) for i in range(count)]

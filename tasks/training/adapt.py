@@ -18,8 +18,10 @@ import math
 
 from pydantic import BaseModel
 
-from models import default_lr
+from models import auto_models, default_lr
 from tasks.core.params_spec import AUTO, TrainParams
+from tasks.modalities import fallback_modality
+from tasks.modalities.interface import Modality
 
 MIN_BATCHES_PER_EPOCH = 16
 MIN_BATCH = 32
@@ -48,40 +50,37 @@ class FittedTraining(BaseModel):
                 f"{self.steps_per_epoch} steps, lr {self.lr:g}{why}")
 
 
-# What `auto` compares by out-of-fold score below train.cv_max_rows, simplest first (it wins a tie). The MLP on
-# periodic numeric embeddings (models/periodic.py) in place of the plain one: out of fold it scored at least as well
-# on the bench's small tables, and on modechoice, where boosting led the plain MLP by 7-11 points, it closed the gap.
-SMALL_TABLE_FAMILIES = ("linear", "mlp_plr")
-
-
-IMAGE_MODEL = "resnet"   # what `auto` trains on images (its widths follow the image size: models/cnn.py)
-
-
-def cross_validation_plan(settings: TrainParams, train_rows: int, modality: str = "table") -> tuple[int, list[str]]:
-    """(folds, families to compare): folds > 1 below `cv_max_rows`; `auto` then compares SMALL_TABLE_FAMILIES.
-    Images are never cross-validated: the members' cost would be the network's times k, and a CNN's validation
-    split is no small table's noisy guide."""
-    if modality == "image" or not 0 < train_rows < settings.cv_max_rows:
+def cross_validation_plan(settings: TrainParams, train_rows: int, modality: Modality | None = None
+                          ) -> tuple[int, list[str]]:
+    """(folds, families to compare): folds > 1 below `cv_max_rows` for a modality that cross-validates (tables:
+    images are not, as the members' cost would be the network's times k); `auto` then compares the modality's
+    `compared` families (models/: the linear model and the MLP on periodic numeric embeddings for tables, simplest
+    first by name, which wins a tie)."""
+    modality = modality or fallback_modality()
+    if not modality.cross_validates or not 0 < train_rows < settings.cv_max_rows:
         return 1, []
-    return settings.cv_folds, list(SMALL_TABLE_FAMILIES) if settings.model == AUTO else [settings.model]
+    return settings.cv_folds, auto_models(modality.name, "compared") if settings.model == AUTO else [settings.model]
 
 
-def pick_model(settings: TrainParams, train_rows: int, modality: str = "table") -> tuple[str, str | None]:
-    """`auto` -> mlp below `ft_min_rows` training rows, else the FT-Transformer (images: the ResNet); an explicit
-    model stays. Below `cv_max_rows` the mlp is provisional: cross-validation picks the family
-    (tasks/training/crossval.py)."""
+def pick_model(settings: TrainParams, train_rows: int, modality: Modality | None = None) -> tuple[str, str | None]:
+    """`auto` -> the modality's `default` family below `ft_min_rows` training rows, else its `large` one where it has
+    one (tables: the MLP, then the FT-Transformer); an explicit model stays. Below `cv_max_rows` the default is
+    provisional: cross-validation picks among the `compared` families (tasks/training/crossval.py)."""
     if settings.model != AUTO:
         return settings.model, None
-    if modality == "image":
-        return IMAGE_MODEL, f"auto picked {IMAGE_MODEL} for images (widths by the image size)"
-    folds, families = cross_validation_plan(settings, train_rows)
+    modality = modality or fallback_modality()
+    default, large = auto_models(modality.name, "default")[0], auto_models(modality.name, "large")
+    folds, families = cross_validation_plan(settings, train_rows, modality)
     if len(families) > 1:
-        return "mlp", (f"auto compares {', '.join(families)} by {folds}-fold out-of-fold score: {train_rows:,} "
-                       f"training rows < train.cv_max_rows {settings.cv_max_rows:,}")
+        return default, (f"auto compares {', '.join(families)} by {folds}-fold out-of-fold score: {train_rows:,} "
+                         f"training rows < train.cv_max_rows {settings.cv_max_rows:,}")
+    if not large:
+        return default, f"auto picked {default} for the {modality.name} modality"
     if train_rows < settings.ft_min_rows:
-        return "mlp", f"auto picked mlp: {train_rows:,} training rows < train.ft_min_rows {settings.ft_min_rows:,}"
-    return "ft_transformer", (f"auto picked ft_transformer: {train_rows:,} training rows >= "
-                              f"train.ft_min_rows {settings.ft_min_rows:,}")
+        return default, (f"auto picked {default}: {train_rows:,} training rows < train.ft_min_rows "
+                         f"{settings.ft_min_rows:,}")
+    return large[0], (f"auto picked {large[0]}: {train_rows:,} training rows >= train.ft_min_rows "
+                      f"{settings.ft_min_rows:,}")
 
 
 def gpu_batch(batch: int, train_rows: int) -> int:
@@ -91,10 +90,10 @@ def gpu_batch(batch: int, train_rows: int) -> int:
     return max(batch, min(GPU_MAX_BATCH, fitting))
 
 
-def fit_training(settings: TrainParams, train_rows: int, device: str = "cpu", modality: str = "table"
+def fit_training(settings: TrainParams, train_rows: int, device: str = "cpu", modality: Modality | None = None
                  ) -> FittedTraining:
     """The effective model, batch, epochs, patience and learning rate for `train_rows` training rows on a `device`
-    of that kind ("cpu" or "cuda"), for a table's or images' model."""
+    of that kind ("cpu" or "cuda"), for a model of `modality` (None: the fallback's, tables)."""
     model, picked = pick_model(settings, train_rows, modality)
     reasons = [picked] if picked else []
     folds, families = cross_validation_plan(settings, train_rows, modality)

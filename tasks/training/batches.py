@@ -53,12 +53,13 @@ class BatchPlan:
     note: str
 
 
-def plan_batches(asked: int | None, is_image: bool, split_bytes: int, device_type: str,
+def plan_batches(asked: int | None, loader_allowed: bool, split_bytes: int, device_type: str,
                  free_device_bytes: int | None, cores: int) -> BatchPlan:
-    """`train.loader_workers` resolved: tables always slice their split on the device; images follow `asked`, or
-    (None) stay on a CPU, and on a GPU stay on it while the split fits in DEVICE_SHARE of its free memory, else
-    take a DataLoader with half the process's cores as workers (1 to MAX_AUTO_WORKERS)."""
-    if not is_image:
+    """`train.loader_workers` resolved: a modality without a batch loader (tables) always slices its split on the
+    device; one with it (images) follows `asked`, or (None) stays on a CPU, and on a GPU stays on it while the split
+    fits in DEVICE_SHARE of its free memory, else takes a DataLoader with half the process's cores as workers (1 to
+    MAX_AUTO_WORKERS)."""
+    if not loader_allowed:
         return BatchPlan(0, "")
     size = f"{split_bytes / 2 ** 20:,.1f} MB"
     if asked is not None:

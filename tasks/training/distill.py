@@ -11,6 +11,8 @@ from tasks.core.artifacts import sha256_file
 from tasks.core.metrics import balances_classes
 from tasks.core.params_spec import Params, PretrainedParams, TrainParams
 from tasks.core.schema_spec import load_schema
+from tasks.modalities import fallback_modality, modality_of
+from tasks.modalities.interface import Modality
 from tasks.stages.entry import stage_main
 from tasks.training.adapt import fit_training, fitted_settings
 from tasks.training.distributed import device_kind
@@ -19,13 +21,12 @@ from tasks.training.run import run_job
 from tasks.training.weights import model_spec
 
 
-def student_settings(params: Params, modality: str = "table") -> TrainParams:
-    """The teacher's engine settings (processes, strategy, precision, seed, `adapt`) with the student's model: a
-    small MLP for tables, a small ResNet for images; never from pretrained weights (the teacher's knowledge comes
-    through its soft targets)."""
+def student_settings(params: Params, modality: Modality | None = None) -> TrainParams:
+    """The teacher's engine settings (processes, strategy, precision, seed, `adapt`) with the student's model, the
+    modality's (tables: a small MLP, images: a small ResNet); never from pretrained weights (the teacher's knowledge
+    comes through its soft targets)."""
     student = params.distill
-    model, args = ("resnet", {"widths": list(student.widths), "blocks": 1}) if modality == "image" else \
-        ("mlp", {"hidden": list(student.hidden), "embedding_dim": student.embedding_dim, "dropout": 0.0})
+    model, args = (modality or fallback_modality()).student(student)
     return params.train.model_copy(update={
         "model": model, "model_args": {model: args}, "pretrained": PretrainedParams(),
         "epochs": student.epochs, "lr": student.lr,
@@ -37,7 +38,7 @@ def student_settings(params: Params, modality: str = "table") -> TrainParams:
 
 def student_job(params: Params) -> TrainingJob:
     """The student's job, its schedule fitted to the training split like the teacher's."""
-    modality = load_schema(paths.SCHEMA).modality
+    modality = modality_of(load_schema(paths.SCHEMA))
     fitted = fit_training(student_settings(params, modality), split_rows(paths.TRAIN_SPLIT), device_kind(), modality)
     settings = fitted_settings(student_settings(params, modality), fitted)
     return TrainingJob("distill", settings, model_spec(settings), paths.STUDENT_WEIGHTS, paths.STUDENT_CHECKPOINTS,
@@ -45,7 +46,7 @@ def student_job(params: Params) -> TrainingJob:
                        identity=(sha256_file(paths.MODEL_WEIGHTS), params.distill.model_dump_json()),
                        soft_targets=(params.distill.temperature, params.distill.alpha), teacher=paths.MODEL_WEIGHTS,
                        fitted=fitted, balanced=balances_classes(params.bless.metric),
-                       augment=params.images.augment if modality == "image" else None)
+                       augment=modality.augmentation(params), modality=modality.name)
 
 
 def train_student(params: Params) -> None:

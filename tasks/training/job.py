@@ -10,8 +10,9 @@ import re
 import resource
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-import pandas as pd
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -19,11 +20,12 @@ from torch import nn
 from models import build_model
 from tasks.core import paths
 from tasks.core.artifacts import sha256_file
-from tasks.core.encoding import encode_features, encode_target
-from tasks.core.params_spec import ImageAugment, Params, PretrainedParams, TrainParams
+from tasks.core.params_spec import Params, PretrainedParams, TrainParams
 from tasks.core.schema_spec import Schema, load_schema
+from tasks.modalities import modality_named, modality_of
 from tasks.training import checkpoint
 from tasks.training.adapt import FittedTraining
+from tasks.training.backbone import keep_frozen_in_eval
 from tasks.training.batches import BatchPlan, plan_batches
 from tasks.training.calibration import calibrate_single
 from tasks.training.collectives import all_reduce
@@ -37,13 +39,12 @@ from tasks.training.crossval import (
 from tasks.training.decision import fit_threshold
 from tasks.training.distributed import Runtime, broadcast_state, init_runtime, wrap_model
 from tasks.training.failure import injected_fault
-from tasks.training.images import augmenter, keep_frozen_in_eval
 from tasks.training.loop import STOP_ON_F1, Split, Trainer, predict_logits
 from tasks.training.pretrained import load_pretrained
 from tasks.training.pruning import epoch_reporter
 from tasks.training.report import TrainingProgress, report_training
 from tasks.training.timeline import Timeline
-from tasks.training.weights import fit_layout, load_trained, save_trained
+from tasks.training.weights import load_trained, save_trained
 
 log = logging.getLogger("torchship.train")
 
@@ -67,7 +68,8 @@ class TrainingJob:
     fitted: FittedTraining | None = None   # how `train` was fitted to the table, for the report
     balanced: bool = True           # class-balanced loss weights (the bless metric is macro-F1: balances_classes)
     stop_on: str = STOP_ON_F1       # what early stopping judges (cross-validated members: STOP_ON_LOSS)
-    augment: ImageAugment | None = None        # images: the label-safe augmentation of training batches
+    augment: Any = None             # the modality's label-safe augmentation settings (images), or None
+    modality: str | None = None     # whose augmenter applies `augment`
     pretrained: PretrainedParams | None = None   # weights to start from (the teacher's train.pretrained)
 
 
@@ -93,22 +95,17 @@ def job_fingerprint(job: TrainingJob) -> str:
     """The job's run identity for its checkpoints (another loss is another run; the balanced default keeps the
     fingerprints it always had)."""
     identity = job.identity if job.balanced else (*job.identity, "unweighted classes")
-    if job.augment is not None:   # images: another augmentation is another run
+    if job.augment is not None:   # another augmentation is another run
         identity = (*identity, f"augment {job.augment.model_dump_json()}")
     return run_fingerprint(job.train, identity)
 
 
 def load_split(path, schema: Schema, device: torch.device) -> Split:
-    """A prepared split as tensors on `device`: encoded rows (N, F) float32, or images (N, H, W, C) uint8."""
-    if schema.is_image:
-        from tasks.modalities.image.shards import read_metadata, read_pixels
-
-        labels = encode_target(read_metadata(path, schema.target)["label"], schema)
-        return Split(torch.from_numpy(read_pixels(path, schema.image.shape).copy()).to(device),
-                     torch.from_numpy(labels).to(device))
-    frame = pd.read_parquet(path)
-    return Split(torch.from_numpy(encode_features(frame, schema)).to(device),
-                 torch.from_numpy(encode_target(frame[schema.target], schema)).to(device))
+    """A prepared split as tensors on `device`, read by its modality (encoded rows (N, F) float32, images
+    (N, H, W, C) uint8, ...)."""
+    split = modality_of(schema).read_split(path, schema)
+    return Split(torch.from_numpy(np.ascontiguousarray(split.inputs)).to(device),
+                 torch.from_numpy(split.labels).to(device))
 
 
 def threads_per_process(params: TrainParams) -> int:
@@ -121,7 +118,7 @@ def load_training_splits(settings: TrainParams, schema: Schema, device: torch.de
     val = load_split(paths.VAL_SPLIT, schema, device)
     train = load_split(paths.TRAIN_SPLIT, schema, torch.device("cpu"))
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None   # with val already there
-    plan = plan_batches(settings.loader_workers, schema.is_image,
+    plan = plan_batches(settings.loader_workers, modality_of(schema).batch_loader,
                         train.features.nelement() * train.features.element_size(), device.type, free,
                         max(1, (os.cpu_count() or 1) // settings.nproc))
     return (train.to(device) if plan.workers == 0 else train), val, plan
@@ -196,7 +193,7 @@ def start_trainer(job: TrainingJob, runtime: Runtime, n_classes: int, model: nn.
     model = wrap_model(model, runtime)
     trainer = JobTrainer(job, runtime, n_classes)
     if job.augment is not None:
-        trainer.augment = augmenter(job.augment, job.train.seed)
+        trainer.augment = modality_named(job.modality).augmenter(job.augment, job.train.seed)
     trainer.loader_workers = loader_workers
     if frozen:
         trainer.frozen_in_eval = keep_frozen_in_eval
@@ -244,7 +241,7 @@ def worker(params: Params, job: TrainingJob, inline: bool = False) -> None:
             train = cross_validation_rows(train, val)
         if job.teacher is not None:
             train.soft = teacher_logits(job.teacher, train.features, runtime.device)
-        layout = fit_layout(train.features.cpu().numpy(), schema)
+        layout = modality_of(schema).fit_layout(train.features.cpu().numpy(), schema)
         timeline.mark("loaded")
         if cross_validated:
             chosen, runs = cross_validate(candidates_for(settings, fitted), train, layout, n_classes, fitted.folds,
@@ -273,7 +270,8 @@ def worker(params: Params, job: TrainingJob, inline: bool = False) -> None:
             if job.teacher is not None:
                 decision = None   # a student is served with its teacher's rule (compress exports it so)
             best = best.cpu().eval()
-            save_trained(job.weights, best, layout, spec, schema.classes, decision and decision["threshold"])
+            save_trained(job.weights, best, layout, spec, schema.classes, modality_of(schema).name,
+                         decision and decision["threshold"])
             timeline.mark("calibrated")
             report_training(params, best, Split(val.features.cpu(), val.labels.cpu()), history, schema, runtime,
                             peak_rss_mb=peak_rss_mb, folder=job.folder, stage=job.stage, train_params=settings,

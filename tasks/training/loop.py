@@ -133,7 +133,7 @@ class Trainer:
         self.balanced = balanced   # class-balanced loss weights, else every row counts the same
         self.stop_on = stop_on     # the validation figure early stopping keeps the best of (STOP_ON_*)
         self.state = LoopState()
-        self.augment = None         # (batch, epoch, step) -> batch: label-safe image augmentation (training/images.py)
+        self.augment = None         # (batch, epoch, step) -> batch: label-safe augmentation (the modality's)
         self.loader_workers = 0     # N: a DataLoader's N processes gather batches from a host split (batches.py)
         self.frozen_in_eval = None  # model -> None after model.train(): a frozen backbone stays in eval mode
 

@@ -19,47 +19,16 @@ import copy
 import logging
 import os
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
 
 from models import build_model
-from models.cnn import ImageLayout
-from models.tabular import FeatureLayout
 from tasks.core.errors import ConfigError
 from tasks.core.params_spec import Params
+from tasks.modalities.interface import Probe
 
 log = logging.getLogger("torchship.train")
-BATCH = 6
-
-
-@dataclass(frozen=True)
-class Probe:
-    layout: FeatureLayout | ImageLayout
-    inputs: torch.Tensor       # (BATCH, ...) the modality's raw input
-    what: str                  # the input in words, for the messages
-
-
-def table_probe(n_classes: int = 3) -> Probe:
-    """A layout of every kind a table has (numbers, categories) and rows holding missing values and unseen codes."""
-    layout = FeatureLayout(numeric_index=[0, 1, 2], categorical_index=[3, 4], cardinalities=[3, 5],
-                           numeric_mean=[0.0, 10.0, -3.0], numeric_std=[1.0, 5.0, 2.0], n_classes=n_classes)
-    rows = torch.tensor([[0.5, 12.0, -1.0, 1.0, 2.0], [float("nan"), 3.0, float("nan"), 0.0, 5.0],
-                         [1e4, -1e4, 0.0, 3.0, 0.0], [float("nan")] * 3 + [0.0, 0.0],
-                         [-2.0, 9.0, -3.0, 2.0, 4.0], [0.0, 0.0, 0.0, 9.0, -3.0]], dtype=torch.float32)
-    return Probe(layout, rows, "(B, 5) float32 rows with NaN for missing numbers and codes for categories")
-
-
-def image_probe(height: int, width: int, channels: int, n_classes: int = 3) -> Probe:
-    """A layout of the set's size and channels, and pixels from black to white to noise."""
-    layout = ImageLayout(height=height, width=width, channels=channels, mean=[0.45] * channels,
-                         std=[0.25] * channels, n_classes=n_classes)
-    generator = torch.Generator().manual_seed(0)
-    pixels = torch.randint(0, 256, (BATCH, height, width, channels), dtype=torch.uint8, generator=generator)
-    pixels[0], pixels[1] = 0, 255
-    return Probe(layout, pixels, f"(B, {height}, {width}, {channels}) uint8 pixels")
 
 
 class ModelRuleBroken(ConfigError):
@@ -154,75 +123,17 @@ def _exports(name: str, model: nn.Module, inputs: torch.Tensor) -> None:
     log.info("train.model %s: the model contract holds on %s", name, "the probe batch")
 
 
-def first_image_shape(params: Params) -> tuple[int, int, int]:
-    """(height, width, channels) a source's images will have: images.size (or the first image's own size) and the
-    first image's channels, read from its header."""
-    from tasks.modalities.image.decode import CHANNELS, MODE_OF
-    from tasks.modalities.image.sources import (
-        SHAPE_SIDE,
-        first_image_header,
-        folder_images,
-        is_packaged,
-        manifest_images,
-    )
-
-    source = params.data.source
-    if is_packaged(source):
-        height, width, channels = (8, 8, 1) if source.endswith("digits") else (SHAPE_SIDE, SHAPE_SIDE, 3)
-    else:
-        path = Path(source)
-        files = folder_images(path) if path.is_dir() else manifest_images(path, params.data.target,
-                                                                          params.images.path_column)
-        width, height, mode = first_image_header(files, int(params.images.max_file_mb * (1 << 20)))
-        channels = CHANNELS[MODE_OF.get(mode, "RGB")]
-    if params.images.size:
-        height, width = params.images.size
-    return height, width, channels
-
-
 def probe_own_model(params: Params) -> None:
     """Before any stage runs: the `package.module:Class` in train.model, checked against the contract of the source's
     modality on a probe batch (the module is imported from the project folder, as torchrun's workers will)."""
-    from tasks.core.sources import is_image_data
+    from tasks.modalities import detect_modality
+    from tasks.modalities.sources import resolve_target
 
     name = params.train.model
     if ":" not in name:
         return
     if os.getcwd() not in sys.path:   # a console script's sys.path starts at its own folder, not the project's
         sys.path.insert(0, os.getcwd())
-    images = is_image_data(params.data, params.images)
-    classes = source_classes(params, images)
-    probe = image_probe(*first_image_shape(params), classes) if images else table_probe(classes)
-    probe_model(name, params.train.model_args.get(name, {}), probe)
-
-
-def source_classes(params: Params, images: bool) -> int:
-    """How many classes the source's labels hold, read cheaply (class folders, a label column alone), so a module
-    built for another count fails here and not after prepare; 3 where it cannot be read (the prepare stage then
-    names what is wrong with the source)."""
-    from tasks.core.sources import resolve_target
-
-    try:
-        if images:
-            from tasks.modalities.image.sources import list_images
-
-            files, _ = list_images(params.data.source, resolve_target(params.data, params.contract, params.images),
-                                   params.images.path_column, 8 * 4, params.data.seed)   # shapes: 8 of each class
-            return len({f.label for f in files if f.label is not None})
-        from tasks.core.sources import load_source
-
-        if params.data.source == "synthetic":
-            return 2
-        target = resolve_target(params.data, params.contract)
-        source = Path(params.data.source)
-        if source.suffix.lower() in (".parquet", ".pq"):
-            import pyarrow.parquet as pq
-
-            return len(set(pq.read_table(source, columns=[target])[target].to_pylist()) - {None})
-        if source.suffix.lower() == ".csv":
-            import pandas as pd
-
-            return int(pd.read_csv(source, usecols=[target])[target].nunique())
-        return int(load_source(params.data, with_batches=False)[0][target].nunique())
-    except Exception:   # an unreadable source is prepare's to describe
-        return 3
+    modality = detect_modality(params.data, params)
+    classes = modality.source_classes(params, resolve_target(params))
+    probe_model(name, params.train.model_args.get(name, {}), modality.model_probe(params, classes))

@@ -9,31 +9,28 @@ import torch
 from torch import nn
 
 from tasks.core.artifacts import write_atomic
-from tasks.core.runtime import EMBEDDING, THRESHOLD_KEY
+from tasks.core.runtime import THRESHOLD_KEY
 from tasks.core.schema_spec import Schema
-from tasks.modalities.image.graph import ServedImageModel
+from tasks.modalities import modality_of
 
 MAX_BATCH = 1 << 16
 
 
 def export_example(schema: Schema) -> torch.Tensor:
-    """What the exporters trace with: 4 zero rows (N, F) float32, or 4 black images (N, H, W, C) uint8."""
-    if schema.is_image:
-        return torch.zeros(4, *schema.image.shape, dtype=torch.uint8)
-    return torch.zeros(4, len(schema.features))
+    """What the exporters trace with: a small batch of the bare model's input, the modality's (4 zero rows (N, F)
+    float32, 4 black images (N, H, W, C) uint8, ...)."""
+    return modality_of(schema).export_example(schema)
 
 
 def export_onnx(model: nn.Module, schema: Schema, exporter: str, path: Path, threshold: float | None = None) -> None:
     """ONNX with a dynamic batch axis; the schema (and a binary model's decision threshold) ride in metadata so the
-    file is self-describing: the raw-input front turns the threshold into the graph's `decision` output. An image
-    model is traced with its embedding projection as a second output (tasks/modalities/image/graph.py). The input is
-    passed
-    by position, so a model's own name for it does not matter."""
+    file is self-describing: the raw-input front turns the threshold into the graph's `decision` output. The modality
+    says what is traced (an image model with its embedding projection as a second output). The input is passed by
+    position, so a model's own name for it does not matter."""
     import onnx
 
     example = export_example(schema)
-    traced, outputs = (ServedImageModel(model, example).eval(), ["logits", EMBEDDING]) if schema.is_image else \
-        (model, ["logits"])
+    traced, outputs = modality_of(schema).traced(model, example)
 
     def write(tmp: Path) -> None:
         with warnings.catch_warnings():
@@ -44,6 +41,7 @@ def export_onnx(model: nn.Module, schema: Schema, exporter: str, path: Path, thr
                 program = torch.onnx.export(traced, (example,), dynamo=True, input_names=["x"], output_names=outputs,
                                             dynamic_shapes=({0: torch.export.Dim("batch", max=MAX_BATCH)},),
                                             verbose=False)
+                unclash_outputs(program)
                 program.save(str(tmp))
             else:
                 torch.onnx.export(traced, (example,), str(tmp), dynamo=False, input_names=["x"],
@@ -60,6 +58,18 @@ def export_onnx(model: nn.Module, schema: Schema, exporter: str, path: Path, thr
         onnx.save(proto, str(tmp))
 
     write_atomic(path, write)
+
+
+def unclash_outputs(program) -> None:
+    """torch's dynamo exporter names aten.embedding's result `embedding` (a model with an nn.Embedding: tables'
+    categories, texts' tokens), then names a requested output `embedding` too: two values of one name, a graph the
+    ONNX checker refuses. The inner value is renamed."""
+    outputs = {id(value) for value in program.model.graph.outputs}
+    names = {value.name for value in program.model.graph.outputs}
+    for node in program.model.graph:
+        for value in node.outputs:
+            if value.name in names and id(value) not in outputs:
+                value.name = f"{value.name}_inner"
 
 
 def export_program(model: nn.Module, schema: Schema, path: Path) -> None:

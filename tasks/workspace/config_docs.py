@@ -1,6 +1,7 @@
 """The generated docs (`torchship config-docs`): docs/configuration.md from the typed configuration (every key, its
-type, default and meaning; a step's own section too, from its module), and the pipeline's diagram and step table
-from the stage list (tasks/stages/diagram.py), so the docs can never drift from the code (tests compare them)."""
+type, default and meaning; each modality's own section and contract too, from its package), and the pipeline's
+diagram and step table from the stage list (tasks/stages/diagram.py), so the docs can never drift from the code
+(tests compare them)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,37 +10,35 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from tasks.config import declaring_steps, step_sections
-from tasks.core.params_spec import Params
+from tasks.config import params_model
+from tasks.modalities import registered_modalities
 from tasks.stages.diagram import write_blocks
 
 CONFIGURATION_DOCS = Path("docs") / "configuration.md"
 
 
 def configuration_markdown(root: Path = Path(".")) -> str:
-    """docs/configuration.md, generated from the typed model: every key, type, default, meaning (the steps' own
-    sections: those of dvc.yaml under `root`, after the core's)."""
+    """docs/configuration.md, generated from the typed model: every key, type, default, meaning (each modality's
+    own section after the steps', then the contract each modality declares)."""
     from tasks.training.model_args import model_configs  # imports torch: only when the docs are built
 
     lines = ["# Configuration (`params.yaml`)", "",
-             "Generated from `tasks/core/params_spec.py` (and a step's own section from its module, `PARAMS_SECTION` "
-             "in `tasks/<step>.py`) by `torchship config-docs`; do not edit by hand.",
+             "Generated from `tasks/core/params_spec.py` (and each modality's own section and contract from its "
+             "package, `tasks/modalities/<name>/`) by `torchship config-docs`; do not edit by hand.",
              "Override any key for one run with `torchship run --set section.key=value`.", ""]
-    for section_name, section_field in Params.model_fields.items():
-        section = section_field.annotation
+    for section_name, section_field in params_model().model_fields.items():
         if section_name == "contract":
-            lines += ["## `contract`", "", "Optional data contract (null = strict types and parse only): per table "
-                      "`target`, `classes`, `min_class_share`, `min_rows`, `max_rows`, `key`; "
-                      "per column under `columns:` `type` (numeric|categorical), `nullable`, `max_null_share`, "
-                      "`min`, `max`, `categories`, "
-                      "`on_violation` (fail|warn). Propose one with `torchship contract suggest DATA`.", ""]
             continue
-        lines += _section_table(section_field.alias or section_name, section)
+        lines += _section_table(section_field.alias or section_name, section_field.annotation)
         if section_name == "train":
             for model, config in model_configs().items():
                 lines += _config_table(f"train.model_args.{model}", config)
-    for name, spec in step_sections(declaring_steps(root)).items():
-        lines += _section_table(name, spec)
+    lines += ["## `contract`", "", "Optional, one per project: the data contract of its modality (null = the "
+              "modality's own rules from the params). Propose one with `torchship contract suggest DATA`; the "
+              "`modality` key says which (none: a table's).", ""]
+    for name, modality in registered_modalities().items():
+        if modality.contract is not None:
+            lines += _section_table("contract", modality.contract, f"`contract` of the {name} modality")
     return "\n".join(lines)
 
 

@@ -1,4 +1,4 @@
-"""tasks/contract.py: strict reading and typing of raw tables; tasks/core/encoding.py: the one row encoding."""
+"""tasks/modalities/table/parse.py: strict reading and typing of raw tables; tasks/modalities/table/encoding.py: the one row encoding."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,14 +7,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.contract import parse_table
-from tasks.core.contract_spec import class_labels
-from tasks.core.encoding import encode_features, encode_target
+from tasks.modalities.table.parse import parse_table
+from tasks.core.labels import class_labels
+from tasks.modalities.table.encoding import encode_features
+from tasks.core.labels import encode_target
 from tasks.core.errors import DataError
 from tasks.core.params_spec import ValidateParams
 from tasks.core.problems import SHOWN, DataProblems
 from tasks.core.schema_spec import Feature, Schema, schema_from_metadata
-from tasks.core.tables import read_raw_table, read_table
+from tasks.modalities.table.files import read_raw_table, read_table
 
 
 def write_csv(folder: Path, text: str, name: str = "rows.csv") -> Path:

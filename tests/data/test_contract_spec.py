@@ -5,12 +5,13 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from tasks.contract import parse_table, parse_with_contract
-from tasks.core.contract_spec import ColumnRule, suggest_contract
+from tasks.modalities.table.parse import parse_table, parse_with_contract
+from tasks.modalities.table.contract import ColumnRule, suggest_contract
 from tasks.core.errors import DataError
-from tasks.core.expectations import validate_frames
+from tasks.modalities.table.expectations import validate_frames
+from tasks.config import default_params
 from tasks.core.params_spec import PrepareParams, ValidateParams
-from tasks.prepare import prepare_tables
+from tasks.modalities.table.prepare import prepare_tables
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_infinite_numbers_are_refused_by_column_and_line(customers):
 def test_ingest_door_gate_lists_every_problem(customers, suggested, tmp_path):
     """The batch gate's gate JSON has one reason per problem: a ragged row and text in two numeric columns."""
     from tasks.core.params_spec import Params
-    from tasks.monitoring.batch_gate import judge_batch
+    from tasks.modalities.table.batches import judge_batch
 
     path = tmp_path / "batch.csv"
     customers.head(50).to_csv(path, index=False)
@@ -82,7 +83,7 @@ def test_ingest_door_gate_lists_every_problem(customers, suggested, tmp_path):
     lines[5] = "abc," + lines[5].split(",", 1)[1]                       # customer age, line 6
     lines[7] = ",".join(["x" if i == 1 else c for i, c in enumerate(lines[7].split(","))])  # tenure, line 8
     path.write_text("\n".join(lines) + "\n")
-    gate, typed = judge_batch(path, suggested, Params())
+    gate, typed = judge_batch(path, suggested, default_params())
     assert gate.status == "fail" and typed is None and len(gate.reasons) == 3
     text = "\n".join(gate.reasons)
     assert "ragged rows" in text and "line 4: 13 fields" in text

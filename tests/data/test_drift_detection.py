@@ -19,8 +19,9 @@ import pytest
 
 from tasks.core.params_spec import MonitorParams
 from tasks.core.schema_spec import Feature, Schema
-from tasks.core.sources import SYNTHETIC_TARGET, generate_customers
-from tasks.monitoring.drift import PREDICTION, evidently_report, judge, measure_drift, report_drifts
+from tasks.modalities.table.sources import SYNTHETIC_TARGET, generate_customers
+from tasks.monitoring.drift import evidently_report, judge, measure_drift, report_drifts
+from tasks.core.servelog import PREDICTION
 
 W = 500               # rows per judged window
 REFERENCE_ROWS = 5000

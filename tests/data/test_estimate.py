@@ -1,7 +1,7 @@
 """The label-free accuracy estimate (tasks/monitoring/estimate.py) on windows whose labels are known.
 
-The "model" is the synthetic generator's own labelling function (tasks/core/sources.py churn_logit), so its
-probabilities are calibrated by construction and the estimate has nothing else to blame: it must land within
+The "model" is the synthetic generator's own labelling function (tasks/modalities/table/sources.py churn_logit), so
+its probabilities are calibrated by construction and the estimate has nothing else to blame: it must land within
 2 points of the realised accuracy on rows without labels, follow a covariate shift (P(x) moves, P(y|x) stays),
 and, as documented, stay blind to a concept shift. Then: the estimate read back from a real request log is
 reported beside drift, is a gate input, and a retrain it starts still needs labels."""
@@ -15,9 +15,10 @@ from tasks.core.params_spec import MonitorParams, RetrainParams
 from tasks.core.runtime import THRESHOLD_KEY, decide, decision_threshold
 from tasks.core.schema_spec import Feature, Schema
 from tasks.core.servelog import served_line
-from tasks.core.sources import SYNTHETIC_TARGET, churn_logit, generate_customers
+from tasks.modalities.table.sources import SYNTHETIC_TARGET, churn_logit, generate_customers
 from tasks.monitoring import guards
-from tasks.monitoring.drift import PREDICTION, DriftFindings, judge, measure_drift
+from tasks.monitoring.drift import DriftFindings, judge, measure_drift
+from tasks.core.servelog import PREDICTION
 from tasks.monitoring.estimate import Estimate, Holdout, estimate_window, expected_accuracy, fit_reliability
 from tasks.monitoring.window import Window, read_window
 

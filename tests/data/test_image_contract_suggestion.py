@@ -11,7 +11,8 @@ from PIL import Image
 from ruamel.yaml import YAML
 
 from tasks.config import parse_params
-from tasks.core.params_spec import ImagesParams, PrepareParams
+from tasks.core.params_spec import PrepareParams
+from tasks.modalities.image.settings import ImagesParams
 from tasks.modalities.image.prepare import prepare_images
 from tasks.modalities.image.sources import folder_images
 from tests.helpers.images import shapes_folder

@@ -16,19 +16,22 @@ import pytest
 from serving.service import EMBEDDING_DIGITS, PROBABILITY_DIGITS
 from tasks.core.params_spec import MonitorParams
 from tasks.core.runtime import decide
-from tasks.core.schema_spec import ImageShape, Schema
+from tasks.core.schema_spec import Schema
+from tasks.modalities.image.contract import ImageShape
 from tasks.core.servelog import served_line
 from tasks.modalities.image.decode import encode_png
 from tasks.modalities.image.sources import packaged_digits
-from tasks.modalities.image.watch import EMBEDDING, STATISTICS
-from tasks.monitoring.drift import PREDICTION, measure_drift
+from tasks.core.runtime import EMBEDDING
+from tasks.modalities.image.watch import STATISTICS
+from tasks.monitoring.drift import measure_drift
+from tasks.core.servelog import PREDICTION
 from tasks.monitoring.estimate import Holdout, expected_accuracy, fit_reliability
 from tasks.monitoring.window import read_window
 from tasks.training.calibration import calibrate, tempered
 
 CLASSES = [str(d) for d in range(10)]
 SCHEMA = Schema(source="images:digits", target="label", classes=CLASSES, modality="image",
-                image=ImageShape(height=8, width=8, channels=1, mode="L"))
+                inputs=ImageShape(height=8, width=8, channels=1, mode="L").model_dump())
 RULES = MonitorParams(sample_rows=1000, min_labelled=50)
 TOLERANCE = 0.03
 

@@ -9,8 +9,9 @@ import pytest
 
 from tasks.core import paths
 from tasks.core.errors import DataError
-from tasks.core.params_spec import ImagesParams, PrepareParams
-from tasks.modalities.image.contract import ImageContract, suggest_image_contract
+from tasks.core.params_spec import PrepareParams
+from tasks.modalities.image.settings import ImagesParams
+from tasks.modalities.image.contract import ImageContract, suggest_image_contract, image_shape
 from tasks.modalities.image.decode import ImageLimits, inspect_image
 from tasks.modalities.image.prepare import prepare_images
 from tasks.modalities.image.shards import read_metadata, read_pixels, write_split
@@ -70,7 +71,7 @@ def test_splits_are_stratified_disjoint_and_at_the_model_size(in_tmp):
         assert prepared.pixels[split].shape == (len(frame), 32, 32, 3)
         shares = frame["label"].value_counts(normalize=True)
         assert shares.max() - shares.min() < 0.06, split
-    assert prepared.schema.classes == sorted(CLASSES) and prepared.schema.image.shape == (32, 32, 3)
+    assert prepared.schema.classes == sorted(CLASSES) and image_shape(prepared.schema).shape == (32, 32, 3)
 
 
 def test_images_of_other_sizes_are_brought_to_the_model_size(in_tmp):
@@ -79,7 +80,7 @@ def test_images_of_other_sizes_are_brought_to_the_model_size(in_tmp):
     for path in (in_tmp / "big").rglob("*.png"):
         path.rename(root / path.parent.name / f"big-{path.name}")
     prepared = prepare_images(folder_images(root), str(root), "label", ImagesParams(), PrepareParams())
-    assert not prepared.refused and prepared.schema.image.shape == (32, 32, 3)   # the most common size wins
+    assert not prepared.refused and image_shape(prepared.schema).shape == (32, 32, 3)   # the most common size wins
     assert {p.shape[1:] for p in prepared.pixels.values()} == {(32, 32, 3)}
 
 
@@ -89,9 +90,9 @@ def test_a_split_round_trips_through_its_shard_file(in_tmp):
     path = in_tmp / "train.parquet"
     frame, pixels = prepared.splits["train"], prepared.pixels["train"]
     written = write_split(path, [(pixels[:100], frame.iloc[:100]), (pixels[100:], frame.iloc[100:])], "label",
-                          prepared.schema.image.shape)
+                          image_shape(prepared.schema).shape)
     assert written == len(frame)
-    np.testing.assert_array_equal(read_pixels(path, prepared.schema.image.shape), pixels)
+    np.testing.assert_array_equal(read_pixels(path, image_shape(prepared.schema).shape), pixels)
     assert read_metadata(path, "label")["name"].tolist() == frame["name"].tolist()
 
 

@@ -11,7 +11,8 @@ import tracemalloc
 import pytest
 
 from tasks.core.errors import DataError
-from tasks.core.params_spec import ImagesParams, PrepareParams
+from tasks.core.params_spec import PrepareParams
+from tasks.modalities.image.settings import ImagesParams
 from tasks.modalities.image import prepare
 from tasks.modalities.image.decode import ImageLimits
 from tasks.modalities.image.sources import ImageFile, folder_images, manifest_images

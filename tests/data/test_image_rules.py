@@ -1,8 +1,8 @@
-"""The image contract's size rules in prepare's one pass (tasks/modalities/image/expectations.py rules_for, judge_images): a
-side far from the set's median (`images.size_outlier`), a long thin image (`images.max_aspect`) and a speck under
-`images.min_side` are each named file by file with the rule they break; and the validate stage's leakage check on
-the written splits (tasks/validate.py validate_images): an exact copy of a training image in the holdout is refused,
-naming both files, their splits and the rule."""
+"""The image contract's size rules in prepare's one pass (tasks/modalities/image/expectations.py rules_for,
+judge_images): a side far from the set's median (`images.size_outlier`), a long thin image (`images.max_aspect`)
+and a speck under `images.min_side` are each named file by file with the rule they break; and the validate stage's
+leakage check on the written splits (tasks/modalities/image/splits.py validate_prepared): an exact copy of a
+training image in the holdout is refused, naming both files, their splits and the rule."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from tasks.core import paths
-from tasks.core.params_spec import ImagesParams, Params, PrepareParams
-from tasks.modalities.image.contract import ImageContract, Range
+from tasks.core.params_spec import PrepareParams
+from tasks.modalities.image.settings import ImagesParams
+from tasks.modalities.image.contract import ImageContract, Range, image_shape
 from tasks.modalities.image.expectations import LEAKAGE_RULE
 from tasks.modalities.image.prepare import prepare_images
 from tasks.modalities.image.shards import write_split
@@ -78,14 +79,15 @@ def test_a_contracts_size_ranges_replace_the_median_rule(shapes):
 def write_splits(prepared, splits: dict[str, pd.DataFrame], pixels: dict[str, np.ndarray]) -> None:
     paths.PREPARE.mkdir(parents=True, exist_ok=True)
     for name, path in (("train", paths.TRAIN_SPLIT), ("val", paths.VAL_SPLIT), ("holdout", paths.HOLDOUT_SPLIT)):
-        write_split(path, [(pixels[name], splits[name])], "label", prepared.schema.image.shape)
+        write_split(path, [(pixels[name], splits[name])], "label", image_shape(prepared.schema).shape)
 
 
 def test_validate_refuses_a_training_image_copied_into_the_holdout_naming_both(shapes):
-    from tasks.validate import validate_images
+    from tasks.config import parse_params
+    from tasks.modalities.image.splits import validate_prepared as validate_images
 
     prepared = prepare_images(folder_images(shapes), str(shapes), "label", ImagesParams(), PrepareParams())
-    params = Params(validate={"min_rows": 10})
+    params = parse_params({"validate": {"min_rows": 10}})
     write_splits(prepared, prepared.splits, prepared.pixels)
     clean, _ = validate_images(params, prepared.schema)
     assert clean.status == "pass", clean.reasons

@@ -7,8 +7,8 @@ import pytest
 
 from tasks.core.params_spec import DataParams, PrepareParams
 from tasks.core.errors import DataError
-from tasks.core.sources import fingerprint_source
-from tasks.prepare import prepare_tables
+from tasks.modalities.table.sources import fingerprint_source
+from tasks.modalities.table.prepare import prepare_tables
 
 TARGET = "churned"
 

@@ -6,7 +6,7 @@ import pandas as pd
 
 from tasks.core.schema_spec import Feature, Schema
 from tasks.monitoring.window import Window
-from tasks.retrain import labelled_rows, screen_rows
+from tasks.modalities.table.batches import labelled_rows, screen_rows
 
 SCHEMA = Schema(source="test", target="churned", classes=["no", "yes"],
                 features=[Feature(name="age", kind="numeric"), Feature(name="plan", kind="categorical",

@@ -1,4 +1,5 @@
-"""tasks/core/sources.py: the seeded synthetic generator, scikit-learn's sets, and the target rules."""
+"""tasks/modalities/table/sources.py: the seeded synthetic generator, scikit-learn's sets, and the target rules
+(tasks/modalities/sources.py resolve_target)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,14 +10,9 @@ import pytest
 
 from tasks.core.params_spec import DataParams
 from tasks.core.errors import ConfigError
-from tasks.core.sources import (
-    SYNTHETIC_TARGET,
-    churn_logit,
-    generate_customers,
-    load_sklearn,
-    resolve_target,
-    source_path,
-)
+from tasks.config import parse_params
+from tasks.modalities.sources import resolve_target
+from tasks.modalities.table.sources import SYNTHETIC_TARGET, churn_logit, generate_customers, load_sklearn, source_path
 
 
 def test_same_seed_same_table(customers):
@@ -101,12 +97,12 @@ def test_unknown_sklearn_set_is_a_config_error():
     ("synthetic", "plan", "plan"),
 ])
 def test_resolve_target(source, target, expected):
-    assert resolve_target(DataParams(source=source, target=target)) == expected
+    assert resolve_target(parse_params({"data": {"source": source, "target": target}})) == expected
 
 
 def test_a_file_needs_an_explicit_target():
     with pytest.raises(ConfigError, match="data.target"):
-        resolve_target(DataParams(source="data/rows.csv"))
+        resolve_target(parse_params({"data": {"source": "data/rows.csv"}}))
 
 
 def test_source_path_only_for_files():

@@ -1,4 +1,4 @@
-"""The validate stage's gate (tasks/core/expectations.py): the real Great Expectations suite on prepared splits
+"""The validate stage's gate (tasks/modalities/table/expectations.py): the real Great Expectations suite on prepared splits
 (fails name the column)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 
 from tasks.core.params_spec import PrepareParams, ValidateParams
 from tasks.core.errors import GateFailed
-from tasks.core.expectations import validate_frames
-from tasks.prepare import prepare_tables
+from tasks.modalities.table.expectations import validate_frames
+from tasks.modalities.table.prepare import prepare_tables
 
 RULES = ValidateParams(min_rows=50, max_null_share=0.5)
 

@@ -162,7 +162,7 @@ def linear_raw_graph(weights, schema, metadata: dict[str, str] | None = None):
     bare linear model `x @ weights` of the encoded columns: a served model small enough to reason about by hand."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from tasks.variants.preprocess import compose_raw_model
+    from tasks.modalities.table.graph import compose_raw_model
 
     inputs, classes = weights.shape
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["logits"])], "linear",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tasks.modalities.image.contract import image_shape
 from tasks.modalities.image.sources import render_shapes
 
 CLASSES = ["circle", "cross", "square", "triangle"]
@@ -77,7 +78,7 @@ def served_image_model(folder: Path, schema, widths: list[int] | None = None, se
     from tasks.variants.exporters import export_onnx
 
     torch.manual_seed(seed)
-    shape = schema.image
+    shape = image_shape(schema)
     layout = ImageLayout(shape.height, shape.width, shape.channels, [0.4] * shape.channels, [0.25] * shape.channels,
                          len(schema.classes))
     model = ImageResNet(layout, widths=widths or [8, 16]).eval()

@@ -13,13 +13,14 @@ from torch import nn
 from models import build_model
 from models.cnn import ImageLayout
 from tasks.core.params_spec import PretrainedParams, TrainParams
-from tasks.core.schema_spec import ImageShape, Schema
+from tasks.core.schema_spec import Schema
+from tasks.modalities.image.contract import ImageShape
+from tasks.modalities.image.layout import fit_image_layout
 from tasks.modalities.image.sources import packaged_digits
 from tasks.training.loop import Split, train_model
-from tasks.training.weights import fit_image_layout
 
 DIGITS = Schema(source="images:digits", target="label", classes=[str(d) for d in range(10)], modality="image",
-                image=ImageShape(height=8, width=8, channels=1, mode="L"))
+                inputs=ImageShape(height=8, width=8, channels=1, mode="L").model_dump())
 WIDTHS = [8, 16]   # a small ResNet: two stages, a second of training on 1,200 digits
 RESNET = {"resnet": {"widths": WIDTHS}}
 

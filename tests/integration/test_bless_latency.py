@@ -12,12 +12,14 @@ import pandas as pd
 import pytest
 
 from tasks.bless import Champion, measure_performance, predict_labels
-from tasks.bless.service import request_rows, try_in_service
+from tasks.bless.service import try_in_service
 from tasks.config import load_params
-from tasks.core.holdout import load_holdout
 from tasks.core.params_spec import SloParams
-from tasks.core.runtime import onnx_metadata, open_onnx, predict_proba
+from tasks.core.runtime import onnx_metadata, open_onnx
 from tasks.core.schema_spec import schema_from_metadata
+from tasks.modalities import load_holdout
+from tasks.modalities.scoring import predict_proba
+from tasks.modalities.table.requests import request_rows
 from tests.helpers.slow_models import cpu_hog, slowed
 
 pytestmark = pytest.mark.integration

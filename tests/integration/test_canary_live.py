@@ -30,11 +30,11 @@ from tasks.bless.quality import assess_quality
 from tasks.canary.client import ServiceClient
 from tasks.config import load_params
 from tasks.core.artifacts import sha256_file
-from tasks.core.holdout import load_holdout
 from tasks.core.params_spec import CanaryParams, TrackingParams
 from tasks.core.procs import free_port, http_ok, start_child, wait_until_ready
 from tasks.core.schema_spec import load_schema
 from tasks.core.verdicts import Blessing, BlessOutcome, CanaryOutcome, RegistrationOutcome
+from tasks.modalities import load_holdout
 from tasks.register import apply_aliases
 from tasks.registry.approvals import decide
 from tasks.registry.history import read_history

@@ -62,7 +62,7 @@ from tasks.config import load_params
 from tasks.core.env import FAULT_ENV, TOKEN_ENV
 from tasks.core.prefect_limits import dead_holder_bound_s
 from tasks.core.procs import free_port
-from tasks.core.sources import SYNTHETIC_TARGET, generate_customers
+from tasks.modalities.table.sources import SYNTHETIC_TARGET, generate_customers
 from tasks.monitoring.demo import DemoTraffic
 from tasks.monitoring.segments import bucket_source
 from tasks.monitoring.window import read_feedback, read_lines
@@ -434,7 +434,7 @@ ACCEPT_A_BATCH = """
 from tasks.config import load_params
 from tasks.core import paths
 from tasks.registry.read import registry_client
-from tasks.core.sources import generate_customers
+from tasks.modalities.table.sources import generate_customers
 from tasks.monitoring.batch_index import shared_snapshot
 from tasks.retrain import keep_batch
 params = load_params()

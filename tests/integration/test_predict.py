@@ -12,9 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from serving.batch_scoring import FileRefused, load_version, predict_file
+from serving.batch_scoring import load_version
 from tasks.config import load_params
 from tasks.core.errors import DataError
+from tasks.core.scored_files import FileRefused
+from tasks.modalities.table.batch import predict_file
 
 pytestmark = pytest.mark.integration
 TARGET = "churned"

@@ -15,8 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from serving.app import create_app
 from serving.service import ServiceSettings
+from tasks.config import default_params
 from tasks.core.env import TOKEN_ENV
-from tasks.core.params_spec import Params, ServeParams, TrackingParams
+from tasks.core.params_spec import ServeParams, TrackingParams
 from tasks.core.runtime import decide, decision_threshold
 from tasks.core.servelog import feedback_path, shadow_path
 from tasks.registry.read import CHALLENGER, CHAMPION, aliases, registry_client, verified_onnx
@@ -81,7 +82,7 @@ CHAMPION_BYTES = champion_bytes(MODEL)
 def test_the_canary_flags_override_the_serve_params_and_bad_ones_are_refused():
     from serving.__main__ import parse_args, serve_params
 
-    params = Params()
+    params = default_params()
     canary = ["--host", "127.0.0.1", "--port", "8123", "--model-name", "m", "--challenger-share", "0.25",
               "--request-log", "", "--seed", "0"]
     args = parse_args(params, canary)
@@ -280,8 +281,8 @@ def test_served_variant_agrees_with_the_training_time_eager_model_on_raw_rows(se
     category included) score as the eager PyTorch model that the variant came from scores them."""
     import torch
 
-    from tasks.core.encoding import encode_features
     from tasks.core.schema_spec import load_schema
+    from tasks.modalities.table.encoding import encode_features
     from tasks.training.weights import load_trained
 
     project, client, _ = service

@@ -145,8 +145,9 @@ def set_train(root: Path, **train) -> None:
 def prepare_in_place(root: Path) -> None:
     """The prepare stage's splits and schema, written in-process (the stage adds only its MLflow run)."""
     from tasks.config import load_params
-    from tasks.core.sources import read_source, resolve_target
-    from tasks.prepare import prepare_tables, write_prepared
+    from tasks.core.sources import resolve_target
+    from tasks.modalities.table.prepare import prepare_tables, write_prepared
+    from tasks.modalities.table.sources import read_source
 
     with contextlib.chdir(root):
         params = load_params()

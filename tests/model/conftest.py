@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from models.tabular import FeatureLayout
-from tasks.core.encoding import encode_features, encode_target
+from tasks.core.labels import encode_target
 from tasks.core.params_spec import PrepareParams, TrainParams
-from tasks.prepare import PreparedData, prepare_tables
+from tasks.modalities.table.encoding import encode_features
+from tasks.modalities.table.layout import fit_layout
+from tasks.modalities.table.prepare import PreparedData, prepare_tables
 from tasks.training.loop import Split
-from tasks.training.weights import fit_layout
 
 
 @dataclass(frozen=True)

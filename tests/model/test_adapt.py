@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tasks.config import default_params
 from tasks.core.params_spec import TrainParams
 from tasks.training.adapt import (
     GPU_MAX_BATCH,
@@ -62,10 +63,9 @@ def test_below_the_cv_threshold_auto_compares_families_on_fold_sized_schedules()
 
 
 def test_the_distilled_student_stays_one_network_on_a_small_table():
-    from tasks.core.params_spec import Params
     from tasks.training.distill import student_settings
 
-    assert fit_training(student_settings(Params()), 300).folds == 1
+    assert fit_training(student_settings(default_params()), 300).folds == 1
 
 
 def test_on_a_gpu_a_large_table_gets_a_larger_batch_and_the_learning_rate_with_it():

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from models import build_model
-from tasks.baseline import baseline_models, baseline_outputs, baseline_report
 from tasks.bless.quality import HoldoutPredictions, assess_quality, gate_baselines, gate_predictions, judge_candidate
 from tasks.core.metrics import classification_metrics
 from tasks.core.params_spec import BaselineParams, BlessParams
 from tasks.core.verdicts import BlessOutcome
+from tasks.modalities.table.baseline import baseline_models, baseline_outputs, baseline_report
 from tasks.training.loop import Split, predict_logits, train_model
 from tasks.training.weights import model_spec
 from tests.model.conftest import encode_split
@@ -115,8 +115,8 @@ def test_on_a_small_table_the_gate_holds_the_candidate_to_the_baseline_cross_val
     """Like with like: below baseline.cv_max_rows the gate's baseline is the one k-fold
     cross-validation on the training split picks, not the best of four on a few dozen holdout rows."""
     from tasks.core.params_spec import PrepareParams
-    from tasks.core.sources import generate_customers
-    from tasks.prepare import prepare_tables
+    from tasks.modalities.table.prepare import prepare_tables
+    from tasks.modalities.table.sources import generate_customers
 
     prepared = prepare_tables(generate_customers(300, seed=5), "churned", "synthetic", PrepareParams(seed=0))
     report = baseline_report(prepared.train, prepared.holdout, prepared.schema, BaselineParams(), "f1_macro")

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from models.cnn import ImageLayout, ImageResNet
-from tasks.core.params_spec import ImageAugment, TrainParams
+from tasks.core.params_spec import TrainParams
+from tasks.modalities.image.augment import augmenter
+from tasks.modalities.image.settings import ImageAugment
 from tasks.training.batches import MAX_AUTO_WORKERS, DeviceBatches, EpochWalk, LoaderBatches, StepBatches, plan_batches
-from tasks.training.images import augmenter
 from tasks.training.loop import Split, Trainer
 
 LAYOUT = ImageLayout(height=8, width=8, channels=3, mean=[0.4] * 3, std=[0.2] * 3, n_classes=3)

@@ -10,16 +10,17 @@ import pytest
 import torch
 
 from models import build_model
-from tasks.baseline import fit_baselines
 from tasks.bless.performance import assess_performance
 from tasks.bless.quality import HoldoutPredictions, assess_quality, judge_candidate, score_slices, slice_groups
-from tasks.bless.service import judge_service, load_figures, request_rows, try_in_service
+from tasks.bless.service import judge_service, load_figures, try_in_service
 from tasks.bless.stages import combine, combine_outcomes, run_stages
 from tasks.core.gate import GateResult
 from tasks.core.metrics import paired_bootstrap
 from tasks.core.params_spec import BaselineParams, BlessParams, SloParams
 from tasks.core.timing import Timings, confirmed
 from tasks.core.verdicts import BlessOutcome, StageReport
+from tasks.modalities.table.baseline import fit_baselines
+from tasks.modalities.table.requests import request_rows
 from tasks.training.loop import Split, predict_logits, train_model
 from tasks.training.weights import model_spec
 from tests.model.conftest import encode_split

@@ -91,7 +91,7 @@ def test_a_single_overconfident_model_is_served_tempered_and_rebuilds_from_its_w
     assert served_spec == {**spec, "members": 1}
     raw, tempered_logits = predict_logits(model, encoded.val.features), predict_logits(served, encoded.val.features)
     assert torch.equal(raw.argmax(1), tempered_logits.argmax(1))
-    save_trained(tmp_path / "model.pt", served, encoded.layout, served_spec, ["no", "yes"])
+    save_trained(tmp_path / "model.pt", served, encoded.layout, served_spec, ["no", "yes"], "table")
     rebuilt, _ = load_trained(tmp_path / "model.pt")
     assert torch.allclose(predict_logits(rebuilt, encoded.val.features), tempered_logits)
 

@@ -9,12 +9,18 @@ import pytest
 import torch
 
 from models.ensemble import FoldEnsemble
-from tasks.core.encoding import encode_features, encode_target
+from tasks.config import default_params
+from tasks.core.labels import encode_target
 from tasks.core.metrics import classification_metrics
 from tasks.core.params_spec import PrepareParams, TrainParams
-from tasks.core.runtime import open_onnx, predict_proba
-from tasks.core.sources import load_sklearn
-from tasks.prepare import prepare_tables
+from tasks.core.runtime import open_onnx
+from tasks.modalities.scoring import predict_proba
+from tasks.modalities.table.encoding import encode_features
+from tasks.modalities.table.graph import compose_raw_model
+from tasks.modalities.table.layout import fit_layout
+from tasks.modalities.table.prepare import prepare_tables
+from tasks.modalities.table.probe import raw_probe_rows
+from tasks.modalities.table.sources import load_sklearn
 from tasks.training.adapt import fit_training
 from tasks.training.calibration import calibrate, tempered
 from tasks.training.crossval import (
@@ -27,10 +33,8 @@ from tasks.training.crossval import (
     pick_family,
 )
 from tasks.training.loop import Split, Trainer, predict_logits
-from tasks.training.weights import build_trained, fit_layout
+from tasks.training.weights import build_trained
 from tasks.variants.exporters import export_onnx
-from tasks.variants.parity import raw_probe_rows
-from tasks.variants.preprocess import compose_raw_model
 
 pytestmark = pytest.mark.model
 
@@ -210,13 +214,13 @@ def test_the_averaging_graph_passes_the_bless_latency_gate_against_one_network_a
     from models import build_model
     from tasks.bless.performance import assess_performance
     from tasks.core.machine import describe_machine
-    from tasks.core.params_spec import Params
-    from tasks.core.runtime import decide, predict_labels
+    from tasks.core.runtime import decide
     from tasks.core.schema_spec import Feature, Schema
     from tasks.core.timing import confirmed, time_interleaved
+    from tasks.modalities.scoring import predict_labels
     from tasks.variants.quantize import quantize_onnx, quantize_onnx_static
 
-    params = Params()
+    params = default_params()
     schema = Schema(source="t", target="y", classes=["no", "yes"],
                     features=[Feature(name=f"c{i}", kind="numeric") for i in range(30)])   # breast cancer's width
     rows = np.random.default_rng(0).normal(0, 1, (256, 30)).astype(np.float32)

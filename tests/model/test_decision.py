@@ -15,20 +15,21 @@ import pytest
 import torch
 
 from serving.app import create_app
-from serving.batch_scoring import predict_file
 from serving.service import ServiceSettings
 from serving.variants import file_variant
 from tasks.core.metrics import balances_classes, classification_metrics
 from tasks.core.params_spec import ServeParams, TrackingParams, TrainParams
-from tasks.core.runtime import DECISION, THRESHOLD_KEY, decide, open_onnx, predict_labels, predict_proba
+from tasks.core.runtime import DECISION, THRESHOLD_KEY, decide, open_onnx
 from tasks.core.schema_spec import Feature, Schema
+from tasks.modalities.scoring import predict_labels, predict_proba
+from tasks.modalities.table.batch import predict_file
+from tasks.modalities.table.graph import compose_raw_model, raw_signature
+from tasks.modalities.table.layout import fit_layout
 from tasks.training.adapt import fit_training
 from tasks.training.crossval import Candidate, cross_validate, finish_cross_validation
 from tasks.training.decision import MIN_GAIN, fit_class_weighting, fit_threshold
 from tasks.training.loop import Split, Trainer, predict_logits
-from tasks.training.weights import fit_layout
 from tasks.variants.exporters import export_onnx
-from tasks.variants.preprocess import compose_raw_model, raw_signature
 from tests.helpers import linear_raw_graph
 
 with warnings.catch_warnings():  # starlette 1.x asks for httpx2 behind its TestClient; httpx still works

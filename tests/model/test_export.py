@@ -13,10 +13,11 @@ from models import build_model
 from tasks.core.params_spec import ExportParams
 from tasks.core.runtime import onnx_runner
 from tasks.core.schema_spec import schema_from_metadata
+from tasks.modalities.table.probe import probe_rows
 from tasks.training.loop import train_model as fit
 from tasks.training.weights import model_spec
 from tasks.variants.exporters import export_onnx
-from tasks.variants.parity import check_parity, probe_rows
+from tasks.variants.parity import check_parity
 
 RULES = ExportParams(parity_atol=1e-4, min_argmax_agreement=0.999)
 REPO = Path(__file__).resolve().parents[2]

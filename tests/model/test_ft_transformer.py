@@ -8,9 +8,10 @@ from models import build_model
 from tasks.core.metrics import classification_metrics
 from tasks.core.params_spec import ExportParams
 from tasks.core.runtime import onnx_runner
+from tasks.modalities.table.probe import probe_rows
 from tasks.training.loop import predict_logits, train_model
 from tasks.variants.exporters import export_onnx
-from tasks.variants.parity import check_parity, probe_rows
+from tasks.variants.parity import check_parity
 
 ARGS = {"d_token": 16, "layers": 1, "heads": 2, "dropout": 0.0}
 

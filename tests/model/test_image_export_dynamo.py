@@ -14,16 +14,17 @@ from onnx import numpy_helper
 from models import build_model
 from tasks.core.params_spec import ExportParams, TrainParams
 from tasks.core.runtime import onnx_runner
-from tasks.core.schema_spec import ImageShape, Schema
+from tasks.core.schema_spec import Schema
+from tasks.modalities.image.contract import ImageShape
 from tasks.modalities.image.graph import probe_images
+from tasks.modalities.image.layout import fit_image_layout
 from tasks.modalities.image.sources import packaged_digits
 from tasks.training.loop import Split, train_model
-from tasks.training.weights import fit_image_layout
 from tasks.variants.exporters import export_onnx
 from tasks.variants.parity import check_parity
 
 SCHEMA = Schema(source="images:digits", target="label", classes=[str(d) for d in range(10)], modality="image",
-                image=ImageShape(height=8, width=8, channels=1, mode="L"))
+                inputs=ImageShape(height=8, width=8, channels=1, mode="L").model_dump())
 RULES = ExportParams()   # the defaults, exporter included
 
 

@@ -13,8 +13,10 @@ from models import build_model
 from models.cnn import ImageLayout, ImageResNet, widths_for
 from tasks.core.params_spec import BaselineParams
 from tasks.modalities.image.baseline import MAJORITY, PIXELS, PROBE, downsampled, fit_and_predict, gate_baseline
+from tasks.modalities.image.layout import model_probe as image_probe
 from tasks.modalities.image.sources import packaged_digits, render_shapes
-from tasks.training.probe import ModelRuleBroken, image_probe, probe_model, table_probe
+from tasks.modalities.table.layout import model_probe as table_probe
+from tasks.training.probe import ModelRuleBroken, probe_model
 
 LAYOUT = ImageLayout(height=16, width=16, channels=3, mean=[0.5] * 3, std=[0.25] * 3, n_classes=4)
 

@@ -1,9 +1,8 @@
 """The linear probe of a pretrained backbone: with `train.pretrained` set, the baseline stage's image core
-(tasks/baseline.py image_baseline_outputs, probe_features; tasks/modalities/image/baseline.py) fits a logistic
-regression on the
-frozen backbone's features of the packaged digits, with weights the test makes itself, and makes it the gate's
-baseline; and bless (tasks/bless/quality.py, tasks/bless/advice.py) refuses a fine-tune that cannot beat it, with
-advice that fits how it was trained."""
+(tasks/modalities/image/baseline.py baseline_outputs, tasks/training/backbone.py probe_features) fits a logistic
+regression on the frozen backbone's features of the packaged digits, with weights the test makes itself, and makes
+it the gate's baseline; and bless (tasks/bless/quality.py, tasks/bless/advice.py) refuses a fine-tune that cannot
+beat it, with advice that fits how it was trained."""
 from __future__ import annotations
 
 import sys
@@ -14,18 +13,25 @@ import pandas as pd
 import pytest
 import torch
 
-from tasks.baseline import image_baseline_outputs, probe_features
 from tasks.bless.quality import HoldoutPredictions, assess_quality, gate_baselines, gate_predictions, judge_candidate
 from tasks.core import paths
 from tasks.core.errors import ConfigError
 from tasks.core.metrics import classification_metrics
 from tasks.core.params_spec import BaselineParams, BlessParams, Params, PretrainedParams, TrainParams
 from tasks.core.verdicts import BlessOutcome
-from tasks.modalities.image.baseline import PIXELS, PROBE, fit_and_predict
+from tasks.modalities.image.baseline import PIXELS, PROBE, baseline_outputs, fit_and_predict
+from tasks.modalities.image.contract import image_shape
 from tasks.modalities.image.shards import write_split
+from tasks.training.backbone import probe_features
 from tests.helpers.pretrained_weights import DIGITS, RESNET, WIDTHS, digits, resnet, save_weights, trained_resnet
 
 RULES = BlessParams()   # macro-F1, the default bless metric
+
+
+def image_baseline_outputs(params: Params, schema):
+    """The baseline stage's image core: with train.pretrained, the linear probe on the frozen backbone joins."""
+    backbone = (lambda inputs: probe_features(params, schema, inputs)) if params.train.pretrained.path else None
+    return baseline_outputs(params, schema, backbone)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +56,7 @@ def prepared(data, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name, path in (("train", paths.TRAIN_SPLIT), ("holdout", paths.HOLDOUT_SPLIT)):
         rows = pd.DataFrame({"label": [str(v) for v in data.labels[name]]})
-        write_split(path, [(data.pixels[name], rows)], "label", DIGITS.image.shape)
+        write_split(path, [(data.pixels[name], rows)], "label", image_shape(DIGITS).shape)
     return data
 
 

@@ -10,10 +10,12 @@ import torch
 from models import FALLBACK_LR, MODELS, build_model, default_lr, model_modality
 from models.cnn import ImageLayout
 from models.tabular import FeatureLayout, TabularMLP
+from models.text import TextLayout
 
 LAYOUT = FeatureLayout(numeric_index=[0, 2], categorical_index=[1, 3], cardinalities=[3, 5],
                        numeric_mean=[10.0, -1.0], numeric_std=[2.0, 0.5], n_classes=4)
 IMAGE_LAYOUT = ImageLayout(height=8, width=8, channels=1, mean=[0.3], std=[0.2], n_classes=3)
+LAYOUTS = {"image": IMAGE_LAYOUT, "text": TextLayout(vocab_size=50, max_tokens=8, n_classes=3)}   # tables: LAYOUT
 
 
 def rows(batch: int, seed: int = 0) -> torch.Tensor:
@@ -95,7 +97,7 @@ def test_build_model_unknown_name_lists_the_known():
 def test_each_model_declares_its_config_and_learning_rate_and_its_defaults_build_it():
     for name, model in MODELS.items():
         config = model.Config()   # every hyper-parameter has a default in the model's own file
-        layout = IMAGE_LAYOUT if model_modality(name) == "image" else LAYOUT
+        layout = LAYOUTS.get(model_modality(name), LAYOUT)
         built = build_model(name, layout, **dataclasses.asdict(config))
         assert isinstance(built, model) and model.default_lr > 0 and default_lr(name) == model.default_lr
     assert isinstance(build_model("mlp", LAYOUT), TabularMLP)   # the constructor takes the same defaults

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.training.probe import ModelRuleBroken, image_probe, probe_model
+from tasks.modalities.image.layout import model_probe as image_probe
+from tasks.training.probe import ModelRuleBroken, probe_model
 
 BROKEN = """
 from torch import nn

@@ -1,4 +1,4 @@
-"""tasks/variants/preprocess.py: the composed raw-input graph codes raw rows exactly as Python's
+"""tasks/modalities/table/graph.py: the composed raw-input graph codes raw rows exactly as Python's
 `encode_features` does (unknown, missing, blank, every kind of whitespace), and scores them as the bare model
 does; the raw parity gate bites."""
 from __future__ import annotations
@@ -13,14 +13,15 @@ import torch
 from onnx import TensorProto, helper
 
 from models import build_model
-from tasks.core.encoding import category_lookup, encode_features, normalise_category
 from tasks.core.params_spec import ExportParams
-from tasks.core.runtime import open_onnx, predict_proba, takes_raw_rows
+from tasks.core.runtime import open_onnx, takes_raw_rows
 from tasks.core.schema_spec import Feature, Schema
+from tasks.modalities.scoring import predict_proba
+from tasks.modalities.table.encoding import category_lookup, encode_features, normalise_category
+from tasks.modalities.table.graph import WHITESPACE, client_rows, compose_raw_model
+from tasks.modalities.table.probe import check_raw_parity, raw_probe_rows, spaces_only
 from tasks.training.weights import model_spec
 from tasks.variants.exporters import export_onnx
-from tasks.variants.parity import check_raw_parity, raw_probe_rows, spaces_only
-from tasks.variants.preprocess import WHITESPACE, client_rows, compose_raw_model
 from tasks.variants.quantize import quantize_onnx
 
 RULES = ExportParams(parity_atol=1e-5)
@@ -49,7 +50,7 @@ def composed_session(model: onnx.ModelProto, schema: Schema):
 
 
 def graph_codes(session, rows: pd.DataFrame) -> np.ndarray:
-    from tasks.core.encoding import raw_columns
+    from tasks.modalities.table.encoding import raw_columns
 
     return session.run(["logits"], raw_columns(rows, SCHEMA))[0]
 

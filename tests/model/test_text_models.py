@@ -14,6 +14,7 @@ import torch
 from models import MODELS, build_model, default_lr, model_modality
 from models.text import Block, TextBag, TextLayout, TextTransformer
 from tasks.core.runtime import EMBEDDING
+from tasks.variants.exporters import unclash_outputs
 
 LAYOUT = TextLayout(vocab_size=40, max_tokens=10, n_classes=3)
 SMALL = {"bag": {"dim": 16, "buckets": 64}, "text_transformer": {"dim": 16, "layers": 2, "heads": 2, "dropout": 0.0}}
@@ -122,18 +123,6 @@ def test_a_tiny_model_learns_a_trivially_separable_text_task(name):
     with torch.no_grad():
         accuracy = (net.eval()(test_ids).argmax(1) == test_labels).float().mean().item()
     assert accuracy > 0.9
-
-
-def unclash_outputs(program) -> None:
-    """torch's dynamo exporter names aten.embedding's result `embedding`, then renames the requested output to
-    `embedding` too: two values of one name, a graph the ONNX checker refuses. The inner one is renamed (what the
-    export stage must do for any model with an nn.Embedding)."""
-    outputs = {id(value) for value in program.model.graph.outputs}
-    names = {value.name for value in program.model.graph.outputs}
-    for node in program.model.graph:
-        for value in node.outputs:
-            if value.name in names and id(value) not in outputs:
-                value.name = f"{value.name}_inner"
 
 
 def export(traced: torch.nn.Module, path, dynamo: bool) -> None:

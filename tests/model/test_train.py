@@ -11,9 +11,10 @@ from sklearn.utils.class_weight import compute_class_weight
 
 from models import build_model
 from tasks.core.metrics import classification_metrics
+from tasks.modalities.table.layout import fit_layout
 from tasks.training.distributed import full_state
 from tasks.training.loop import Trainer, class_weights, lr_at, predict_logits, train_model
-from tasks.training.weights import fit_layout, model_spec
+from tasks.training.weights import model_spec
 
 HISTORY_KEYS = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1_macro", "lr")
 

@@ -24,7 +24,7 @@ def test_every_problem_of_a_file_is_refused_in_one_pass(tiny_pipeline):
     them all (column, lines, rule, count) in the console and in the quarantine's report.json."""
     project, _ = tiny_pipeline
     before = snapshot(project, MODEL)
-    from tasks.core.sources import generate_customers
+    from tasks.modalities.table.sources import generate_customers
 
     table = generate_customers(400, seed=5)
     table["plan"] = np.where(np.arange(400) % 10 == 0, "gold", np.arange(400).astype(str))  # 10% text

@@ -19,11 +19,11 @@ import pytest
 from tasks.config import load_params
 from tasks.contract_suggestion import suggested_contract
 from tasks.core.errors import DataError, GateFailed
-from tasks.core.expectations import validate_frames
 from tasks.core.params_spec import Params
 from tasks.core.procs import free_port, http_ok, running, start_child, wait_until_ready
-from tasks.core.sources import load_source
-from tasks.prepare import prepare_tables
+from tasks.modalities.table.expectations import validate_frames
+from tasks.modalities.table.prepare import prepare_tables
+from tasks.modalities.table.sources import load_source
 from tasks.stages.overrides import resolve
 from tests.conftest import REPO, copy_project
 from tests.helpers import light_run_flags, snapshot
@@ -36,7 +36,7 @@ AGE = "Age (years)"
 
 def _reference(rows: int = 3000, seed: int = 21):
     """The synthetic customers with odd column names, a key, and a three-class string target in place of churn."""
-    from tasks.core.sources import generate_customers
+    from tasks.modalities.table.sources import generate_customers
 
     table = generate_customers(rows, seed=seed).rename(columns={"customer age": AGE,
                                                                 "monthly charges ($)": "monthly/charges $"})
@@ -124,7 +124,7 @@ def committed(tmp_path_factory) -> Params:
     folder = tmp_path_factory.mktemp("contract-inprocess")
     reference = folder / "customers.csv"
     _reference().to_csv(reference, index=False)
-    proposal = suggested_contract(load_params(REPO / "params.yaml").data, str(reference), TARGET, margin=0.1)
+    proposal = suggested_contract(load_params(REPO / "params.yaml"), str(reference), TARGET, margin=0.1)
     (folder / "contract.yaml").write_text(_review(proposal))
     _, params = resolve([f"data.source={reference}", f"data.target={TARGET}"],
                         params_file=str(folder / "contract.yaml"), base_file=str(REPO / "params.yaml"))

@@ -19,7 +19,7 @@ def _dvc(project, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_plain_dvc_repro_reruns_prepare_after_the_source_file_is_edited(tmp_path):
-    from tasks.core.sources import generate_customers
+    from tasks.modalities.table.sources import generate_customers
 
     project = make_project(tmp_path, {"data": {"source": "data/rows.csv", "target": "churned"}})
     source = project.root / "data" / "rows.csv"

@@ -19,15 +19,17 @@ import pytest
 
 from serving.app import create_app
 from serving.service import ServiceSettings
-from tasks.core.params_spec import ImagesParams, ServeParams, TrackingParams
-from tasks.core.schema_spec import ImageShape, Schema
+from tasks.core.params_spec import ServeParams, TrackingParams
+from tasks.core.schema_spec import Schema
+from tasks.modalities.image.contract import ImageShape, image_shape
+from tasks.modalities.image.settings import ImagesParams
 from tests.helpers.image_kinds import KINDS, MUTATIONS, image_file, mutated
 from tests.helpers.images import served_image_model
 
 pytestmark = pytest.mark.reliability
 
 SCHEMA = Schema(source="t", target="label", classes=["circle", "cross", "square"], modality="image",
-                image=ImageShape(height=16, width=16, channels=3, mode="RGB"))
+                inputs=ImageShape(height=16, width=16, channels=3, mode="RGB").model_dump())
 # The per-image limit raised to 1 M pixels (the default would be 64x the model's 256), so large images are decoded
 IMAGES = ImagesParams(serve_pixels_factor=4096.0)
 SERVE = ServeParams(request_log="", max_decodes=2)
@@ -47,7 +49,7 @@ def front(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ServiceSettings, "request_log", property(lambda settings: folder / "requests.jsonl"))
         yield create_app(ServiceSettings(serve=SERVE, model_name="m", tracking=TrackingParams(), model_file=model,
-                                         images=IMAGES))
+                                         host={"images": IMAGES.model_dump()}))
 
 
 def peak_growth_mb(since_kb: int) -> float:
@@ -67,7 +69,7 @@ def reset_peak() -> int:
 def memory_bound_mb() -> float:
     """docs/reliability.md's bound for these limits: the concurrent decodes at their per-image limit, a body being
     parsed, and the harness."""
-    pixels = min(IMAGES.max_pixels, IMAGES.serve_pixels_factor * SCHEMA.image.height * SCHEMA.image.width)
+    pixels = min(IMAGES.max_pixels, IMAGES.serve_pixels_factor * image_shape(SCHEMA).height * image_shape(SCHEMA).width)
     decodes = SERVE.max_decodes * DECODE_BYTES_PER_PIXEL * pixels
     return (decodes + BODY_COPIES * SERVE.max_body_mb * (1 << 20)) / 1e6 + HARNESS_MB
 

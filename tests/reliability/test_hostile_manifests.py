@@ -13,9 +13,11 @@ import pandas as pd
 import pytest
 
 from tasks.core import paths
-from tasks.core.params_spec import ImagesParams, PrepareParams
-from tasks.core.schema_spec import ImageShape, Schema
+from tasks.core.params_spec import PrepareParams
+from tasks.core.schema_spec import Schema
+from tasks.modalities.image.contract import ImageShape
 from tasks.modalities.image.prepare import prepare_images
+from tasks.modalities.image.settings import ImagesParams
 from tasks.modalities.image.sources import OUTSIDE_MANIFEST_RULE, list_images
 from tests.helpers.images import CLASSES, shapes_folder
 
@@ -104,7 +106,7 @@ def test_ingest_refuses_rows_outside_the_manifest_folder_and_writes_only_quarant
     from tasks.ingest import ingest_batch
 
     schema = Schema(source="t", target="label", classes=CLASSES, modality="image",
-                    image=ImageShape(height=16, width=16, channels=3, mode="RGB"))
+                    inputs=ImageShape(height=16, width=16, channels=3, mode="RGB").model_dump())
     paths.SCHEMA.parent.mkdir(parents=True)
     paths.SCHEMA.write_text(schema.to_json())
     before = tree(tmp_path)

@@ -121,7 +121,8 @@ def test_a_parquet_file_declaring_more_than_the_limit_is_refused_from_its_metada
 
 def test_a_data_file_under_the_limit_is_read(tmp_path):
     from tasks.core.params_spec import DataParams
-    from tasks.core.sources import check_source, load_source
+    from tasks.core.sources import check_source
+    from tasks.modalities.table.sources import load_source
 
     table = tmp_path / "small.csv"
     table.write_text("x,y\n" + "1,yes\n2,no\n" * 50)

@@ -1,8 +1,8 @@
 """Properties over generated input (hypothesis, bounded examples, no deadline on a shared box):
 - the contract parser: a `contract:` section it accepts survives a YAML round trip unchanged; one it refuses
   raises ConfigError (one paragraph naming the key), never a traceback of another kind;
-- the encoding: rows the service accepts are coded by the raw ONNX graph exactly as tasks.contract's Python
-  encoding codes them (whitespace, blanks, missing values, numbers at float32's edge);
+- the encoding: rows the service accepts are coded by the raw ONNX graph exactly as the Python encoding
+  (tasks.modalities.table.encoding) codes them (whitespace, blanks, missing values, numbers at float32's edge);
 - the row decoder: any JSON body (or bytes) is a 200 path or a 400/422 refusal, never another exception; a
   number beyond float32 is refused naming the field and the rule."""
 from __future__ import annotations
@@ -18,13 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tasks.config import parse_params, read_params_file
-from tasks.core.encoding import encode_features
 from tasks.core.errors import ConfigError
 from tasks.core.refusals import BodyRefused, RowsRefused
 from tasks.core.schema_spec import Feature, Schema
 from tasks.core.servelog import served_bytes
+from tasks.modalities.table.encoding import encode_features
+from tasks.modalities.table.graph import WHITESPACE
 from tasks.modalities.table.serving import FLOAT32_MAX, FLOAT32_RULE, RowDecoder
-from tasks.variants.preprocess import WHITESPACE
 
 pytestmark = pytest.mark.reliability
 BOUNDED = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
@@ -120,7 +120,7 @@ DECODER = RowDecoder(SCHEMA)
 def coding_graph():
     """The raw-input graph in front of an identity model: its logits are the codes it gives each row."""
     from tasks.core.runtime import open_onnx
-    from tasks.variants.preprocess import compose_raw_model
+    from tasks.modalities.table.graph import compose_raw_model
     from tests.model.test_raw_onnx import identity_graph
 
     return open_onnx(compose_raw_model(identity_graph(SCHEMA), SCHEMA).SerializeToString(), 1)

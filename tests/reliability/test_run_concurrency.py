@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tasks.core.schema_spec import ImageShape, Schema
+from tasks.core.schema_spec import Schema
+from tasks.modalities.image.contract import ImageShape
 from tests.helpers.images import CLASSES, shapes_folder
 
 pytestmark = pytest.mark.reliability
@@ -48,7 +49,7 @@ def held(tmp_path, monkeypatch, prefect_server):
     (project / "data" / "source.json").write_text('{"source": "synthetic", "rows": 500}\n')
     (project / "data" / "batches" / "20260101-000000-first.parquet").write_bytes(b"the first run's batch")
     schema = Schema(source="t", target="label", classes=CLASSES, modality="image",
-                    image=ImageShape(height=16, width=16, channels=3, mode="RGB"))
+                    inputs=ImageShape(height=16, width=16, channels=3, mode="RGB").model_dump())
     (project / "data" / "prepare").mkdir()
     (project / "data" / "prepare" / "schema.json").write_text(schema.to_json())
     shapes_folder(tmp_path / "batch", count=8, side=16)

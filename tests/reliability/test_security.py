@@ -125,10 +125,11 @@ def test_pickled_prefect_results_are_not_left_in_the_pipeline_run(tiny_pipeline)
 
 def test_every_server_binds_loopback_unless_configured(tmp_path):
     from serving.__main__ import parse_args, serve_params
-    from tasks.core.params_spec import Params, TrackingParams
+    from tasks.config import default_params
+    from tasks.core.params_spec import TrackingParams
     from tasks.workspace.ui import ui_servers
 
-    params = Params()
+    params = default_params()
     assert serve_params(params.serve, parse_args(params, ["--model-name", "m"])).host == "127.0.0.1"
     for server in ui_servers(TrackingParams(), 5000, 4200, environ={}):   # the embedded default
         assert server.command[server.command.index("--host") + 1] == "127.0.0.1", server.name

@@ -2,6 +2,7 @@
 function, through tasks/stages/code_graph.py): break one and a test names the file and the import."""
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 
@@ -16,12 +17,10 @@ PROJECT_PACKAGES = {"tasks", "models", "serving", "flows"}
 # belongs to the layer with the longest prefix that names it (tasks.core.errors is a spec, tasks.core.paths core).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("models", ("models",)),                                   # nn.Modules and their configs: torch only
-    ("specs", ("tasks.core.errors", "tasks.core.contract_spec", "tasks.core.params_spec",
-               "tasks.core.schema_spec", "tasks.modalities.image.contract")),   # typed specs and errors
-    ("core", ("tasks.core", "tasks.modalities.image.decode", "tasks.modalities.image.sources",
-              "tasks.modalities.image.shards")),                # on the specs
-    ("loaders", ("tasks.config", "tasks.contract")),           # params.yaml and the data contract, loaded
-    ("modalities", ("tasks.modalities",)),                     # one package per modality: read, check, serve...
+    ("specs", ("tasks.core.errors", "tasks.core.params_spec", "tasks.core.schema_spec")),   # typed specs, errors
+    ("core", ("tasks.core",)),                                 # on the specs: what every modality and step uses
+    ("modalities", ("tasks.modalities",)),                     # one package per modality, behind one interface
+    ("loaders", ("tasks.config",)),                            # params.yaml, with each modality's own section
     ("registry", ("tasks.registry",)),                         # the MLflow registry protocol, one package
     ("shared", ("tasks.training", "tasks.variants", "tasks.monitoring", "tasks.stages",
                 "tasks.workspace", "tasks.sweep")),            # what several steps share, by concern
@@ -29,8 +28,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("serving", ("serving",)),                                 # the service (narrower still: see below)
     ("flows", ("flows",)),                                     # Prefect flows, the CLI, the team-stack tool
 )
-SHARED_TOP_LEVEL = {"tasks.config", "tasks.contract"}   # the two top-level modules of tasks/ that are not steps
+SHARED_TOP_LEVEL = {"tasks.config"}   # the top-level module of tasks/ that is no step
 # The registry modules the service reads through: aliases and downloads, and the alias history it records hand moves in
+SERVING_PART = re.compile(r"tasks\.modalities\.\w+\.serving")   # a modality's request decoding, all the service takes
 SERVING_REGISTRY = ("tasks.registry.read", "tasks.registry.history", "tasks.registry.lock")
 
 
@@ -63,7 +63,7 @@ def violations(package: str, allowed) -> list[str]:
 
 
 def test_every_project_module_is_in_a_layer_and_the_layers_have_names():
-    assert [name for name, _ in LAYERS][:6] == ["models", "specs", "core", "loaders", "modalities", "registry"]
+    assert [name for name, _ in LAYERS][:6] == ["models", "specs", "core", "modalities", "loaders", "registry"]
     assert {layer_of(module) for module in project_modules()} == set(range(len(LAYERS)))
     assert LAYERS[layer_of("tasks.core.errors")][0] == "specs"
     assert LAYERS[layer_of("tasks.core.paths")][0] == "core"
@@ -84,10 +84,7 @@ def test_there_is_no_import_cycle_among_project_modules():
 
 
 def test_a_step_never_imports_another_step():
-    """In the source, never. One exception at run time, by design: the typed loader (tasks/config.py) imports the
-    module of a step that declares its own params section (`PARAMS_SECTION` in tasks/<step>.py), when params.yaml
-    holds that section and dvc.yaml names that step, to read its spec. So any stage's process may import such a
-    module, to validate that section; it never calls it. The test below keeps that import the only one."""
+    """Nor at run time: nothing imports a step by name (the test below)."""
     steps = step_modules()
     assert {"tasks.prepare", "tasks.train", "tasks.bless", "tasks.canary"} <= steps
     assert not steps & {"tasks.registry", "tasks.stages", "tasks.core"}
@@ -101,12 +98,12 @@ def test_a_step_never_imports_another_step():
     assert violations("tasks", allowed) == []
 
 
-def test_the_loader_is_the_only_code_that_imports_a_step_by_name():
-    """`importlib.import_module` of a tasks/ module is the loader's alone (the models package imports its model
-    files, and a user's own class, the same way)."""
+def test_only_the_two_registries_import_by_name():
+    """`importlib.import_module` finds the model files (and a user's own class) and the modality packages (and their
+    serving parts), and nothing else: no step is imported by name."""
     by_name = sorted(f"{path.relative_to(REPO)}" for package in ("tasks", "serving", "flows", "models")
                      for path in project_files(package) if "import_module(" in path.read_text())
-    assert by_name == ["models/__init__.py", "tasks/config.py"]
+    assert by_name == ["models/__init__.py", "tasks/modalities/__init__.py"]
 
 
 def test_tasks_never_import_serving():
@@ -124,10 +121,13 @@ def test_models_import_torch_only():
     assert outside == []
 
 
-def test_serving_imports_only_models_specs_core_loaders_modalities_and_the_registrys_read_side():
+def test_serving_imports_only_models_specs_core_loaders_each_modalitys_serving_part_and_the_registrys_read_side():
+    """Of the modalities, the service imports the seam (`tasks.modalities`: which modality a version holds) and each
+    one's serving part (`tasks/modalities/<name>/serving.py`), never the rest of a modality package."""
     def allowed(importer: str, imported: str) -> bool:
-        return (imported.split(".")[0] == "serving" or imported in SERVING_REGISTRY
-                or LAYERS[layer_of(imported)][0] in {"models", "specs", "core", "loaders", "modalities"})
+        return (imported.split(".")[0] == "serving" or imported in SERVING_REGISTRY or imported == "tasks.modalities"
+                or SERVING_PART.fullmatch(imported) is not None
+                or LAYERS[layer_of(imported)][0] in {"models", "specs", "core", "loaders"})
 
     assert violations("serving", allowed) == []
 
@@ -186,12 +186,12 @@ def test_the_deps_writer_fixes_a_missing_and_a_superfluous_dep_and_keeps_comment
         copy = shutil.copytree if (REPO / entry).is_dir() else shutil.copy
         copy(REPO / entry, tmp_path / entry)
     current = (REPO / "dvc.yaml").read_text()
-    broken = current.replace("      - tasks/core/sources.py\n", "", 1).replace(
-        "      - tasks/baseline.py\n", "      - tasks/baseline.py\n      - tasks/core/servelog.py\n", 1)
+    broken = current.replace("      - tasks/modalities/table/sources.py\n", "", 1).replace(
+        "      - tasks/baseline.py\n", "      - tasks/baseline.py\n      - tasks/workspace/ui.py\n", 1)
     (tmp_path / "dvc.yaml").write_text(broken)
     assert stale_code_deps(tmp_path) == {
-        "source": {"missing": ["tasks/core/sources.py"], "superfluous": []},
-        "baseline": {"missing": [], "superfluous": ["tasks/core/servelog.py"]}}
+        "source": {"missing": ["tasks/modalities/table/sources.py"], "superfluous": []},
+        "baseline": {"missing": [], "superfluous": ["tasks/workspace/ui.py"]}}
     assert write_code_deps(tmp_path) == ["source", "baseline"]
     assert (tmp_path / "dvc.yaml").read_text() == current     # comments, data and params deps as they were
     assert stale_code_deps(tmp_path) == {}
@@ -261,3 +261,73 @@ def test_each_name_has_one_import_path():
                             for alias in node.names if alias.name not in defined
                             and not module_path(f"{node.module}.{alias.name}")]
     assert through == []
+
+
+# Where code outside a modality package may name a modality, and why (at most five: each is a declaration or a word
+# that is no modality, never a branch).
+NAMING_ALLOWED = {
+    ("tasks/registry/model_card.py", "names modality 'table'"): "markdown-it's table extension, not the modality",
+}
+
+
+def modality_naming(path) -> list[str]:
+    """What `path` says about modalities that only a modality package may say: a modality's name as a string (a model
+    file's `modality = "<name>"` declaration aside), an `is_<modality>` predicate, a modality compared with a string,
+    or a modality package's type in an `isinstance` or a union."""
+    import ast
+
+    from tasks.modalities import registered_modalities
+
+    names = set(registered_modalities())
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    declared = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                and [getattr(t, "id", None) for t in node.targets] == ["modality"]}
+    types = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+             and node.module and node.module.startswith("tasks.modalities.") and node.module.split(".")[2] in names
+             for alias in node.names}
+    found = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and node.value in names and id(node) not in docstrings | declared):
+            found.add(f"names modality {node.value!r}")
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        if name.startswith("is_") and name[3:].split("_")[0].rstrip("s") in names:
+            found.add(f"predicate {name}")
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+            found |= {f"isinstance of {n.id}" for n in ast.walk(node.args[1])
+                      if isinstance(n, ast.Name) and n.id in types}
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            found |= {f"union with {n.id}" for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in types}
+    return sorted(found)
+
+
+def test_no_code_outside_a_modality_package_asks_which_modality_it_has():
+    """The steps, the shared engine, the seam, the service, the flows and the models never branch on a modality:
+    each modality is one package behind one interface (tasks/modalities/), found at run time."""
+    from tasks.modalities import package_names
+
+    asking = []
+    for package in ("tasks", "serving", "flows", "models"):
+        for path in project_files(package):
+            relative = path.relative_to(REPO).as_posix()
+            if any(relative.startswith(f"tasks/modalities/{name}/") for name in package_names()):
+                continue
+            asking += [f"{relative}: {what}" for what in modality_naming(path)
+                       if (relative, what) not in NAMING_ALLOWED]
+    assert asking == []
+    assert len(NAMING_ALLOWED) <= 5
+
+
+def test_the_modality_check_finds_each_way_of_asking(tmp_path):
+    """The check above can fail: each way of branching on a modality is found."""
+    sample = tmp_path / "step.py"
+    sample.write_text(
+        "from tasks.modalities.image.serving import ImageRows\n"
+        "from tasks.modalities.table.serving import Rows\n\n\n"
+        "def run(schema, rows: Rows | ImageRows):\n"
+        "    if schema.is_image or schema.modality == 'image':\n"
+        "        return isinstance(rows, ImageRows)\n")
+    assert modality_naming(sample) == ["isinstance of ImageRows", "names modality 'image'", "predicate is_image",
+                                       "union with ImageRows", "union with Rows"]

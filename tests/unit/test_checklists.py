@@ -22,21 +22,10 @@ COPIED = ("tasks", "models", "flows", "serving", "docs", "README.md", "dvc.yaml"
 STEP = '''"""score: a throwaway step, written by tests/unit/test_checklists.py."""
 from __future__ import annotations
 
-from pydantic import Field
-
 from tasks.core.artifacts import write_json_atomic
-from tasks.core.params_spec import Params, Section
+from tasks.core.params_spec import Params
 from tasks.stages.entry import stage_main
 from tasks.stages.stage_list import metrics_file
-
-
-class ScoreParams(Section):
-    """The throwaway step."""
-
-    factor: int = Field(2, ge=1, description="What it scores with.")
-
-
-PARAMS_SECTION = ScoreParams   # its section of params.yaml, `score:`
 
 
 def run(params: Params) -> None:
@@ -46,6 +35,13 @@ def run(params: Params) -> None:
 
 if __name__ == "__main__":
     stage_main("score", run)
+'''
+SPEC = '''class ScoreParams(Section):
+    """The throwaway step."""
+
+    factor: int = Field(2, ge=1, description="What it scores with.")
+
+
 '''
 STAGE = '''  score:
     cmd: python -m tasks.score
@@ -125,32 +121,36 @@ def in_copy(root: Path, code: str) -> str:
     return result.stdout
 
 
-def test_a_new_step_takes_four_files_by_hand_and_every_list_of_steps_follows(tmp_path):
+def test_a_new_step_takes_five_files_by_hand_and_every_list_of_steps_follows(tmp_path):
     before = copy_repository(tmp_path)
-    (tmp_path / "tasks" / "score.py").write_text(STEP)                                     # 1. the step and its spec
+    (tmp_path / "tasks" / "score.py").write_text(STEP)                                     # 1. the step
+    spec = tmp_path / "tasks" / "core" / "params_spec.py"                                  # 2. its section's spec
+    spec.write_text(spec.read_text().replace("class Params(Section):", SPEC + "class Params(Section):").replace(
+        "    tracking: TrackingParams = TrackingParams()\n", "    tracking: TrackingParams = TrackingParams()\n"
+        "    score: ScoreParams = ScoreParams()\n"))
     dvc = tmp_path / "dvc.yaml"
-    dvc.write_text(dvc.read_text() + STAGE)                                                 # 2. its dvc.yaml block
+    dvc.write_text(dvc.read_text() + STAGE)                                                 # 3. its dvc.yaml block
     params = tmp_path / "params.yaml"
-    params.write_text(params.read_text() + "score:\n  factor: 3\n")                        # 3. its params section
+    params.write_text(params.read_text() + "score:\n  factor: 3\n")                        # 4. its params section
     (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_score.py").write_text("def test_score():\n    pass\n")     # 4. its test
+    (tmp_path / "tests" / "test_score.py").write_text("def test_score():\n    pass\n")     # 5. its test
     hand = changed(tmp_path, before)
-    assert hand == {"tasks/score.py", "dvc.yaml", "params.yaml", "tests/test_score.py"}
+    assert hand == {"tasks/score.py", "tasks/core/params_spec.py", "dvc.yaml", "params.yaml", "tests/test_score.py"}
 
-    # the one typed loader validates the step's section as it does the core's, importing the step only for it
+    # the one typed loader validates the step's section as it does the others, and imports no step
     printed = in_copy(tmp_path, """
 import sys
 from tasks.config import load_params, parse_params
 from tasks.core.errors import ConfigError
-assert parse_params({'train': {'epochs': 3}}).train.epochs == 3 and 'tasks.score' not in sys.modules
-assert load_params().score.factor == 3 and 'tasks.score' in sys.modules
+assert parse_params({'train': {'epochs': 3}}).train.epochs == 3
+assert load_params().score.factor == 3 and 'tasks.score' not in sys.modules
 for raw, said in (({'score': {'factr': 1}}, "unknown key 'score.factr' (known keys here: factor)"),
                   ({'score': {'factor': 0}}, "'score.factor': Input should be greater than or equal to 1"),
                   ({'scroe': {'factor': 3}}, "unknown key 'scroe' (known keys here: data, prepare, ")):
     try:
         parse_params(raw)
     except ConfigError as exc:
-        assert said in str(exc) and ('scroe' not in raw or ', score)' in str(exc)), str(exc)
+        assert said in str(exc) and ('scroe' not in raw or ', score,' in str(exc)), str(exc)
     else:
         raise AssertionError(f'{raw} was accepted')
 print('ok')

@@ -1,5 +1,5 @@
-"""Label-safe augmentation of training batches (tasks/training/images.py augmenter): the same (seed, epoch, step)
-gives the same batch (a resumed run sees what it would have seen), dtype and shape are kept, a digit is never
+"""Label-safe augmentation of training batches (tasks/modalities/image/augment.py augmenter): the same (seed, epoch,
+step) gives the same batch (a resumed run sees what it would have seen), dtype and shape are kept, a digit is never
 mirrored under the default params, a shift moves an image by at most `shift` pixels, brightness saturates at 255
 instead of wrapping round, and with everything off there is nothing to run."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tasks.core.params_spec import ImageAugment
-from tasks.training.images import augmenter
+from tasks.modalities.image.augment import augmenter
+from tasks.modalities.image.settings import ImageAugment
 
 OFF = ImageAugment(flip=False, shift=0, brightness=0.0)
 

@@ -17,7 +17,8 @@ from serving.app import create_app
 from serving.service import ServiceSettings
 from tasks.core.params_spec import ServeParams, TrackingParams
 from tasks.core.runtime import open_onnx
-from tasks.core.schema_spec import ImageShape, Schema
+from tasks.core.schema_spec import Schema
+from tasks.modalities.image.contract import ImageShape
 from tasks.modalities.image.decode import encode_png
 from tests.helpers.images import served_image_model
 
@@ -26,7 +27,7 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 SCHEMA = Schema(source="t", target="label", classes=["a", "b", "c", "d"], modality="image",
-                image=ImageShape(height=12, width=12, channels=3, mode="RGB"))
+                inputs=ImageShape(height=12, width=12, channels=3, mode="RGB").model_dump())
 REQUESTS = 12
 
 

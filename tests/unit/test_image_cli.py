@@ -2,7 +2,7 @@
 `torchship contract suggest DIR` prints an image contract that loads back as params, and `torchship predict DIR -o
 OUT.csv` scores a folder of PNGs. predict's registry load (serving/batch_scoring.py load_version: MLflow, a
 registered champion) is replaced by the same kind of variant read from a served model file; everything after it,
-the command's options, serving/batch.py's routing by modality and serving/batch_images.py, runs as shipped."""
+the command's options, serving/batch.py's routing by modality and tasks/modalities/image/batch.py, runs as shipped."""
 from __future__ import annotations
 
 import base64
@@ -18,12 +18,12 @@ from typer.testing import CliRunner
 from flows.cli import app
 from tasks.config import parse_params
 from tasks.core.runtime import open_onnx
-from tasks.core.schema_spec import ImageShape, Schema
-from tasks.modalities.image.contract import ImageContract
+from tasks.core.schema_spec import Schema
+from tasks.modalities.image.contract import ImageContract, ImageShape
 from tests.helpers.images import CLASSES, served_image_model, shapes_folder
 
 SCHEMA = Schema(source="t", target="label", classes=CLASSES, modality="image",
-                image=ImageShape(height=16, width=16, channels=3, mode="RGB"))
+                inputs=ImageShape(height=16, width=16, channels=3, mode="RGB").model_dump())
 
 
 @pytest.fixture()

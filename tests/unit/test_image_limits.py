@@ -18,9 +18,11 @@ import pytest
 
 from serving.app import create_app
 from serving.service import ServiceSettings
-from tasks.core.params_spec import ImagesParams, ServeParams, TrackingParams
-from tasks.core.schema_spec import ImageShape, Schema
+from tasks.core.params_spec import ServeParams, TrackingParams
+from tasks.core.schema_spec import Schema
+from tasks.modalities.image.contract import ImageShape
 from tasks.modalities.image.decode import ImageLimits, encode_png, inspect_image
+from tasks.modalities.image.settings import ImagesParams
 from tests.helpers.images import bomb_png, served_image_model
 
 with warnings.catch_warnings():
@@ -28,7 +30,7 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 SCHEMA = Schema(source="t", target="label", classes=["a", "b", "c"], modality="image",
-                image=ImageShape(height=16, width=16, channels=3, mode="RGB"))
+                inputs=ImageShape(height=16, width=16, channels=3, mode="RGB").model_dump())
 HUGE = 6300
 WAIT_S = 30.0   # the most the test waits for an event that should come at once (an order, not a time, is asserted)
 HOST = ImagesParams()   # the serving host's image params, at their defaults
@@ -47,7 +49,8 @@ def huge_png(tmp_path_factory) -> bytes:
 
 def app(model_file, images: ImagesParams = HOST, **serve):
     return create_app(ServiceSettings(serve=ServeParams(request_log="", **serve), model_name="m",
-                                      tracking=TrackingParams(), model_file=model_file, images=images))
+                                      tracking=TrackingParams(), model_file=model_file,
+                                      host={"images": images.model_dump()}))
 
 
 @pytest.fixture

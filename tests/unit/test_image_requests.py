@@ -14,17 +14,17 @@ import numpy as np
 import orjson
 import pytest
 
-from tasks.core.params_spec import ImagesParams
 from tasks.core.refusals import BodyRefused, RowsRefused
-from tasks.core.schema_spec import ImageShape, Schema
-from tasks.modalities.image.contract import ReadLimits
+from tasks.core.schema_spec import Schema
+from tasks.modalities.image.contract import ImageShape, ReadLimits
 from tasks.modalities.image.decode import ImageLimits, encode_png, inspect_image
 from tasks.modalities.image.serving import ImageDecoder
+from tasks.modalities.image.settings import ImagesParams
 from tests.helpers.image_kinds import image_file, png_16bit, saved
 from tests.helpers.images import bomb_png
 
 SCHEMA = Schema(source="t", target="label", classes=["a", "b"], modality="image",
-                image=ImageShape(height=16, width=16, channels=3, mode="RGB"))
+                inputs=ImageShape(height=16, width=16, channels=3, mode="RGB").model_dump())
 DECODER = ImageDecoder(SCHEMA, ImageLimits(max_file_bytes=1 << 20, max_pixels=1_000_000), min_side=4)
 
 
@@ -225,10 +225,10 @@ def test_the_limits_are_the_models_own_and_the_host_only_tightens_them():
 
     trained = ImageShape(height=16, width=16, channels=3, mode="RGB",
                          limits=ReadLimits(max_file_bytes=1500, max_pixels=5_000, min_side=6))
-    schema = Schema(source="t", target="label", classes=["a", "b"], modality="image", image=trained)
+    schema = Schema(source="t", target="label", classes=["a", "b"], modality="image", inputs=trained.model_dump())
     small, larger = png(8, 8), png(40, 40)   # 1,600 pixels: within the model's pixels, over its bytes
     assert 200 < len(small) < 1500 < len(larger)
-    served = decoder_for(schema, ImagesParams())   # the host's defaults are looser: the model's own apply
+    served = decoder_for(schema, {"images": ImagesParams()})   # the host's defaults are looser: the model's own apply
     with pytest.raises(BodyRefused) as refusal:
         served.decode(as_json(larger))
     assert refusal.value.status == 413 and "training" in refusal.value.detail
@@ -236,10 +236,10 @@ def test_the_limits_are_the_models_own_and_the_host_only_tightens_them():
         served.decode(as_json(png(5, 5)))
     assert refusal.value.problems[0]["rule"] == "min_side"
     assert len(served.decode(as_json(small))) == 1
-    tighter = decoder_for(schema, ImagesParams(max_file_mb=200 / (1 << 20), max_pixels=50))   # the host tightens
+    tighter = decoder_for(schema, {"images": ImagesParams(max_file_mb=200 / (1 << 20), max_pixels=50)})   # tightened
     with pytest.raises(BodyRefused) as refusal:
         tighter.decode(as_json(small))
     assert "images.max_file_mb" in refusal.value.detail
     older = Schema(source="t", target="label", classes=["a", "b"], modality="image",
-                   image=ImageShape(height=16, width=16, channels=3, mode="RGB"))   # exported before it had limits
-    assert len(decoder_for(older, ImagesParams()).decode(as_json(larger))) == 1   # the host's params apply
+                   inputs=ImageShape(height=16, width=16, channels=3, mode="RGB").model_dump())   # before it had limits
+    assert len(decoder_for(older, {"images": ImagesParams()}).decode(as_json(larger))) == 1   # the host's params apply

@@ -17,11 +17,13 @@ import torch
 from models.cnn import ImageLayout, ImageResNet
 from serving.app import create_app
 from serving.service import Service, ServiceSettings
-from tasks.core.params_spec import ImagesParams, ServeParams, TrackingParams
+from tasks.core.params_spec import ServeParams, TrackingParams
 from tasks.core.runtime import open_onnx
-from tasks.core.schema_spec import ImageShape, Schema
+from tasks.core.schema_spec import Schema
+from tasks.modalities.image.contract import ImageShape
 from tasks.modalities.image.decode import encode_png
 from tasks.modalities.image.graph import compose_image_model
+from tasks.modalities.image.settings import ImagesParams
 from tasks.variants.exporters import export_onnx
 from tests.helpers.images import bomb_png
 
@@ -30,7 +32,7 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 SCHEMA = Schema(source="t", target="label", classes=["circle", "cross", "square"], modality="image",
-                image=ImageShape(height=16, width=16, channels=3, mode="RGB"))
+                inputs=ImageShape(height=16, width=16, channels=3, mode="RGB").model_dump())
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +49,7 @@ def model_file(tmp_path_factory):
 def client(model_file):
     settings = ServiceSettings(serve=ServeParams(request_log="", max_body_mb=1.0), model_name="m",
                                tracking=TrackingParams(), model_file=model_file,
-                               images=ImagesParams(max_pixels=2_000_000, max_file_mb=0.5))
+                               host={"images": ImagesParams(max_pixels=2_000_000, max_file_mb=0.5).model_dump()})
     with TestClient(create_app(settings)) as client:
         yield client
 
@@ -128,9 +130,9 @@ def test_the_log_line_keeps_statistics_and_the_embedding_not_pixels(model_file):
 
 
 def test_batch_scoring_a_folder_answers_as_the_service_and_refuses_whole(model_file, tmp_path):
-    from serving.batch_images import predict_images
-    from serving.batch_scoring import FileRefused
     from serving.variants import file_variant
+    from tasks.core.scored_files import FileRefused
+    from tasks.modalities.image.batch import predict_images
 
     variant = file_variant("champion", model_file, 1)
     folder = tmp_path / "images"

@@ -1,7 +1,7 @@
 """tasks/modalities/table/serving.py: the one-pass decoder never accepts a row the contract's pydantic model refuses,
 and
 judges every body as that model does (the same 422 rows, fields and rules); its feed is the one
-tasks.core.encoding.raw_columns builds (the reference the graph was gated on)."""
+tasks.modalities.table.encoding.raw_columns builds (the reference the graph was gated on)."""
 from __future__ import annotations
 
 import itertools
@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.core.encoding import raw_columns
-from tasks.core.refusals import BodyRefused, RowsRefused
+from tasks.core.refusals import BodyRefused, RowsRefused, validate_rows
 from tasks.core.schema_spec import Feature, Schema
-from tasks.modalities.table.serving import RowDecoder, validate_rows
+from tasks.modalities.table.encoding import raw_columns
+from tasks.modalities.table.serving import RowDecoder
 
 SCHEMA = Schema(source="t", target="y", classes=["no", "yes"], features=[
     Feature(name="customer age", kind="numeric", min=18, max=90, nullable=True),

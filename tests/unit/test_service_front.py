@@ -138,7 +138,7 @@ def test_the_challenger_share_set_on_one_worker_moves_every_worker(tmp_path):
 
 
 def test_a_big_body_is_scored_off_the_loop_and_answered_whole(model_file):
-    rows = [{**ROW, "customer age": 18 + i % 70} for i in range(1200)]   # ~90 KB: over INLINE_BODY_BYTES
+    rows = [{**ROW, "customer age": 18 + i % 70} for i in range(1200)]   # ~90 KB: over BIG_BODY_BYTES
     with client_for(model_file) as client:
         response = client.post("/predict", json={"rows": rows})
         single = client.post("/predict", json={"rows": rows[5:6]}).json()["predictions"][0]["probabilities"]

@@ -99,8 +99,8 @@ def test_a_full_disk_or_quota_is_still_named_with_its_free_space(tmp_path, code)
 def test_a_parquet_read_that_runs_out_of_memory_is_not_called_an_invalid_file(tmp_path, monkeypatch):
     import pandas as pd
 
-    from tasks.core import tables
     from tasks.core.errors import TorchshipError
+    from tasks.modalities.table import files as tables
 
     path = tmp_path / "rows.parquet"
     pd.DataFrame({"a": [1, 2]}).to_parquet(path)

@@ -9,8 +9,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tasks.core.metrics import classification_metrics
+from tasks.core import paths
+from tasks.core.labels import encode_target
+from tasks.core.metrics import balances_classes, best_baseline, classification_metrics
 from tasks.core.params_spec import BaselineParams
+from tasks.core.schema_spec import Schema
+from tasks.modalities.image.contract import image_shape
+from tasks.modalities.image.shards import read_metadata, read_pixels
 
 MAJORITY, PIXELS, PROBE = "majority_class", "logistic_regression_pixels", "linear_probe"
 BALANCED = "_balanced"
@@ -78,3 +83,24 @@ def gate_baseline(results: dict[str, dict[str, float]], metric: str) -> str:
     probes = [name for name in results if name.startswith(PROBE)]
     pool = probes or list(results)
     return max(pool, key=lambda name: results[name][metric])
+
+
+def baseline_outputs(params, schema: Schema, backbone: Callable | None = None) -> tuple[dict, dict]:
+    """The image baselines on the prepared splits, in the baseline report's shape: the majority class, a logistic
+    regression on downsampled pixels, and with a `backbone` (train pixels -> a frozen pretrained backbone's features
+    function) a linear probe on its features, which is then the gate's baseline."""
+    metric, shape = params.bless.metric, image_shape(schema).shape
+    train, holdout = read_pixels(paths.TRAIN_SPLIT, shape), read_pixels(paths.HOLDOUT_SPLIT, shape)
+    labels = [encode_target(read_metadata(path, schema.target)["label"], schema)
+              for path in (paths.TRAIN_SPLIT, paths.HOLDOUT_SPLIT)]
+    features = backbone(train) if backbone is not None else None
+    models, predicted = fit_and_predict(train, labels[0], holdout, labels[1], len(schema.classes),
+                                               params.baseline, balances_classes(metric), features)
+    gate = gate_baseline(models, metric)
+    best, score = best_baseline({"models": models}, metric)
+    report = {"metric": metric, "modality": "image", "models": models, "picked": None, "cv_scores": None,
+              "class_weights": ["none", "balanced"] if balances_classes(metric) else ["none"], "gate": gate,
+              "headline": f"best {best.replace('_', ' ')} {metric} {score:.4f}; " + ", ".join(
+                  f"{name.replace('_', ' ')} {figures[metric]:.4f}" for name, figures in models.items()
+                  if name != best) + (f"; the gate's: {gate.replace('_', ' ')}" if gate != best else "")}
+    return report, {"baseline": gate, "metric": metric, "rows": len(holdout), "predicted": predicted[gate].tolist()}

@@ -16,13 +16,13 @@ import pandas as pd
 from tasks.core import paths
 from tasks.core.artifacts import write_atomic
 from tasks.core.gate import GateResult
-from tasks.core.params_spec import ImagesParams
 from tasks.core.quarantine import safe_name, unique_stamp
 from tasks.core.schema_spec import Schema
-from tasks.modalities.image.contract import ImageContract
+from tasks.modalities.image.contract import ImageContract, image_shape
 from tasks.modalities.image.decode import ImageLimits
 from tasks.modalities.image.expectations import judge_images, metadata_table, rules_for
 from tasks.modalities.image.prepare import inspect_file
+from tasks.modalities.image.settings import ImagesParams
 from tasks.modalities.image.sources import ImageFile, path_refusals
 
 SUFFIX = ".images.parquet"
@@ -42,7 +42,7 @@ def judge_image_batch(files: list[ImageFile], origin: str, schema: Schema, param
         records.append(record)
     table = metadata_table([r.row() for r in records])
     rules = rules_for(table, params, contract)
-    rules = type(rules)(**{**rules.__dict__, "classes": list(schema.classes), "mode": schema.image.mode})
+    rules = type(rules)(**{**rules.__dict__, "classes": list(schema.classes), "mode": image_shape(schema).mode})
     refused = {**judge_images(table, rules).refused, **path_refusals(files)}
     held = prepared_hashes()
     for name, digest in zip(table["name"], table["sha256"]):   # a batch image the splits hold would leak

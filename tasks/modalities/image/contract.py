@@ -97,3 +97,23 @@ def suggest_image_contract(rows: list[dict], margin: float = 0.1) -> ImageContra
                          brightness=brightness,
                          min_contrast=min(1.0, outwards(lowest_contrast * (1 - margin), up=False)),
                          min_images=max(1, int(len(rows) * (1 - margin))))
+
+
+class ImageShape(BaseModel):
+    """What an image model takes: (height, width, channels) uint8 pixels of one mode, at this size after the one
+    resize rule (tasks/modalities/image/decode.py fit_size)."""
+
+    height: int
+    width: int
+    channels: int
+    mode: Literal["L", "RGB"]
+    limits: ReadLimits | None = None   # the rule set its training images were read by; None: exported before it was
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.height, self.width, self.channels
+
+
+def image_shape(schema) -> ImageShape:
+    """An image model's input spec, as prepare wrote it into the schema's `inputs`."""
+    return ImageShape.model_validate(schema.inputs)

@@ -19,8 +19,9 @@ from pathlib import Path
 import pandas as pd
 
 from tasks.core.gate import GateResult
-from tasks.core.params_spec import ImagesParams, ValidateParams
+from tasks.core.params_spec import ValidateParams
 from tasks.modalities.image.contract import ImageContract
+from tasks.modalities.image.settings import ImagesParams
 
 LEAKAGE_RULE = "no image in two splits, nor twice in one (content hash)"
 SHOWN_GROUPS = 5   # duplicate groups named in the refusal (the report's rows sample the rest)
@@ -240,7 +241,7 @@ def _context():
     from great_expectations.data_context.types.base import ProgressBarsConfig
     from great_expectations.execution_engine import pandas_execution_engine
 
-    pandas_execution_engine.HASH_THRESHOLD = 0   # tasks/core/expectations.py says why
+    pandas_execution_engine.HASH_THRESHOLD = 0   # tasks/modalities/table/expectations.py says why
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     return context, context.data_sources.add_pandas(name="torchship-images")

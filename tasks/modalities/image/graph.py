@@ -14,11 +14,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from tasks.core.gate import GateResult
 from tasks.core.graph_nodes import MODEL, assemble, at_opset
+from tasks.core.params_spec import ExportParams
 from tasks.core.runtime import DECISION, EMBEDDING, RAW_INPUTS
-from tasks.core.runtime import IMAGE_INPUT as INPUT
 from tasks.core.schema_spec import Schema
+from tasks.modalities.image.contract import image_shape
+from tasks.modalities.scoring import predict_proba
 
+INPUT = "image"   # the served graph's input: uint8 (N, H, W, C) pixels at the model's size
 PROJECTED = 16
 OUTPUTS = ("logits", "probabilities", DECISION, EMBEDDING)
 
@@ -60,7 +64,7 @@ def compose_image_model(model, schema: Schema):
         raise ValueError("the image model to compose must take one input `x` and give `logits` and `embedding`")
     metadata = {p.key: p.value for p in model.metadata_props}
     inner = compose.add_prefix(at_opset(model), MODEL)
-    height, width, channels = schema.image.shape
+    height, width, channels = image_shape(schema).shape
     front = [helper.make_node("Identity", [INPUT], [f"{MODEL}x"])]
     inputs = [helper.make_tensor_value_info(INPUT, TensorProto.UINT8, ["batch", height, width, channels])]
     projected = next(o for o in model.graph.output if o.name == EMBEDDING).type.tensor_type.shape.dim[-1].dim_value
@@ -90,7 +94,7 @@ def image_signature(schema: Schema, projected: int):
     classes = len(schema.classes)
     outputs = [TensorSpec(np.dtype(np.int64 if name == DECISION else np.float32),
                           (-1, projected if name == EMBEDDING else classes), name) for name in OUTPUTS]
-    return ModelSignature(inputs=Columns([TensorSpec(np.dtype(np.uint8), (-1, *schema.image.shape), INPUT)]),
+    return ModelSignature(inputs=Columns([TensorSpec(np.dtype(np.uint8), (-1, *image_shape(schema).shape), INPUT)]),
                           outputs=Columns(outputs))
 
 
@@ -105,3 +109,20 @@ def probe_images(pixels: np.ndarray, count: int, seed: int = 0) -> tuple[np.ndar
     edges = np.stack([np.zeros(shape, np.uint8), np.full(shape, 255, np.uint8),
                       rng.integers(0, 256, shape, dtype=np.uint8), checker])
     return np.concatenate([pixels[chosen], edges]), chosen
+
+
+def check_raw_parity(name: str, variant, composed, schema: Schema, probe: np.ndarray,
+                           rules: ExportParams) -> GateResult:
+    """The bare image variant (pixels as `x`) vs the served graph (pixels as `image`) on the probe images:
+    probabilities within parity_atol and the same class on every image."""
+    reference, raw = predict_proba(variant, schema, probe), predict_proba(composed, schema, probe)
+    diff = np.nan_to_num(np.abs(reference - raw), nan=np.inf).max(axis=1)
+    failures = []
+    if (diff > rules.parity_atol).any():
+        failures.append(f"{int((diff > rules.parity_atol).sum())} of {len(probe)} probe images differ by more than "
+                        f"export.parity_atol {rules.parity_atol:g} (worst {diff.max():.3g})")
+    flipped = np.flatnonzero(reference.argmax(1) != raw.argmax(1))
+    if len(flipped):
+        failures.append(f"{len(flipped)} probe images change class (images {flipped[:10].tolist()})")
+    return GateResult.decide(f"raw parity {name}", failures,
+                             passed=f"max probability diff {diff.max():.2e}, same class on all {len(probe)} images")

@@ -16,14 +16,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.core.contract_spec import class_labels, label_strings
 from tasks.core.errors import DataError
-from tasks.core.params_spec import ImagesParams, PrepareParams
+from tasks.core.labels import class_labels, label_strings
+from tasks.core.params_spec import PrepareParams
 from tasks.core.quarantine import OutsideFolder, contained_path, quarantine_folder
-from tasks.core.schema_spec import ImageShape, Schema
-from tasks.modalities.image.contract import ImageContract, ReadLimits
+from tasks.core.schema_spec import Schema
+from tasks.modalities.image.contract import ImageContract, ImageShape, ReadLimits
 from tasks.modalities.image.decode import CHANNELS, ImageLimits, Inspected, fit_size, inspect_image
 from tasks.modalities.image.expectations import ImageRules, class_skews, judge_images, metadata_table, rules_for
+from tasks.modalities.image.settings import ImagesParams
 from tasks.modalities.image.shards import METADATA
 from tasks.modalities.image.sources import FileTooLarge, ImageFile, path_refusals
 
@@ -133,7 +134,7 @@ def prepare_images(files: list[ImageFile], origin: str, target: str, params: Ima
         rows = kept[assignment == name].reset_index(drop=True)
         pixels[name] = np.stack([sized(by_name[n], reading[n], shape, limits) for n in rows["name"]])
         splits[name] = rows[list(METADATA)].assign(**{target: rows["label"].to_numpy()})
-    schema = Schema(source=origin, target=target, classes=classes, modality="image", image=shape)
+    schema = Schema(source=origin, target=target, classes=classes, modality="image", inputs=shape.model_dump())
     return PreparedImages(schema=schema, splits=splits, pixels=pixels, refused=refused, rules=rules,
                           images=len(records))
 

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
-from tasks.core.params_spec import ImagesParams
 from tasks.core.refusals import BodyRefused, RowsRefused
-from tasks.core.schema_spec import ImageShape, Schema
-from tasks.modalities.image.contract import ReadLimits
+from tasks.core.schema_spec import Schema
+from tasks.modalities.image.contract import ImageShape, ReadLimits, image_shape
 from tasks.modalities.image.decode import ImageLimits, decode_image, fit_size, open_image
+from tasks.modalities.image.settings import ImagesParams
 
 IMAGES_SHAPE = ('body must be {"images": ["<base64 PNG or JPEG>", ...]} with at least one image, or a '
                 'multipart/form-data upload with `image` parts')
@@ -96,7 +96,7 @@ class ImageDecoder:
     def __init__(self, schema: Schema, limits: ImageLimits, min_side: int = 1,
                  request: RequestLimits = RequestLimits()):
         self.schema, self.limits, self.min_side, self.request = schema, limits, min_side, request
-        self.shape = schema.image.shape
+        self.shape = image_shape(schema).shape
         self._decoder = msgspec.json.Decoder(_Body)
 
     def decode(self, body: bytes, content_type: str | None = None) -> ImageRows:
@@ -110,7 +110,7 @@ class ImageDecoder:
             elif min(record.width, record.height) < self.min_side:
                 problems.append(_problem(index, "min_side", f"{record.width}x{record.height}: both sides must be "
                                                             f"at least {self.min_side} pixels (images.min_side)"))
-            elif decode_image(record, image, self.schema.image.mode, self.shape[:2]).pixels is None:
+            elif decode_image(record, image, image_shape(self.schema).mode, self.shape[:2]).pixels is None:
                 problems.append(_problem(index, "decodable", record.error or "not decodable"))
             else:
                 rows.pixels.append(fit_size(record.pixels, self.shape[0], self.shape[1]))
@@ -201,6 +201,18 @@ class ImageDecoder:
         """One mid-grey image at the model's size (the warm-up)."""
         return ImageRows([np.full(self.shape, 128, dtype=np.uint8)], [dict.fromkeys((*LOGGED, "sha256"))])
 
+    def empty(self) -> ImageRows:
+        """No images yet (batch scoring fills it as it reads)."""
+        return ImageRows()
+
+    def inputs(self) -> set[str]:
+        """The served graph's one input: the pixels."""
+        return {FIELD}
+
+    def bare_inputs(self, rows: ImageRows) -> np.ndarray:
+        """What a bare image model takes: the pixels themselves."""
+        return self.feed(rows)[FIELD]
+
 
 def _problem(index: int, rule: str, message: str) -> dict:
     return {"row": index, "field": FIELD, "rule": rule, "message": message}
@@ -209,3 +221,45 @@ def _problem(index: int, rule: str, message: str) -> dict:
 def _is_multipart(content_type: str | None) -> bool:
     """Whether a content type is a multipart one (media types are case-insensitive: `Multipart/form-data` is)."""
     return content_type is not None and content_type.lstrip()[:10].lower() == "multipart/"
+
+
+class ImageServing:
+    """What the service takes of the image modality: its request decoding, its OpenAPI request, its batch scoring."""
+
+    def decoder(self, schema: Schema, host: ImagesParams | None = None) -> ImageDecoder:
+        """Images by the model's shape and the limits it was trained under (its schema's), which the serving host's
+        `images` params may only tighten."""
+        return ImageDecoder(schema, *limits_for(image_shape(schema), host or ImagesParams()))
+
+    def document(self, variant) -> dict:
+        """/predict's request for an image version: JSON with base64 files, or a multipart upload of `image`
+        parts; and the wording of the answers that differ by modality."""
+        shape = image_shape(variant.schema)
+        return {"description": f"Scores images ({shape.height}x{shape.width} {shape.mode}: each is scaled to cover "
+                               "that size, aspect kept, centre-cropped and converted to its mode). "
+                               f"{IMAGES_SHAPE}.",
+                "content": {"application/json": {"schema": {
+                    "type": "object", "title": "PredictImages", "required": ["images"], "additionalProperties": False,
+                    "properties": {"images": {"type": "array", "minItems": 1, "items": {
+                        "type": "string", "format": "byte",
+                        "description": "a PNG or JPEG file, base64 (a `data:` URL prefix is allowed)"}}}}},
+                    "multipart/form-data": {"schema": {
+                        "type": "object", "title": "PredictUpload", "required": [FIELD],
+                        "properties": {FIELD: {"type": "array", "items": {"type": "string", "format": "binary"},
+                                               "description": "one or more PNG or JPEG files "
+                                                              "(curl -F image=@file.png)"}}}}},
+                "components": {}, "items": "image",
+                "too_large": "the body is over serve.max_body_mb, or an image over its size or pixel limits (read "
+                             "from its header, before decoding)",
+                "refused": "images that break the rules: one problem per image (decodable, min_side, base64), or a "
+                           "body of another shape"}
+
+    def predict(self, source, output, variant, params, chunk: int, show_progress: bool = True):
+        """`torchship predict`: a folder or a manifest of images, scored as the service reads them."""
+        from tasks.modalities.image.batch import MAX_CHUNK, predict_images
+
+        return predict_images(source, output, variant, params.images.path_column, params.data.target,
+                              min(chunk, MAX_CHUNK), show_progress)
+
+
+SERVING = ImageServing()

@@ -1,7 +1,6 @@
 """What the monitor watches of served images, since the request log keeps no pixels: each image's statistics
 (compared column by column, as a table's features are) and the model's own embedding projection (compared as one
-embedding with Evidently's embedding drift: a classifier told to tell reference from window, its ROC AUC tested
-against chance by bootstrap).
+embedding: tasks/monitoring/embeddings.py).
 
 Reference and window hold the same columns: the training split's metadata (written by prepare) beside the serving
 version's embeddings of those images, and the served rows' logged statistics beside the embeddings the served graph
@@ -12,10 +11,9 @@ import numpy as np
 import pandas as pd
 
 from tasks.core.schema_spec import Feature, Schema
+from tasks.modalities.image.contract import image_shape
 
 STATISTICS = ("width", "height", "file_bytes", "brightness", "contrast")
-EMBEDDING = "embedding"
-EMBEDDING_METHOD = "embeddings: classifier ROC AUC vs chance (Evidently, bootstrap 99%)"
 
 
 def statistics_schema(schema: Schema) -> Schema:
@@ -24,36 +22,20 @@ def statistics_schema(schema: Schema) -> Schema:
                   features=[Feature(name=name, kind="numeric") for name in STATISTICS])
 
 
-def embedding_columns(k: int) -> list[str]:
-    return [f"{EMBEDDING}_{i}" for i in range(k)]
+def reference_frame(schema: Schema, session, rows: int, seed: int) -> pd.DataFrame:
+    """The validation split, not the training one: a network's embeddings and answers on the images it fit are not
+    what it gives unseen images of the same distribution (clean traffic would look drifted). Its statistics (what
+    the request log keeps of an image), the serving version's embedding projection and its answers."""
+    from tasks.core import paths
+    from tasks.core.runtime import EMBEDDING, decide, decision_threshold
+    from tasks.core.servelog import PREDICTION
+    from tasks.modalities.image.graph import INPUT
+    from tasks.modalities.image.shards import read_metadata, read_pixels
 
-
-def spread_embeddings(frame: pd.DataFrame) -> pd.DataFrame:
-    """A frame whose `embedding` column holds lists -> one numeric column per dimension (what Evidently takes)."""
-    vectors = np.array([np.asarray(v, dtype=np.float64) for v in frame[EMBEDDING]])
-    columns = pd.DataFrame(vectors, columns=embedding_columns(vectors.shape[1]), index=frame.index)
-    return pd.concat([frame.drop(columns=[EMBEDDING]), columns], axis=1)
-
-
-def embedding_drift(reference: pd.DataFrame, current: pd.DataFrame, seed: int = 0) -> tuple[float, float, bool]:
-    """(ROC AUC, the chance level it must beat, drifted) of Evidently's model-based embedding drift on the
-    `embedding_*` columns of two samples."""
-    from evidently.legacy.metrics.data_drift.embedding_drift_methods import ModelDriftMethod
-
-    columns = [c for c in reference.columns if c.startswith(f"{EMBEDDING}_")]
-    np.random.seed(seed)   # the bootstrap of chance draws from numpy's global generator
-    method = ModelDriftMethod(bootstrap=True, quantile_probability=0.99)   # 1 clean window in 100 called drifted
-    score, drifted, _ = method(current[columns].reset_index(drop=True), reference[columns].reset_index(drop=True))
-    return float(score), 0.5, bool(drifted)
-
-
-def embeddings_report(reference: pd.DataFrame, current: pd.DataFrame):
-    """Evidently's EmbeddingsDrift metric over the two samples, for the HTML report."""
-    from evidently import DataDefinition, Dataset, Report
-    from evidently.metrics import EmbeddingsDrift
-
-    columns = [c for c in reference.columns if c.startswith(f"{EMBEDDING}_")]
-    definition = DataDefinition(numerical_columns=columns, embeddings={EMBEDDING: columns})
-    return Report([EmbeddingsDrift(embeddings_name=EMBEDDING)]).run(
-        reference_data=Dataset.from_pandas(reference[columns], data_definition=definition),
-        current_data=Dataset.from_pandas(current[columns], data_definition=definition))
+    metadata = read_metadata(paths.VAL_SPLIT, schema.target)
+    picked = np.sort(np.random.default_rng(seed).permutation(len(metadata))[:rows])
+    pixels = read_pixels(paths.VAL_SPLIT, image_shape(schema).shape)[picked]
+    probabilities, embedding = session.run(["probabilities", EMBEDDING], {INPUT: pixels})
+    decided = decide(probabilities, decision_threshold(session.get_modelmeta().custom_metadata_map))
+    frame = metadata.iloc[picked][list(STATISTICS)].reset_index(drop=True)
+    return frame.assign(**{EMBEDDING: list(embedding), PREDICTION: [schema.classes[i] for i in decided]})

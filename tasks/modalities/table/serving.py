@@ -17,25 +17,17 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 import numpy as np
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    TypeAdapter,
-    ValidationError,
-    create_model,
-)
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from pydantic_core import PydanticCustomError
 
-from tasks.core.encoding import normalise_category
-from tasks.core.refusals import BodyRefused, RowsRefused
+from tasks.core.refusals import BodyRefused, RowsRefused, validate_rows
 from tasks.core.schema_spec import Schema
+from tasks.modalities.table.encoding import normalise_category
 
 ROWS_SHAPE = "body must be {\"rows\": [{feature: value, ...}, ...]} with at least one row"
-# The model computes in float32 (a graph's Cast, tasks.core.encoding.encode_features): a finite double beyond its range
-# (1e40) would become inf there, and the answer NaN. Requests are held to float32's range, like a contract's bounds.
+# The model computes in float32 (a graph's Cast, tasks.modalities.table.encoding.encode_features): a finite double
+# beyond its range (1e40) would become inf there, and the answer NaN. Requests are held to float32's range, like a
+# contract's bounds.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 FLOAT32_RULE = "float32_range"
 # An integer given for a category is logged as a JSON number (orjson, msgspec: 64-bit integers): 2**64 is refused,
@@ -79,25 +71,6 @@ def _float32_bounds(feature) -> dict:
     return bounds
 
 
-def validate_rows(row_type: type[BaseModel], rows: list) -> list[dict]:
-    """One problem per bad (row, field): {row, field, rule, message}; empty when every row is valid."""
-    try:
-        TypeAdapter(list[row_type]).validate_python(rows)
-    except ValidationError as exc:
-        # A union type reports once per member: one line per column is enough, and the member whose type matched
-        # (a too-large integer for a text-or-integer category) says more than the one that did not.
-        chosen: dict[tuple, dict] = {}
-        for error in exc.errors():
-            index, *rest = error["loc"]
-            key = (index, str(rest[0]) if rest else "(row)")
-            if key not in chosen or (chosen[key]["type"].endswith("_type") and not error["type"].endswith("_type")):
-                chosen[key] = error
-        problems = [{"row": index, "field": column, "rule": error["type"], "message": error["msg"]}
-                    for (index, column), error in chosen.items()]
-        return problems
-    return []
-
-
 def _fast_type(feature) -> Any:
     """The msgspec type of one feature: no looser than `row_model`'s (closed categories only in their
     normalised spelling, numbers within float32's range)."""
@@ -137,8 +110,8 @@ class Rows:
 
 class RowDecoder:
     """Body bytes -> accepted `Rows`, or BodyRefused / RowsRefused; and `Rows` -> the feed of a raw-input
-    graph (tasks/variants/preprocess.py): one 1-D array per feature, double for numbers (null = NaN), text for
-    categories (null = "", an int as its digits), as tasks.core.encoding.raw_columns makes them."""
+    graph (tasks/modalities/table/graph.py): one 1-D array per feature, double for numbers (null = NaN), text for
+    categories (null = "", an int as its digits), as tasks.modalities.table.encoding.raw_columns makes them."""
 
     inline_body_bytes = 64 << 10   # the largest body decoded on the event loop (~40 rows of 64 columns: microseconds)
 
@@ -197,3 +170,57 @@ class RowDecoder:
         """Row `index` as {column: value} in schema order (the request log's `features`)."""
         values = rows.numbers[index] + rows.texts[index]
         return dict(zip(self.schema.feature_names, [values[k] for k in self._order]))
+
+    def inputs(self) -> set[str]:
+        """The served graph's inputs the feed names: one per feature column."""
+        return set(self.schema.feature_names)
+
+    def blank(self) -> Rows:
+        """One row of nulls (the warm-up)."""
+        return Rows([(None,) * len(self.number_names)], [(None,) * len(self.text_names)])
+
+    def bare_inputs(self, rows: Rows) -> np.ndarray:
+        """The encoded matrix a bare model takes (a version registered before its graph took raw rows)."""
+        import pandas as pd
+
+        from tasks.modalities.table.encoding import encode_features
+
+        return encode_features(pd.DataFrame([self.features(rows, i) for i in range(len(rows))]), self.schema)
+
+
+class TableServing:
+    """What the service takes of the table modality: its request decoding, its OpenAPI request, its batch scoring."""
+
+    def decoder(self, schema: Schema, host=None) -> RowDecoder:
+        """Rows by the model's own schema (a table needs nothing of the serving host's params)."""
+        return RowDecoder(schema)
+
+    def document(self, variant) -> dict:
+        """/predict's request for this version: a row's pydantic schema (what words the 422s), its nested models to
+        put under components, and the wording of the answers that differ by modality."""
+        row = variant.decoder.row_type.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+        row["title"] = "PredictRow"
+        components = row.pop("$defs", {})
+        return {"description": f"Scores raw rows ({len(variant.schema.features)} columns, from the serving model's "
+                               f"contract); {ROWS_SHAPE}.",
+                "content": {"application/json": {"schema": {
+                    "type": "object", "title": "PredictRequest", "required": ["rows"],
+                    "properties": {"rows": {"type": "array", "minItems": 1, "items": row}}}}},
+                "components": components, "items": "row",
+                "too_large": "the body is over serve.max_body_mb",
+                "refused": "rows that break the contract: one problem per (row, field)"}
+
+    def predict(self, source, output, variant, params, chunk: int, show_progress: bool = True):
+        """`torchship predict`: a CSV or Parquet file scored chunk by chunk (tasks/modalities/table/batch.py)."""
+        from pathlib import Path
+
+        from tasks.core.errors import DataError
+        from tasks.modalities.table.batch import predict_file
+
+        if Path(source).is_dir():
+            raise DataError(f"{source} is a folder, and v{variant.version} scores rows of a table: give a .csv or "
+                            ".parquet file")
+        return predict_file(source, output, variant, chunk, show_progress)
+
+
+SERVING = TableServing()

@@ -2,7 +2,7 @@
 
 Written once (`torchship contract suggest DATA` proposes one from reference data, a human reviews it),
 then used to judge every later table, batch and request. Without one, only the strict
-types-and-parse rules of tasks/contract.py apply.
+types-and-parse rules of tasks/modalities/table/parse.py apply.
 """
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tasks.core.labels import label_strings
 
 Severity = Literal["fail", "warn"]
 
@@ -80,23 +82,6 @@ def suggest_contract(typed: pd.DataFrame, kinds: dict[str, str], target: str, ma
                                  categories=sorted(shares.index))
     return Contract(target=target, classes=sorted(shares.index), min_class_share=_floor(shares.min() / 2, 3),
                     min_rows=max(1, len(typed) // 10), columns=columns)
-
-
-def class_labels(target: pd.Series) -> list[str]:
-    """Sorted class labels as text (numerically when the labels are numbers)."""
-    numbers = pd.to_numeric(target, errors="coerce")
-    if numbers.notna().all():
-        return [str(int(v)) for v in sorted(numbers.unique())]
-    return sorted(target.astype(str).unique())
-
-
-
-def label_strings(target: pd.Series) -> pd.Series:
-    """Labels in the same text form as `class_labels`."""
-    numbers = pd.to_numeric(target, errors="coerce")
-    if numbers.notna().all():
-        return numbers.astype("int64").astype(str)
-    return target.astype(str)
 
 
 def _round(value: float) -> float:

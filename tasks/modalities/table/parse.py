@@ -1,22 +1,17 @@
-"""The data contract: strict parsing of raw tables by the params (or the declared contract), and the feature schema
-built from the training split.
-
-What this loader builds on lives below it, so core code and the service use it without the loader: the contract's
-spec (tasks/core/contract_spec.py), the schema's spec (tasks/core/schema_spec.py), the row encoding
-(tasks/core/encoding.py) and the table readers (tasks/core/tables.py). Each name is imported from the module that
-defines it.
-"""
+"""Strict parsing of raw tables by the params (or the declared contract), and the feature schema built from the
+training split. The contract's spec is tasks/modalities/table/contract.py, the row encoding
+tasks/modalities/table/encoding.py and the table readers tasks/modalities/table/files.py."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from tasks.core.contract_spec import Contract
 from tasks.core.errors import DataError
 from tasks.core.params_spec import MAX_NON_NUMERIC_SHARE
 from tasks.core.problems import Problem, line_examples, raise_if_any
 from tasks.core.schema_spec import Feature, Schema
-from tasks.core.tables import require_target
+from tasks.modalities.table.contract import Contract
+from tasks.modalities.table.files import require_target
 
 # A numeric target with more distinct values than this is a regression target.
 MAX_NUMERIC_CLASSES = 100

@@ -1,26 +1,20 @@
-"""Where the data comes from: for tables the seeded synthetic generator, scikit-learn's bundled sets, or a file;
-for images a packaged set, a folder or a manifest (tasks/modalities/image/sources.py reads them). `is_image_data`
-says which
-modality a source holds; the functions here answer for both."""
+"""Where a table comes from: the seeded synthetic generator, scikit-learn's bundled sets, or a CSV or Parquet file
+(plus the batches `torchship ingest` accepted)."""
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from tasks.core import paths
-from tasks.core.contract_spec import Contract
 from tasks.core.errors import ConfigError, DataError
-from tasks.core.params_spec import DataParams, ImagesParams, Shift
+from tasks.core.fingerprints import md5_of
+from tasks.core.params_spec import DataParams, Shift
 from tasks.core.problems import Problem, raise_if_any
-from tasks.core.tables import read_table, require_target, table_columns
-from tasks.modalities.image import sources as image_sources
+from tasks.modalities.table.files import read_table, require_target, table_columns
 
-IMAGE_TARGET = "label"   # the label of a folder's or a packaged set's images (a manifest names its own column)
-
+SKLEARN_PREFIX = "sklearn:"
 SKLEARN_SETS = ("breast_cancer", "digits", "iris", "wine")
 SYNTHETIC_TARGET = "churned"
 
@@ -90,29 +84,11 @@ def load_sklearn(name: str) -> pd.DataFrame:
     return getattr(datasets, f"load_{name}")(as_frame=True).frame
 
 
-def is_image_data(data: DataParams, images: ImagesParams | None = None) -> bool:
-    """Whether the source holds images: `data.modality`, or by `auto` a packaged image set, a folder of images or
-    a manifest with the images.path_column."""
-    if data.modality != "auto":
-        return data.modality == "image"
-    return image_sources.is_image_source(data.source, (images or ImagesParams()).path_column)
-
-
-def resolve_target(data: DataParams, contract=None, images: ImagesParams | None = None) -> str:
-    """The target column: the contract's when there is one, else explicit, else the built-in source's own (images
-    of a folder or a packaged set: `label`)."""
-    if isinstance(contract, Contract):
-        return contract.target
-    if data.target:
-        return data.target
-    if is_image_data(data, images):
-        if Path(data.source).is_file():
-            raise ConfigError(f"data.target is not set: name the label column of the manifest {data.source} "
-                              "(torchship run --set data.target=<column>).")
-        return IMAGE_TARGET
+def default_target(data: DataParams) -> str:
+    """The built-in source's own target column; a file's must be named."""
     if data.source == "synthetic":
         return SYNTHETIC_TARGET
-    if data.source.startswith("sklearn:"):
+    if data.source.startswith(SKLEARN_PREFIX):
         return "target"
     raise ConfigError(f"data.target is not set: name the label column of {data.source} "
                       "(torchship run --set data.target=<column>).")
@@ -120,7 +96,7 @@ def resolve_target(data: DataParams, contract=None, images: ImagesParams | None 
 
 def source_path(data: DataParams) -> Path | None:
     """The file behind data.source, or None for a built-in source."""
-    if data.source == "synthetic" or data.source.startswith("sklearn:") or image_sources.is_packaged(data.source):
+    if data.source == "synthetic" or data.source.startswith(SKLEARN_PREFIX):
         return None
     return Path(data.source)
 
@@ -152,14 +128,10 @@ def check_source_size(path: Path, max_mb: float) -> None:
                         "(torchship run --set data.max_source_mb=...).")
 
 
-def check_source(data: DataParams, target: str, images: ImagesParams | None = None) -> None:
+def check_source(data: DataParams, target: str) -> None:
     """Refuse in a second, before Prefect or any stage starts, what the prepare stage would refuse after a
     while: a data file that is not there or over data.max_source_mb, a target column the table does not have
-    (from its header); for images, a source that lists no image or a manifest without its columns."""
-    if is_image_data(data, images):
-        images = images or ImagesParams()
-        image_sources.check_image_source(data.source, target, images.path_column)
-        return
+    (from its header)."""
     path = source_path(data)
     if path is not None:
         check_source_size(path, data.max_source_mb)
@@ -204,38 +176,25 @@ def read_source(data: DataParams, with_batches: bool = True) -> tuple[pd.DataFra
             problems)
 
 
-def fingerprint_source(data: DataParams, images: ImagesParams | None = None) -> dict:
-    """What identifies the source's content: the file's md5 (or the built-in source's spec; for images every
-    file's) and the md5 of each accepted batch."""
+def fingerprint_source(data: DataParams) -> dict:
+    """What identifies the table's content: the file's md5 (or the built-in source's spec)."""
     path = source_path(data)
-    fingerprint: dict = {"source": data.source}
-    if is_image_data(data, images):
-        images = images or ImagesParams()
-        fingerprint = image_sources.fingerprint_images(data.source, images.path_column, data.target)
-    elif path is not None and path.exists():
-        fingerprint["md5"] = _md5(path)
-    batches = sorted(paths.BATCHES.glob("*.parquet"))
-    if batches:
-        fingerprint["batches"] = {b.name: _md5(b) for b in batches}
-    return fingerprint
+    return {"source": data.source, **({"md5": md5_of(path)} if path is not None and path.exists() else {})}
 
 
-def _md5(path: Path) -> str:
-    """A file's md5; a folder's (a partitioned Parquet data set) is the md5 of its files' names and md5s."""
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file())
-        listing = "".join(f"{p.relative_to(path).as_posix()} {_md5(p)}\n" for p in files)
-        return hashlib.md5(listing.encode()).hexdigest()
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "md5").hexdigest()
+def source_classes(params, target: str) -> int:
+    """How many classes the table's label column holds, read alone where the file allows (3 where it cannot be read:
+    prepare then names the problem)."""
+    try:
+        if params.data.source == "synthetic":
+            return 2
+        source = Path(params.data.source)
+        if source.suffix.lower() in (".parquet", ".pq"):
+            import pyarrow.parquet as pq
 
-
-def write_source_fingerprint(data: DataParams, target: Path = paths.SOURCE_FINGERPRINT,
-                             images: ImagesParams | None = None) -> bool:
-    """Refresh the file DVC hashes for the source, rewriting it only when it changes; True if it changed."""
-    text = json.dumps(fingerprint_source(data, images), indent=2) + "\n"
-    if target.exists() and target.read_text() == text:
-        return False
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
-    return True
+            return len(set(pq.read_table(source, columns=[target])[target].to_pylist()) - {None})
+        if source.suffix.lower() == ".csv":
+            return int(pd.read_csv(source, usecols=[target])[target].nunique())
+        return int(load_source(params.data, with_batches=False)[0][target].nunique())
+    except Exception:   # an unreadable source is prepare's to describe
+        return 3

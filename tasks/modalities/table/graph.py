@@ -5,7 +5,7 @@ composed file scores the rows a user has with ONNX Runtime alone, so
 
 Inputs, each 1-D [N] and named exactly as the column (MLflow's ONNX flavor feeds `frame[name].values`):
 numeric -> double (NaN = missing; cast to float32 as `encode_features` does), categorical -> string
-(`tasks.core.encoding.normalise_category`, then `category_lookup`; unknown or blank -> UNKNOWN_CODE).
+(`tasks.modalities.table.encoding.normalise_category`, then `category_lookup`; unknown or blank -> UNKNOWN_CODE).
 """
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import onnx
 import pandas as pd
 from onnx import TensorProto, helper
 
-from tasks.core.encoding import category_lookup
 from tasks.core.graph_nodes import INNER, MODEL, GraphNodes, assemble, at_opset
 from tasks.core.runtime import DECISION, RAW_INPUTS, THRESHOLD_KEY, decision_threshold
 from tasks.core.schema_spec import Feature, Schema
+from tasks.modalities.table.encoding import category_lookup
 
 ML_OPSET = 3    # ai.onnx.ml LabelEncoder (keys_strings -> values_int64s)
 # Every character Python's str.split() splits on (tests keep it in step with str.isspace).

@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 
 from tasks.core.artifacts import redacted
-from tasks.core.csv_table import read_csv_table
 from tasks.core.errors import DataError, TorchshipError
 from tasks.core.problems import Problem, raise_if_any
+from tasks.modalities.table.csv_table import read_csv_table
 
 
 def _require_file(path: Path) -> None:

@@ -1,9 +1,8 @@
 """Batch scoring of images: `torchship predict DIR|MANIFEST -o OUT` with a registered image model, by the service's
-own rules and bytes (serving/batch_scoring.py does tables).
+own rules and bytes (tasks/modalities/table/batch.py does tables).
 
 - Same rules: each image is read as a request's would be (tasks/modalities/image/decode.py: the size limits before
-decoding,
-  the model's mode, the one resize rule), so a file the service would refuse is refused here.
+  decoding, the model's mode, the one resize rule), so a file the service would refuse is refused here.
 - Flat memory: `chunk` images are read, scored and written at a time, whatever the folder's size.
 - All or nothing, like a table file: an image the service would refuse refuses the output (no half file); every
   refused image goes to OUT.problems.csv with its rule.
@@ -17,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.batch_scoring import (
+from tasks.core.errors import DataError
+from tasks.core.scored_files import (
     SHOWN,
     FileRefused,
     PredictSummary,
@@ -26,12 +26,12 @@ from serving.batch_scoring import (
     file_format,
     scoring_progress,
 )
-from tasks.core.errors import DataError
+from tasks.modalities.image.contract import image_shape
 from tasks.modalities.image.decode import fit_size, inspect_image
-from tasks.modalities.image.serving import ImageRows
 from tasks.modalities.image.sources import ImageFile, folder_images, manifest_images
 
 CHUNK_IMAGES = 256
+MAX_CHUNK = 1024   # images scored at once at most (a chunk of rows is far smaller in memory)
 
 
 def image_files(source: Path, path_column: str, target: str | None) -> list[ImageFile]:
@@ -66,7 +66,7 @@ def predict_images(source: Path, output: Path, variant, path_column: str = "path
             task = bar.add_task("predict", total=len(files), note="")
             for start in range(0, len(files), chunk):
                 part = files[start:start + chunk]
-                rows, kept = ImageRows(), []
+                rows, kept = decoder.empty(), []
                 for file in part:
                     pixels, stats, rule = read_one(file, decoder)
                     if pixels is None:
@@ -110,7 +110,7 @@ def read_one(file: ImageFile, decoder) -> tuple[np.ndarray | None, dict | None, 
         data = file.read()
     except OSError as exc:
         return None, None, ("readable", str(exc))
-    record = inspect_image(file.name, data, decoder.limits, mode=decoder.schema.image.mode)
+    record = inspect_image(file.name, data, decoder.limits, mode=image_shape(decoder.schema).mode)
     if record.pixels is None:
         return None, None, ("size limit" if record.too_large else "decodable", record.error or "not decodable")
     if min(record.width, record.height) < decoder.min_side:

@@ -1,6 +1,5 @@
-"""The training engine's image parts: label-safe augmentation of each batch (deterministic in seed, epoch and step,
-so a resumed run sees the batches it would have seen, from either batch source in tasks/training/batches.py), and a
-frozen backbone kept in eval mode."""
+"""Label-safe augmentation of training images, each batch deterministic in seed, epoch and step, so a resumed run
+sees the batches it would have seen, from either batch source of the training engine (tasks/training/batches.py)."""
 from __future__ import annotations
 
 import functools
@@ -8,7 +7,7 @@ import functools
 import torch
 from torch import nn
 
-from tasks.core.params_spec import ImageAugment
+from tasks.modalities.image.settings import ImageAugment
 
 
 def augmenter(rules: ImageAugment, seed: int):
@@ -43,12 +42,3 @@ def augment_batch(rules: ImageAugment, seed: int, batch: torch.Tensor, epoch: in
         scale = 1 + (torch.rand(count, generator=generator).to(batch.device) * 2 - 1) * rules.brightness
         out = (out.float() * scale[:, None, None, None]).round().clamp(0, 255).to(torch.uint8)
     return out
-
-
-def keep_frozen_in_eval(model: nn.Module) -> None:
-    """Modules without a trainable parameter of their own stay in eval mode while the rest trains: a frozen
-    backbone's batch norms keep normalising with their pretrained statistics, as the linear probe saw them."""
-    for module in model.modules():
-        own = list(module.parameters(recurse=False))
-        if own and not any(p.requires_grad for p in own):
-            module.eval()

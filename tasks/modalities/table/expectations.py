@@ -2,16 +2,19 @@
 column, pass/fail first, counts only for failing groups. Used by the validate stage and the ingest gate."""
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
 import pandas as pd
 
-from tasks.core.contract_spec import Contract
+from tasks.core import paths
 from tasks.core.gate import GateResult
 from tasks.core.params_spec import ValidateParams
 from tasks.core.schema_spec import Schema
+from tasks.modalities.table.contract import Contract
 
+log = logging.getLogger("torchship.validate")
 WARN = {"on_violation": "warn"}  # expectation meta: a violation warns instead of failing
 
 
@@ -135,3 +138,15 @@ def _result_row(split: str, check) -> dict:
     return {"split": split, "expectation": config.type, "column": config.kwargs.get("column"),
             "success": bool(check.success), "unexpected_count": details.get("unexpected_count", 0),
             "sample": [str(v) for v in (details.get("partial_unexpected_list") or [])[:3]]}
+
+
+def validate_splits(params, schema) -> tuple[GateResult, list[dict]]:
+    """The data contract's suite (or, without one, the schema's) on the prepared splits."""
+    frames = {"train": pd.read_parquet(paths.TRAIN_SPLIT), "val": pd.read_parquet(paths.VAL_SPLIT),
+              "holdout": pd.read_parquet(paths.HOLDOUT_SPLIT)}
+    if params.contract is not None:  # the contract judges the table as a whole (row count, key, class shares)
+        frames = {"training data": pd.concat(frames.values(), ignore_index=True)}
+    else:
+        log.warning("no data contract in params.yaml: only strict types and parsing are enforced "
+                    "(propose one with `torchship contract suggest DATA`)")
+    return validate_frames(frames, schema, params.validate_, docs_dir=paths.DATA_DOCS, contract=params.contract)

@@ -7,9 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tasks.core.contract_spec import label_strings
 from tasks.core.errors import DataError
-from tasks.core.problems import SHOWN
 from tasks.core.schema_spec import Feature, Schema
 
 UNKNOWN_CODE = 0  # code of a missing or unseen category; known categories are 1..K
@@ -23,7 +21,7 @@ def _require_features(rows: pd.DataFrame, schema: Schema) -> None:
 
 
 def raw_columns(rows: pd.DataFrame, schema: Schema) -> dict[str, np.ndarray]:
-    """Raw rows -> one 1-D array per feature, as a raw-input graph takes them (tasks/variants/preprocess.py):
+    """Raw rows -> one 1-D array per feature, as a raw-input graph takes them (tasks/modalities/table/graph.py):
     numbers float64 (unparseable or missing = NaN), categories as text (missing = "", which codes as unknown)."""
     _require_features(rows, schema)
     return {f.name: pd.to_numeric(rows[f.name], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
@@ -62,15 +60,3 @@ def encode_features(rows: pd.DataFrame, schema: Schema) -> np.ndarray:
         with np.errstate(over="ignore"):   # beyond float32's range is +-inf, as a graph's Cast makes it
             matrix[:, j] = values
     return matrix
-
-
-
-def encode_target(target: pd.Series, schema: Schema) -> np.ndarray:
-    """Labels -> class indices; an unknown label is a contract violation."""
-    lookup = {c: i for i, c in enumerate(schema.classes)}
-    codes = label_strings(target).map(lookup)
-    if codes.isna().any():
-        unknown = sorted(set(label_strings(target)[codes.isna()]))[:SHOWN]
-        raise DataError(f"target '{schema.target}' has label(s) {unknown} "
-                        f"not among the trained classes {schema.classes}.")
-    return codes.to_numpy(dtype=np.int64)
