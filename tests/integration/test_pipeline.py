@@ -99,6 +99,24 @@ def test_reports_exist_and_dvc_is_clean(tiny_pipeline):
     assert chain == sorted(chain) and dag.index("baseline") > dag.index("prepare"), dag
 
 
+def test_a_table_projects_stages_rerun_for_table_code_and_not_for_image_code(tiny_pipeline):
+    """The stages' code deps follow the configured modality (tasks/stages/code_deps.py): on this table project,
+    editing image decoding leaves prepare current, editing the table parser makes it stale."""
+    project, _ = tiny_pipeline
+    image, table = (project.root / "tasks/modalities/image/decode.py", project.root / "tasks/modalities/table/parse.py")
+    originals = {path: path.read_text() for path in (image, table)}
+    try:
+        image.write_text(originals[image] + "\n# an edit of image code\n")
+        assert dvc_clean(project.dvc("status", "prepare").stdout)
+        table.write_text(originals[table] + "\n# an edit of table code\n")
+        stale = project.dvc("status", "prepare").stdout
+        assert "tasks/modalities/table/parse.py" in stale and "modified" in stale, stale
+    finally:
+        for path, text in originals.items():
+            path.write_text(text)
+    assert dvc_clean(project.dvc("status").stdout)
+
+
 def test_local_dvc_remote_works_out_of_the_box(tiny_pipeline, tmp_path):
     """A plain `dvc push` fills an empty default remote with the workspace's outputs (the run's register step
     already pushed to the project's remote: that one is set aside meanwhile)."""

@@ -1,8 +1,8 @@
-"""The "Add a step" and "Add a model" checklists of docs/development.md, followed in a copy of the repository: a
-throwaway step and a throwaway model family, each written in the files the checklist names and no other. Every
-list that names steps or models (the flow's order, `torchship plan`, the summary's headline, the code deps, the
-typed loader and the configuration docs, the diagram and the step table, the model registry and its arguments)
-picks them up."""
+"""The "Add a step", "Add a model" and "Add a modality" checklists of docs/development.md, followed in a copy of the
+repository: a throwaway step, model family and modality, each written in the files the checklist names and no other.
+Every list that names steps or models (the flow's order, `torchship plan`, the summary's headline, the code deps,
+the typed loader and the configuration docs, the diagram and the step table, the model registry and its arguments)
+picks them up, and the steps and the service take the modality without an edit."""
 from __future__ import annotations
 
 import hashlib
@@ -215,3 +215,229 @@ assert 'models/wide.py' in code_deps('train', Path('.')) and 'models/wide.py' no
 print('ok')
 """)
     assert printed.strip() == "ok"
+
+
+MODALITY = '''"""A throwaway modality, written by tests/unit/test_checklists.py: generated fixed-length vectors."""
+from __future__ import annotations
+
+import numpy as np
+
+from tasks.modalities.interface import Holdout, Modality, Split
+
+PREFIX, INPUT, WIDTH = "vectors:", "vector", 4
+
+
+class Vectors(Modality):
+    name = "vectors"
+    int8 = ("dynamic",)
+
+    def claims(self, data, params) -> bool:
+        return data.source.startswith(PREFIX)
+
+    def default_target(self, data, params) -> str:
+        return "label"
+
+    def check_source(self, params, target) -> None:
+        pass
+
+    def fingerprint(self, params) -> dict:
+        return {"source": params.data.source}
+
+    def prepare(self, params, target) -> dict:
+        from tasks.modalities.vectors.parts import prepare
+
+        return prepare(params, target)
+
+    def read_split(self, path, schema) -> Split:
+        import pandas as pd
+
+        frame = pd.read_parquet(path)
+        return Split(frame[list(map(str, range(WIDTH)))].to_numpy(np.float32), frame["label"].to_numpy(np.int64))
+
+    def load_holdout(self, schema, path) -> Holdout:
+        import pandas as pd
+
+        split = self.read_split(path, schema)
+        return Holdout(pd.read_parquet(path), split.inputs, {INPUT: split.inputs}, split.labels)
+
+    def probe(self, holdout, schema, count):
+        return holdout.inputs[:count], holdout.labels[:count]
+
+    def fit_layout(self, inputs, schema):
+        from models.tabular import FeatureLayout
+
+        return FeatureLayout(list(range(WIDTH)), [], [], [0.0] * WIDTH, [1.0] * WIDTH, len(schema.classes))
+
+    def layout_from_dict(self, saved):
+        from models.tabular import FeatureLayout
+
+        return FeatureLayout(**saved)
+
+    def export_example(self, schema):
+        import torch
+
+        return torch.zeros(4, WIDTH)
+
+    def compose(self, bare, schema):
+        from tasks.modalities.vectors.parts import compose
+
+        return compose(bare, schema)
+
+    def feed(self, schema, inputs) -> dict:
+        return inputs if isinstance(inputs, dict) else {INPUT: inputs}
+
+    def bare_inputs(self, schema, feed):
+        return feed[INPUT]
+
+
+MODALITY = Vectors()
+'''
+PARTS = '''"""The throwaway modality's prepare and served graph."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from onnx import TensorProto, helper
+
+from tasks.core import paths
+from tasks.core.artifacts import write_json_atomic
+from tasks.core.graph_nodes import MODEL, assemble, at_opset
+from tasks.core.runtime import DECISION, RAW_INPUTS
+from tasks.core.schema_spec import Schema
+from tasks.modalities.vectors import INPUT, WIDTH
+
+
+def prepare(params, target: str) -> dict:
+    rng = np.random.default_rng(params.data.seed)
+    labels = np.arange(300) % 3
+    frame = pd.DataFrame(rng.normal(labels[:, None] * 2.0, 1.0, (300, WIDTH)), columns=list(map(str, range(WIDTH))))
+    frame["label"] = labels
+    for name, part in (("train", frame[:200]), ("val", frame[200:250]), ("holdout", frame[250:])):
+        part.to_parquet(paths.PREPARE / f"{name}.parquet", index=False)
+    schema = Schema(source=params.data.source, target=target, classes=["0", "1", "2"], modality="vectors")
+    paths.SCHEMA.write_text(schema.to_json())
+    metrics = {"rows": {"train": 200, "val": 50, "holdout": 50}, "classes": 3, "headline": "300 vectors"}
+    write_json_atomic(paths.PREPARE_METRICS, metrics)
+    return metrics
+
+
+def compose(bare, schema: Schema):
+    inner = at_opset(bare)
+    front = [helper.make_node("Identity", [INPUT], [f"{MODEL}x"])]
+    inputs = [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, ["batch", WIDTH])]
+    outputs = [helper.make_tensor_value_info(name, TensorProto.INT64 if name == DECISION else TensorProto.FLOAT,
+                                             ["batch", 3]) for name in ("logits", "probabilities", DECISION)]
+    metadata = {p.key: p.value for p in bare.metadata_props}
+    from onnx import compose as onnx_compose
+
+    return assemble(onnx_compose.add_prefix(inner, MODEL), front, inputs, outputs, None, 3,
+                    {**metadata, **RAW_INPUTS}, "vectors")
+'''
+SERVING = '''"""The throwaway modality's serving part: {"vectors": [[x0, x1, x2, x3], ...]}."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import orjson
+
+from tasks.core.refusals import BodyRefused
+from tasks.modalities.vectors import INPUT, WIDTH
+
+
+@dataclass
+class Vectors:
+    rows: list = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def extend(self, other) -> None:
+        self.rows += other.rows
+
+
+class VectorDecoder:
+    inline_body_bytes = 1 << 16
+
+    def __init__(self, schema):
+        self.schema = schema
+
+    def decode(self, body: bytes, content_type=None) -> Vectors:
+        rows = orjson.loads(body).get("vectors")
+        if not rows or any(len(row) != WIDTH for row in rows):
+            raise BodyRefused(422, f"body must be {{'vectors': [[{WIDTH} numbers], ...]}}")
+        return Vectors(rows)
+
+    def feed(self, items: Vectors) -> dict:
+        return {INPUT: np.asarray(items.rows, dtype=np.float32)}
+
+    def features(self, items: Vectors, index: int) -> dict:
+        return {str(i): value for i, value in enumerate(items.rows[index])}
+
+    def blank(self) -> Vectors:
+        return Vectors([[0.0] * WIDTH])
+
+    def inputs(self) -> set:
+        return {INPUT}
+
+
+class VectorServing:
+    def decoder(self, schema, host=None) -> VectorDecoder:
+        return VectorDecoder(schema)
+
+
+SERVING = VectorServing()
+'''
+
+
+def test_a_new_modality_takes_its_package_and_two_files_and_no_step_service_or_monitor_changes(tmp_path):
+    """A throwaway modality, added as docs/development.md says: its package, a params change pointing at its data,
+    and its test. prepare, train and export run it as DVC runs them, and the service answers a request with it; no
+    existing step, service or monitor file was edited (nor any other)."""
+    before = copy_repository(tmp_path)
+    package = tmp_path / "tasks" / "modalities" / "vectors"
+    package.mkdir()
+    (package / "__init__.py").write_text(MODALITY)                                       # 1. its package
+    (package / "parts.py").write_text(PARTS)
+    (package / "serving.py").write_text(SERVING)
+    params = tmp_path / "params.yaml"                                                     # 2. its params (its data)
+    params.write_text(params.read_text().replace("  source: synthetic ", "  source: vectors:blobs ", 1)
+                      .replace("  model: auto ", "  model: mlp ", 1).replace("  adapt: true ", "  adapt: false ", 1)
+                      .replace("  epochs: 8 ", "  epochs: 2 ", 1).replace("  compile: true ", "  compile: false ", 1))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_vectors.py").write_text("def test_vectors():\n    pass\n")    # 3. its test
+    hand = changed(tmp_path, before)
+    assert {name for name in hand if not name.startswith("tasks/modalities/vectors/")} == {
+        "params.yaml", "tests/test_vectors.py"}
+
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "TORCHSHIP_STAGE_LOG": str(tmp_path / "stage-log")}
+    (tmp_path / "data" / "prepare").mkdir(parents=True)
+    for stage in ("prepare", "train", "export"):   # as dvc.yaml runs them
+        done = subprocess.run([sys.executable, "-m", f"tasks.{stage}"], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, f"{stage}: {done.stderr[-3000:]}"
+    printed = in_copy(tmp_path, """
+from pathlib import Path
+import onnx
+from fastapi.testclient import TestClient
+from serving.app import create_app
+from serving.service import ServiceSettings
+from tasks.core.params_spec import ServeParams, TrackingParams
+from tasks.core.schema_spec import load_schema
+from tasks.modalities import modality_of
+schema = load_schema(Path('data/prepare/schema.json'))
+served = modality_of(schema).compose(onnx.load('data/export/model.onnx'), schema)
+onnx.save(served, 'served.onnx')
+settings = ServiceSettings(serve=ServeParams(request_log=''), model_name='m', tracking=TrackingParams(),
+                           model_file=Path('served.onnx'))
+with TestClient(create_app(settings)) as client:
+    answer = client.post('/predict', json={'vectors': [[0.0, 0.1, 0.0, 0.2], [4.0, 4.1, 3.9, 4.2]]})
+    assert answer.status_code == 200, answer.text
+    labels = [p['label'] for p in answer.json()['predictions']]
+    assert client.post('/predict', json={'vectors': [[1.0]]}).status_code == 422
+print(modality_of(schema).name, labels)
+""")
+    assert printed.strip() == "vectors ['0', '2']"
+    produced = changed(tmp_path, before) - hand   # what the stages and the service wrote: nothing of the code
+    assert all(name.startswith(("data/", "stage-log/", "mlflow/")) or name == "served.onnx" for name in produced), \
+        sorted(produced)
