@@ -34,7 +34,9 @@ class DataParams(Section):
                                                  "file. Images (docs/images.md): `images:digits` or `images:shapes` "
                                                  "(packaged), a folder with one subfolder per class, or a manifest "
                                                  "(CSV or Parquet with an `images.path_column` and a `data.target` "
-                                                 "column).")
+                                                 "column). Texts (docs/text.md): `text:tickets` or `text:tweets` "
+                                                 "(packaged), a CSV or Parquet file with a free-text column, or a "
+                                                 "folder with one subfolder per class of `.txt` files.")
     modality: str = Field(AUTO, pattern=r"^[a-z][a-z0-9_]*$", description="What the source holds, a modality's name "
                                                                       "(`table`, `image`, ...: tasks/modalities/), "
                                                                       "or `auto`: the first modality that recognises "

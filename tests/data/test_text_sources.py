@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from tasks.core.errors import ConfigError, DataError
+from tasks.core.free_text import text_columns
 from tasks.modalities.text.generated import CLASSES, REFERENCE_TOPICS, SHIFTED_TOPICS, generate_tickets
 from tasks.modalities.text.settings import TextParams
 from tasks.modalities.text.sources import (
@@ -20,7 +21,6 @@ from tasks.modalities.text.sources import (
     looks_like_text,
     read_text_file,
     table_texts,
-    text_columns,
     topic_of,
 )
 

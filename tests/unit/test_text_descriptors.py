@@ -81,6 +81,7 @@ def calls(tmp: Path) -> dict[str, object]:
         sources,
     )
     from tasks.modalities.text.settings import TextParams
+    from tasks.modalities.text.tokenizer import fit_tokenizer
 
     frame = generated.generate_tickets(120, seed=0)
     texts, labels = list(frame["text"]), list(frame["label"])
@@ -91,12 +92,15 @@ def calls(tmp: Path) -> dict[str, object]:
     table = checks.metadata_table(records, ["train", "holdout"] * 60)
     rules = checks.rules_for(labels, TextParams(), None)
     y = np.array([generated.CLASSES.index(label) for label in labels])
+    tokenizer = fit_tokenizer(texts, max_tokens=16)
     return {
         "descriptors.words_of": lambda: descriptors.words_of(texts[0]),
         "descriptors.non_letter_share": lambda: descriptors.non_letter_share(texts[0]),
         "descriptors.vocabulary_of": lambda: descriptors.vocabulary_of(texts),
         "descriptors.oov_share": lambda: descriptors.oov_share(["a"], {"a"}),
         "descriptors.text_descriptors": lambda: descriptors.text_descriptors(texts, {"the"}),
+        "descriptors.lone_surrogate": lambda: descriptors.lone_surrogate("a\ud800"),
+        "descriptors.model_descriptors": lambda: descriptors.model_descriptors(texts, tokenizer),
         "sources.is_packaged": lambda: sources.is_packaged("text:tickets"),
         "sources.max_bytes": lambda: sources.max_bytes(10),
         "sources.inspect_text": lambda: sources.inspect_text("x", b"abc", 10),
@@ -110,7 +114,6 @@ def calls(tmp: Path) -> dict[str, object]:
         "sources.check_text_source": lambda: sources.check_text_source(str(tmp / "t.csv"), "label", None),
         "sources.fingerprint_texts": lambda: sources.fingerprint_texts(str(tmp / "set")),
         "sources.looks_like_text": lambda: sources.looks_like_text(tmp / "t.csv"),
-        "sources.text_columns": lambda: sources.text_columns(frame),
         "sources.text_column_of": lambda: sources.text_column_of(frame, "label", None, "t"),
         "sources.read_table": lambda: sources.read_table(tmp / "t.csv", sample=True),
         "generated.generate_tickets": lambda: generated.generate_tickets(50, 1, drift=0.5),
@@ -140,6 +143,9 @@ def calls(tmp: Path) -> dict[str, object]:
         "baseline.fit_and_predict": lambda: baseline.fit_and_predict(texts[:90], y[:90], texts[90:], y[90:], 4,
                                                                      BaselineParams(), add_balanced=True),
         "baseline.gate_baseline": lambda: baseline.gate_baseline({"a": {"f1_macro": 1.0}}, "f1_macro"),
+        "baseline.baseline_report": lambda: baseline.baseline_report(texts[:90], y[:90], texts[90:], y[90:],
+                                                                     list(generated.CLASSES), BaselineParams(),
+                                                                     "f1_macro"),
     }
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.core.errors import DataError
+from tasks.core.free_text import text_columns
 from tasks.core.params_spec import MAX_NON_NUMERIC_SHARE
 from tasks.core.problems import Problem, line_examples, raise_if_any
 from tasks.core.schema_spec import Feature, Schema
@@ -15,6 +16,7 @@ from tasks.modalities.table.files import require_target
 
 # A numeric target with more distinct values than this is a regression target.
 MAX_NUMERIC_CLASSES = 100
+FREE_TEXT_SAMPLE = 1000   # rows a column is judged free text on
 
 
 
@@ -42,9 +44,22 @@ def parse_table(raw: pd.DataFrame, target: str, origin: str,
         kind, parsed = _parse_column(values, str(column), problems, max_non_numeric_share=max_non_numeric_share)
         typed[column] = parsed
         kinds[str(column)] = kind
+    problems += free_text_problems(raw, kinds, target)
     problems += target_problems(typed[target], target)
     raise_if_any(origin, problems)
     return typed, kinds
+
+
+def free_text_problems(raw: pd.DataFrame, kinds: dict[str, str], target: str) -> list[Problem]:
+    """A column of free text (tasks/core/free_text.py) is never encoded as a category: it is named, with the way to
+    train on its texts."""
+    categorical = [c for c in raw.columns if kinds.get(str(c)) == "categorical"]
+    sample = raw[categorical].head(FREE_TEXT_SAMPLE)
+    return [Problem("holds free text, not categories (rule: a text column is never encoded as a category)",
+                    len(raw), column=column, examples=line_examples(raw[column].head(2).items()),
+                    fix=f"Train on its texts: torchship run --set data.modality=text --set data.target={target} "
+                        f"--set text.text_column={column} (docs/text.md); or drop the column.")
+            for column in text_columns(sample)]
 
 
 

@@ -72,3 +72,21 @@ def gate_baseline(results: dict[str, dict[str, float]], metric: str) -> str:
     """The baseline bless holds the candidate to: the best on the holdout (TF-IDF, unless the majority class wins
     on a degenerate set)."""
     return max(results, key=lambda name: results[name][metric])
+
+
+def baseline_report(train: list[str], train_labels: np.ndarray, holdout: list[str], holdout_labels: np.ndarray,
+                    classes: list[str], rules: BaselineParams, metric: str) -> tuple[dict, dict]:
+    """(the baseline report: {metric, models, gate, headline, ...}, the gate's holdout predictions) of the majority
+    class and TF-IDF + logistic regression (class-balanced too where the metric rewards it)."""
+    from tasks.core.metrics import balances_classes, best_baseline
+
+    models, predicted = fit_and_predict(train, train_labels, holdout, holdout_labels, len(classes), rules,
+                                        balances_classes(metric))
+    gate = gate_baseline(models, metric)
+    best, score = best_baseline({"models": models}, metric)
+    report = {"metric": metric, "modality": "text", "models": models, "picked": None, "cv_scores": None,
+              "class_weights": ["none", "balanced"] if balances_classes(metric) else ["none"], "gate": gate,
+              "headline": f"best {best.replace('_', ' ')} {metric} {score:.4f}; " + ", ".join(
+                  f"{name.replace('_', ' ')} {figures[metric]:.4f}" for name, figures in models.items()
+                  if name != best)}
+    return report, {"baseline": gate, "metric": metric, "rows": len(holdout), "predicted": predicted[gate].tolist()}

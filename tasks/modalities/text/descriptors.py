@@ -58,3 +58,21 @@ def text_descriptors(texts: Sequence[str], vocabulary: Collection[str] | None = 
                    np.nan if vocabulary is None else oov_share(words, vocabulary))
     frame = pd.DataFrame(rows, columns=list(DESCRIPTORS))
     return frame.astype({"chars": np.int64, "words": np.int64})
+
+
+def lone_surrogate(text: str) -> str | None:
+    """Where a text holds a lone surrogate (no Unicode character: not encodable as UTF-8), in words; None if none."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate U+{ord(text[exc.start]):04X} at character {exc.start}: not Unicode text"
+    return None
+
+
+def model_descriptors(texts: Sequence[str], tokenizer) -> pd.DataFrame:
+    """`text_descriptors` with the out-of-vocabulary share read by the run's own tokenizer (a Tokenizer): the share of
+    a text's tokens the model reads as unknown. What the service logs of each text and what the monitor's reference
+    holds, computed alike on both sides."""
+    frame = text_descriptors(texts)
+    frame["oov_share"] = tokenizer.unknown_shares(texts)
+    return frame

@@ -137,6 +137,13 @@ def compose_text_model(bare: onnx.ModelProto, schema: Schema, tokenizer: Tokeniz
                     passed=(EMBEDDING,))
 
 
+def projected_width(path) -> int:
+    """The width of a served text graph's `embedding` output (PROJECTED, or the model's own when narrower)."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    dims = next(o for o in graph.output if o.name == EMBEDDING).type.tensor_type.shape.dim
+    return dims[-1].dim_value or PROJECTED
+
+
 def text_signature(schema: Schema, projected: int):
     """The MLflow signature of a composed text graph: the string tensor `text` (-1,) in; logits, probabilities and
     the decision (N, C) and the embedding projection (N, k) out. A tensor input, not a column: MLflow then feeds a

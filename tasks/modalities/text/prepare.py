@@ -1,0 +1,134 @@
+"""prepare for texts: judge every text once by the text contract, quarantine the refused ones with the report,
+split the rest stratified with near duplicates kept together, and fit the run's tokenizer on the training split.
+
+One pass names every bad text with every rule it breaks (tasks/modalities/text/checks.py). The run goes on when the
+refused share is within `max_bad_share` (the contract's, else `text.max_bad_share`); above it nothing is written and
+prepare fails. Either way every refused text is kept in data/quarantine/ with report.json: nothing is lost.
+
+Near duplicates (word-pair Jaccard at least `near_duplicate_jaccard`, chains included) form one group, and a group
+is split as one item: a near copy of a holdout text never sits in the training split, so the holdout measures what
+the model was not shown. The tokenizer sees the training texts only."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tasks.core.errors import DataError
+from tasks.core.labels import class_labels, label_strings
+from tasks.core.params_spec import PrepareParams
+from tasks.core.schema_spec import Schema
+from tasks.modalities.text.checks import (
+    TextRules,
+    class_warnings,
+    judge_texts,
+    metadata_table,
+    quarantine_texts,
+    rules_for,
+)
+from tasks.modalities.text.contract import TextContract
+from tasks.modalities.text.inputs import text_inputs
+from tasks.modalities.text.near_duplicates import near_duplicate_groups
+from tasks.modalities.text.settings import TextParams
+from tasks.modalities.text.shards import LABEL, METADATA, TEXT
+from tasks.modalities.text.sources import TextRecord
+from tasks.modalities.text.tokenizer import Tokenizer, fit_tokenizer
+
+log = logging.getLogger("torchship.prepare")
+SHOWN_TEXTS = 20   # refused texts named in the message (report.json names every one)
+SPLITS = ("train", "val", "holdout")
+
+
+@dataclass(frozen=True)
+class PreparedTexts:
+    schema: Schema
+    splits: dict[str, pd.DataFrame]      # per split: name, text, label and the measured metadata
+    refused: dict[str, list[str]]        # text name -> every rule it breaks
+    rules: TextRules
+    texts: int                           # in the source
+    tokenizer: Tokenizer
+
+
+def listing(refused: dict[str, list[str]]) -> str:
+    """The first SHOWN_TEXTS refused texts with their rules, one a line (and how many more report.json names)."""
+    lines = [f"  - {name}: {'; '.join(rules)}" for name, rules in sorted(refused.items())[:SHOWN_TEXTS]]
+    more = len(refused) - SHOWN_TEXTS
+    return "\n".join(lines + ([f"  ... and {more} more (report.json names every one)"] if more > 0 else []))
+
+
+def judged(records: list[TextRecord], origin: str, rules: TextRules) -> tuple[pd.DataFrame, dict[str, list[str]]]:
+    """(the metadata table, refused name -> rules) of one pass; refused texts are quarantined, and above
+    `max_bad_share` prepare fails (DataError) after quarantining them."""
+    table = metadata_table(records)
+    refused = judge_texts(table, rules).refused
+    for warning in class_warnings([r.label for r in records], rules.max_class_ratio):
+        log.warning("%s: %s", origin, warning)
+    if refused:
+        folder = quarantine_texts(records, refused, origin, rules.max_bad_share)
+        share = len(refused) / len(records)
+        if share > rules.max_bad_share:
+            raise DataError(f"{origin}: {len(refused)} of {len(records)} texts ({share:.1%}) break the text contract, "
+                            f"over the {rules.max_bad_share:.0%} it allows (max_bad_share): nothing was prepared. Fix "
+                            f"or remove them, or raise the share in the contract.\n{listing(refused)}\n"
+                            f"Every refused text and this report are in {folder}/.")
+        log.warning("%s: %d of %d texts refused (%.1f%%, within max_bad_share %.0f%%) and quarantined in %s/:\n%s",
+                    origin, len(refused), len(records), 100 * share, 100 * rules.max_bad_share, folder,
+                    listing(refused))
+    return table, refused
+
+
+def split_groups(labels: pd.Series, groups: np.ndarray, params: PrepareParams, origin: str) -> np.ndarray:
+    """Each text's split ("train", "val", "holdout"): groups of near duplicates are split as one item, stratified by
+    the label of their first text, seeded."""
+    from sklearn.model_selection import train_test_split
+
+    first = pd.Series(np.arange(len(groups))).groupby(groups).min()          # group id -> its first text
+    group_labels = labels.iloc[first.to_numpy()].reset_index(drop=True)
+    smallest = group_labels.value_counts().min()
+    if smallest < 3:
+        raise DataError(f"{origin}: a class has only {smallest} text(s) (near copies counted once); each class needs "
+                        "at least 3 to appear in train, validation and holdout. Add texts or merge rare classes.")
+    index = np.arange(len(first))
+    try:
+        rest, holdout = train_test_split(index, test_size=params.holdout_fraction, random_state=params.seed,
+                                         stratify=group_labels)
+        share = params.val_fraction / (1 - params.holdout_fraction)
+        train, val = train_test_split(rest, test_size=share, random_state=params.seed,
+                                      stratify=group_labels.iloc[rest])
+    except ValueError as exc:
+        raise DataError(f"{origin}: {len(labels)} texts are too few to split {labels.nunique()} classes into train, "
+                        f"validation and holdout ({exc}). Add texts, or raise prepare.val_fraction / "
+                        "prepare.holdout_fraction.") from None
+    named = np.empty(len(first), dtype=object)
+    named[train], named[val], named[holdout] = "train", "val", "holdout"
+    by_group = dict(zip(first.index, named))
+    return np.array([by_group[g] for g in groups], dtype=object)
+
+
+def prepare_texts(records: list[TextRecord], origin: str, target: str, column: str, params: TextParams,
+                  split: PrepareParams, contract: TextContract | None = None) -> PreparedTexts:
+    """The core: judge, quarantine, split (near copies together), fit the tokenizer on the training texts. Raises
+    DataError (after quarantining) when the refused share is over the limit or a class is too small to split."""
+    if not records:
+        raise DataError(f"{origin} holds no texts")
+    rules = rules_for([r.label for r in records], params, contract)
+    table, refused = judged(records, origin, rules)
+    kept = table[~table["name"].isin(refused)].reset_index(drop=True)
+    if len(kept) < rules.min_texts:
+        raise DataError(f"{origin}: {len(kept)} texts pass the contract, fewer than its min_texts {rules.min_texts}.")
+    by_name = {r.name: r.text for r in records}
+    kept[TEXT] = [by_name[name] for name in kept["name"]]
+    kept[LABEL] = label_strings(kept[LABEL])
+    groups = near_duplicate_groups(kept[TEXT].tolist(), rules.near_duplicate_jaccard, split.seed)
+    assignment = split_groups(kept[LABEL], groups, split, origin)
+    splits = {name: kept[assignment == name][["name", TEXT, LABEL, *METADATA[1:]]].reset_index(drop=True)
+              for name in SPLITS}
+    settings = params.tokenizer
+    tokenizer = fit_tokenizer(splits["train"][TEXT], settings.tokens_per_text, settings.lowercase,
+                              settings.min_count, settings.max_vocab)
+    schema = Schema(source=origin, target=target, classes=class_labels(kept[LABEL]), modality="text",
+                    inputs=text_inputs(tokenizer, column, rules.chars[1]))
+    return PreparedTexts(schema=schema, splits=splits, refused=refused, rules=rules, texts=len(records),
+                         tokenizer=tokenizer)
