@@ -243,3 +243,14 @@ def test_the_limits_are_the_models_own_and_the_host_only_tightens_them():
     older = Schema(source="t", target="label", classes=["a", "b"], modality="image",
                    inputs=ImageShape(height=16, width=16, channels=3, mode="RGB").model_dump())   # before it had limits
     assert len(decoder_for(older, {"images": ImagesParams()}).decode(as_json(larger))) == 1   # the host's params apply
+
+
+def test_batch_scoring_reads_a_large_image_as_the_service_does():
+    from tasks.modalities.image.batch import read_one
+    from tasks.modalities.image.sources import ImageFile
+
+    data = image_file("jpeg", 300, 400, seed=3)   # far over the model's size: reduced before it is converted
+    pixels, stats, rule = read_one(ImageFile(name="big.jpg", label=None, read=lambda limit=None: data), DECODER)
+    served = DECODER.decode(as_json(data))
+    np.testing.assert_array_equal(pixels, served.pixels[0])
+    assert (stats["width"], stats["height"]) == (served.stats[0]["width"], served.stats[0]["height"]) == (400, 300)

@@ -110,7 +110,8 @@ def read_one(file: ImageFile, decoder) -> tuple[np.ndarray | None, dict | None, 
         data = file.read()
     except OSError as exc:
         return None, None, ("readable", str(exc))
-    record = inspect_image(file.name, data, decoder.limits, mode=image_shape(decoder.schema).mode)
+    record = inspect_image(file.name, data, decoder.limits, mode=image_shape(decoder.schema).mode,
+                           fit=decoder.shape[:2])   # reduced as the service reduces it: the same pixels
     if record.pixels is None:
         return None, None, ("size limit" if record.too_large else "decodable", record.error or "not decodable")
     if min(record.width, record.height) < decoder.min_side:
