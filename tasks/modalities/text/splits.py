@@ -26,11 +26,13 @@ def declared(params) -> TextContract | None:
 
 
 def text_settings(params):
-    """The `text` params with the contract's text column, when it names one."""
+    """The `text` params as the contract amends them: its character limit (texts are read within it), and its text
+    column where it names one."""
     contract = declared(params)
-    if contract is not None and contract.text_column:
-        return params.text.model_copy(update={"text_column": contract.text_column})
-    return params.text
+    if contract is None:
+        return params.text
+    return params.text.model_copy(update={"max_chars": contract.max_chars,
+                                          "text_column": contract.text_column or params.text.text_column})
 
 
 def source_column(source: str, target: str, settings) -> str:
