@@ -54,10 +54,10 @@ IN_MEMORY = ("unit", "data", "model")
 # The modules that take minutes (the CPU report `make test` prints), longest first: each starts before the rest of
 # its start class (below), so that none is left running alone on one worker at the end while the others idle. Only
 # the order changes with this list: a module missing from it runs all the same, in collection order.
-LONGEST_FIRST = ("integration/test_journey", "integration/test_images", "reliability/test_kill_ladder",
-                 "integration/test_pipeline", "reliability/test_contract_doors", "integration/test_training_engine",
-                 "integration/test_cli", "integration/test_small_table", "integration/test_two_nodes",
-                 "integration/test_stack")
+LONGEST_FIRST = ("integration/test_journey", "integration/test_images", "integration/test_text",
+                 "reliability/test_kill_ladder", "integration/test_pipeline", "reliability/test_contract_doors",
+                 "integration/test_training_engine", "integration/test_cli", "integration/test_small_table",
+                 "integration/test_two_nodes", "integration/test_stack")
 SHARED_BUILD_TIMEOUT_S = 1200
 
 
