@@ -6,6 +6,7 @@ a prepared text; and a table with a free-text column is text, refused as a table
 from __future__ import annotations
 
 import json
+import time
 
 import pandas as pd
 import pytest
@@ -123,6 +124,22 @@ def test_the_batch_door_refuses_a_copy_of_a_prepared_text_and_a_foreign_class(pr
     assert labelled.store is not None   # 2 of 32 is within the contract's share: the rest may join
     stored = pd.read_parquet(labelled.store())
     assert len(stored) == len(fresh) and "leak.txt" not in " ".join(stored["name"])
+    modality = detect_modality(params.data, params)   # what a retrain learns from, and prepare reads next
+    assert len(modality.labelled_times()) == len(fresh)
+    assert modality.labelled_batch(params, schema, None, 0.0, time.time() + 60).accepted == len(fresh)
+    assert modality.labelled_batch(params, schema, None, time.time() + 60, time.time() + 120).gate.status == "fail"
+    metrics = modality.prepare(params, "label")
+    assert metrics["texts"] == 90 + len(BAD) + 5 + len(fresh)
+
+
+def test_a_suggested_text_contract_accepts_its_own_reference(tmp_path):
+    from tasks.modalities.text.contract import TextContract
+
+    ticket_folder(tmp_path / "reference", count=40)
+    params = parse_params({"data": {"source": str(tmp_path / "reference")}})
+    suggestion = detect_modality(params.data, params).suggest_contract(params, "label", 0.1)
+    assert isinstance(suggestion.contract, TextContract) and suggestion.contract.classes == CLASSES
+    assert suggestion.items == 40 and suggestion.unit == "texts" and suggestion.contract.text_column is None
 
 
 def test_a_table_with_a_free_text_column_is_text_and_refused_as_a_table(tmp_path, monkeypatch):

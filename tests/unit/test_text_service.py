@@ -162,3 +162,30 @@ def test_batch_scoring_a_table_and_a_folder_answers_as_the_service_and_refuses_w
         predict_texts(folder, tmp_path / "again.csv", variant, "text", show_progress=False)
     assert not (tmp_path / "again.csv").exists()
     assert "not UTF-8" in (tmp_path / "again.csv.problems.csv").read_text()
+
+
+def test_the_raw_parity_gate_passes_the_served_graph_and_refuses_one_with_a_wrong_tokenizer(served):
+    """The profile stage's gate (Text.raw_parity): tokenization first, on the graph's own front end."""
+    import dataclasses
+
+    from tasks.core.params_spec import ExportParams
+    from tasks.modalities import modality_of
+    from tasks.modalities.interface import Holdout
+    from tasks.modalities.text.inputs import schema_tokenizer
+
+    schema, model_file = served
+    bare = onnx.load(str(model_file.with_name("bare.onnx")))
+    texts = list(TICKETS["text"][200:])
+    holdout = Holdout(TICKETS.iloc[200:], np.zeros((len(texts), 32), np.int64), text_feed(texts),
+                      np.zeros(len(texts), np.int64))
+    tokenizer, modality = schema_tokenizer(schema), modality_of(schema)
+    shifted = dataclasses.replace(tokenizer, vocabulary=tokenizer.vocabulary[1:] + tokenizer.vocabulary[:1])
+    right = modality.compose(bare, schema).SerializeToString()
+    wrong = compose_text_model(bare, schema, shifted).SerializeToString()
+    rules = ExportParams()
+    passed = modality.raw_parity("onnx", open_onnx(model_file.with_name("bare.onnx"), 1), open_onnx(right, 1),
+                                 schema, holdout, rules)
+    assert passed.status == "pass" and "the served graph's own front end" in passed.reasons[0], passed.reasons
+    refused = modality.raw_parity("onnx", open_onnx(model_file.with_name("bare.onnx"), 1), open_onnx(wrong, 1),
+                                  schema, holdout, rules)
+    assert refused.status == "fail" and refused.reasons[0].startswith("tokenization gate"), refused.reasons
