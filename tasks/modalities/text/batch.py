@@ -134,12 +134,12 @@ def predict_texts(source: Path, output: Path, variant, column: str, target: str 
                          for i, (name, _, text, error) in enumerate(items)]
                 problems.add(0, [problem for problem in found if problem])
                 seen, summary.chunks = seen + len(items), summary.chunks + 1
-                bar.update(task, note=f"{summary.rows:,} scored, {problems.count} refused")
                 if problems.count == 0:
                     table, predicted = scored_table(variant, [item[:3] for item in items])
                     writer.write(table)
                     counts[:] += predicted
                     summary.rows += len(items)
+                bar.update(task, completed=seen, note=f"{summary.rows:,} scored, {problems.count} refused")
         writer.close()
         problems.close()
         if problems.count:

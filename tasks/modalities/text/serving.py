@@ -182,7 +182,8 @@ class TextServing:
         from tasks.modalities.text.batch import predict_texts
 
         column = params.text.text_column or text_shape(variant.schema).column
-        return predict_texts(source, output, variant, column, params.data.target, chunk, show_progress)
+        target = params.data.target or variant.schema.target   # the label column a scored file may hold
+        return predict_texts(source, output, variant, column, target, chunk, show_progress)
 
 
 SERVING = TextServing()
