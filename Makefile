@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # TELEMETRY_OFF of tasks/core/env.py (make cannot import it; tests/unit/test_env.py checks this line)
 export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true DVC_NO_ANALYTICS=1 PREFECT_SERVER_ANALYTICS_ENABLED=false GX_ANALYTICS_ENABLED=false
 
-.PHONY: install prometheus stack-deps lint pipeline test test-fast bench bench-tables docs clean
+.PHONY: install prometheus stack-deps lint pipeline test test-fast bench bench-tables bench-sweep docs clean
 
 # Many tests wait on subprocesses and servers, so three workers overlap well on two cores; tests that share
 # a module (or a named group) stay on one worker (`--dist loadgroup`), taken in the order tests/conftest.py sorts.
@@ -61,10 +61,11 @@ test: install prometheus stack-deps lint
 test-fast: install prometheus lint
 	$(VENV)/bin/python -m pytest -q -n 2 -p no:hypothesispytest -p no:schemathesis tests/unit tests/data tests/model
 
-# Every bench but the per-table accuracy one (below: 15 pipeline runs).
+# Every bench but the per-table accuracy one and the sweep's (below: each takes over an hour on 2 cores).
 bench: install stack-deps
 	$(call apt_install,promtool:prometheus wrk:wrk) || echo "prometheus or wrk could not be installed: bench/bench_dashboard.py and bench/bench_serving.py need them"
-	for script in bench/bench_*.py; do [ $$script = bench/bench_tables.py ] || $(PY) $$script || exit 1; done
+	for script in bench/bench_*.py; do case $$script in bench/bench_tables.py|bench/bench_sweep.py) continue;; esac; \
+		$(PY) $$script || exit 1; done
 	$(PY) bench/render_table.py
 
 # The served model vs the cross-validation-picked scikit-learn baseline, 8 public tables, 10 seeds under 1,000 rows and
@@ -73,6 +74,13 @@ bench: install stack-deps
 bench-tables: install
 	$(PIP) install -q -e '.[dev,bench]'
 	$(PY) bench/bench_tables.py
+	$(PY) bench/render_table.py
+
+# Studies of 12 trials over 5 seeds on fair, anes96, digits and images:digits, and the workers' trials per hour (about
+# 90 min on 2 cores; the bench extra for the tables). Fewer: $(PY) bench/bench_sweep.py --sets fair --seeds 2 --trials 4
+bench-sweep: install
+	$(PIP) install -q -e '.[dev,bench]'
+	$(PY) bench/bench_sweep.py
 	$(PY) bench/render_table.py
 
 docs: install

@@ -402,25 +402,31 @@ def render_gpu(results: dict[str, dict]) -> list[str]:
 
 def render_sweep(results: dict[str, dict]) -> list[str]:
     """bench/bench_sweep.py: the search's winner vs the default configuration on the untouched holdout, its
-    optimism and the baseline cross-validation picks, one row per table; then trials per hour, two workers vs one."""
+    optimism and the baseline cross-validation picks, one row per set; then trials per hour, two workers vs one."""
     result = _need(results, "sweep")
-    config = result["config"]
-    reduced = "; reduced" if config["reduced"] else ""
-    lines = [f"**Search judged on the holdout** ({_when(result)}; {config['trials']} trials a study, "
-             f"{config['seeds']} seed(s), wall {result['wall_s'] / 60:.0f} min{reduced}; goal: {result['goal']}). "
-             "Holdout macro-F1, mean ± 95% interval over seeds; winner minus default paired per seed, in points, "
-             "with the seeds whose paired bootstrap interval lies below 0.", "",
-             "| table | holdout rows | default | winner | winner - default (points) | default better (seeds) | "
-             "optimism (points) | CV-picked baseline | met |", "|---|---|---|---|---|---|---|---|---|"]
-    for name, t in result["tables"].items():
-        lines.append(f"| {name} | {t['holdout_rows']} | {_ci(t['default'])} | {_ci(t['winner'])} | "
-                     f"{_ci(t['gain'], 100, 2, '+')} | {t['default_significantly_better']}/{t['seeds']} | "
-                     f"{_ci(t['optimism'], 100, 2, '+')} | {_ci(t['cv_baseline'])} ({t['cv_baseline_name']}) | "
-                     f"{'yes' if t['met'] else 'no'} |")
-    scale = result.get("scale")
+    f = result["figures"]
+    config = f["config"]
+    ran = (f"{config['trials']} trials a study, {config['seeds']} seed(s), sets {', '.join(config['sets'])}; "
+           f"bench wall {f['wall_s'] / 60:.0f} min" + ("; a reduced run" if config["reduced"] else ""))
+    lines = [f"**{result['title']}** ({_when(result)}; {ran}; goal: {result['goal']}). Holdout macro-F1, mean ± 95% "
+             "interval over seeds; winner minus default paired per seed (points), with the seeds whose paired "
+             "bootstrap interval lies wholly below 0; optimism = the winner's validation score minus its holdout "
+             "score (points).", "",
+             "| set | holdout rows | default | winner | winner − default | default better (seeds) | optimism | "
+             "CV-picked baseline | met |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, s in f["sets"].items():
+        lines.append(f"| {name} | {s['holdout_rows']:,} | {_ci(s['default'])} | {_ci(s['winner'])} | "
+                     f"{_ci(s['gain'], 100, 2, '+')} | {s['default_significantly_better']}/{s['seeds']} | "
+                     f"{_ci(s['optimism'], 100, 2, '+')} | {_ci(s['cv_baseline'])} ({s['cv_baseline_name']}) | "
+                     f"{'yes' if s['met'] else '**no**'} |")
+    scale = f.get("scale")
     if scale:
-        lines += ["", f"Trials per hour, {scale['table']}, one thread a trial: one worker {scale['one']:.0f}, two "
-                      f"workers {scale['two']:.0f} ({scale['ratio']:.2f}x; goal {scale['goal']}x on 2 cores)."]
+        lines += ["", f"Trials per hour ({scale['set']}; {scale['trials']} trials each, one thread a trial, load "
+                      f"average {scale['load_average'][0]:.1f} after): one worker {scale['one']:.0f}, two workers "
+                      f"{scale['two']:.0f} ({scale['ratio']:.2f}x; goal {scale['goal']:g}x on 2 cores)."]
+    if not config["complete"]:
+        lines += ["", "*A partial run: " + ", ".join(f"{name} {s['seeds']}/{config['seeds']} seeds"
+                                                     for name, s in f["sets"].items()) + ".*"]
     return lines
 
 
