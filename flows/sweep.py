@@ -26,7 +26,7 @@ from tasks.sweep.report import Finalist, SweepSummary, accepts, ranked, shared_w
 from tasks.sweep.study import STORAGE_ENV, tally
 from tasks.sweep.trial import TRIAL_STAGES
 from tasks.sweep.worker import start_local_workers, wait_for, work
-from tasks.sweep.workspace import ensure_template
+from tasks.sweep.workspace import ensure_template, own_code_env
 from tasks.workspace.lock import workspace_lock
 
 DEPLOYMENT = "torchship-sweep-trial/sweep-trial"
@@ -88,11 +88,12 @@ def later_stages() -> list[str]:
 @task(name="sweep-finalist", task_run_name="trial {finalist.number}")
 def judge_finalist(finalist: Finalist, parent_run: str, require_better: bool) -> tuple[Finalist, Blessing | None]:
     """In the trial's folder: the stages after train, then bless against the baselines and the live champion."""
+    env = own_code_env(Path("."))
     with contextlib.chdir(finalist.folder):
         try:
             params = load_params()
             for stage in later_stages():
-                repro.reproduce(stage)
+                repro.reproduce(stage, env=env)
             blessing = bless.run(params, parent_run)
         except TorchshipError as exc:
             finalist.verdict = f"not judged: {str(exc).splitlines()[0][:300]}"

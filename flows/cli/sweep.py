@@ -34,6 +34,7 @@ def sweep(trials: int = typer.Option(None, "--trials", min=1, help=TRIALS_HELP),
     enter_project()
     from flows.environment import server_configured
     from flows.sweep import sweep as sweep_flow
+    from tasks.modalities.sources import check_source
     from tasks.registry.status import registry_changes, registry_snapshot
     from tasks.stages.overrides import resolve
 
@@ -41,6 +42,8 @@ def sweep(trials: int = typer.Option(None, "--trials", min=1, help=TRIALS_HELP),
     extra = [f"sweep.trials={trials}"] * (trials is not None) + [f"sweep.workers={workers}"] * (workers is not None)
     try:
         raw, parsed = resolve([*set_, *extra], params_file)
+        check_source(parsed)
+        check_own_models(raw, parsed)
         before = registry_snapshot(parsed)
         quiet_expected_tracebacks()
         summary = sweep_flow(raw=raw, on_pool=server_configured() and not local)
@@ -48,6 +51,20 @@ def sweep(trials: int = typer.Option(None, "--trials", min=1, help=TRIALS_HELP),
         fail(str(exc))
     render(summary, time.perf_counter() - started)
     console.print(f"Registry: {registry_changes(before, registry_snapshot(parsed))}.", highlight=False)
+
+
+def check_own_models(raw: dict, parsed) -> None:
+    """As `torchship run` does before any stage: your own module (the base's, and each `train.model` choice of the
+    space naming one) probed in a child with time and memory limits, and pinned weights checked; never in this
+    process."""
+    from tasks.sweep.space import with_values
+    from tasks.training.probe_process import check_before_stages
+
+    searched = parsed.sweep.space.get("train.model")
+    choices = [str(m) for m in searched.choices] if searched is not None and searched.choices else []
+    for model in dict.fromkeys([parsed.train.model, *choices]):
+        if model == parsed.train.model or ":" in model:
+            check_before_stages(with_values(raw, {"train.model": model}), model, parsed.train.pretrained.path)
 
 
 def render(summary, seconds: float) -> None:

@@ -102,10 +102,22 @@ def read_values(raw: dict, keys: list[str]) -> dict[str, Any]:
     return values
 
 
+def _holds(tree: Any, parts: list[str]) -> bool:
+    """Whether the mapping names the dotted key (a null value included)."""
+    for part in parts:
+        if not isinstance(tree, dict) or part not in tree:
+            return False
+        tree = tree[part]
+    return True
+
+
 def with_values(raw: dict, values: dict[str, Any]) -> dict:
-    """A copy of the params mapping with each dotted key set."""
+    """A copy of the params mapping with each dotted key set; None for a key the mapping does not hold leaves it
+    unset (trial 0 of params that never named it: its default, not a null it may not take)."""
     merged = copy.deepcopy(raw)
     for key, value in values.items():
+        if value is None and not _holds(raw, key.split(".")):
+            continue
         *sections, last = key.split(".")
         node = merged
         for part in sections:

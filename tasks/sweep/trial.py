@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from tasks.core.errors import TorchshipError
 from tasks.stages.repro import reproduce
 from tasks.sweep import space
 from tasks.sweep.study import REASON, STORAGE_ENV
-from tasks.sweep.workspace import holdout_hash, ran, trial_folder, write_params_file
+from tasks.sweep.workspace import holdout_hash, own_code_env, ran, trial_folder, write_params_file
 from tasks.training.pruning import PRUNED, SWEEP_TRIAL_ENV
 
 TRIAL_STAGES = ("prepare", "validate", "train")   # never baseline (it scores the holdout) nor what follows train
@@ -32,14 +34,15 @@ def validation_score(metrics: dict, metric: str) -> float:
     return float(folds["out_of_fold"][metric]) if folds else float(metrics[f"val_{metric}"])
 
 
-def trial_env(definition: dict, storage: str, trial_id: int) -> dict[str, str]:
+def trial_env(definition: dict, storage: str, trial_id: int, root: Path) -> dict[str, str]:
     """What the train stage's rank 0 needs to report its epochs (tasks/training/pruning.py): no password (the
-    storage URL never holds one; PGPASSWORD travels in the environment as it is)."""
+    storage URL never holds one; PGPASSWORD travels in the environment as it is); and the project folder on the
+    import path, for your own module."""
     sweep = definition["sweep"]
     spec = {"storage": storage, "study": definition["study"], "trial_id": trial_id, "metric": definition["metric"],
             "pruner": sweep["pruner"], "startup_trials": sweep["prune_startup_trials"],
             "warmup_epochs": sweep["prune_warmup_epochs"]}
-    return {SWEEP_TRIAL_ENV: json.dumps(spec), STORAGE_ENV: storage}
+    return {SWEEP_TRIAL_ENV: json.dumps(spec), STORAGE_ENV: storage, **own_code_env(root)}
 
 
 def run_trial(trial, definition: dict, root: Path, storage: str, echo=None) -> float:
@@ -53,13 +56,14 @@ def run_trial(trial, definition: dict, root: Path, storage: str, echo=None) -> f
     log = echo or io.StringIO()
     folder = trial_folder(root, definition["study"], trial.number)
     trial.set_user_attr("folder", str(folder))
+    trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")   # who ran it (a retry names another)
     trial.set_user_attr("values", json.loads(json.dumps(values)))
     outcomes = []
     try:
         raw = space.with_values(definition["base"], values)
         parse_params(raw, origin=f"trial {trial.number}'s params", root=folder)   # a bad combination: refused now
         write_params_file(folder / "params.yaml", raw)
-        env = trial_env(definition, storage, trial._trial_id)
+        env = trial_env(definition, storage, trial._trial_id, root)
         with contextlib.chdir(folder):   # DVC's status resolves a stage's paths from the process's folder
             for stage in TRIAL_STAGES:
                 outcomes.append(reproduce(stage, env=env, echo=log))

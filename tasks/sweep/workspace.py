@@ -105,6 +105,12 @@ def trial_folder(root: Path, study: str, number: int) -> Path:
     return folder
 
 
+def own_code_env(root: Path) -> dict[str, str]:
+    """PYTHONPATH with the project folder after a stage's own (`python -m` in a trial's folder puts that folder, and
+    its copy of tasks/ and models/, first): your own `package.module:Class` is found as in the project."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(root.resolve()), os.environ.get("PYTHONPATH")]))}
+
+
 def holdout_hash(folder: Path) -> str:
     return sha256_file(folder / paths.HOLDOUT_SPLIT)
 
