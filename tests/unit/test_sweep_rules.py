@@ -1,21 +1,29 @@
 """The sweep's rules in memory: what may be searched, trial 0's held values, the budget every worker counts, the
-pruning hook, and when a finalist may be registered."""
+pruning hook, when a finalist may be registered, the own-module probe before any stage, and how the team stack hands
+the study database to its clients (no password anywhere but the secrets file and PGPASSWORD)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import optuna
 import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
+from flows.cli.stack.lifecycle import shell_env
+from flows.cli.stack.servers import client_env
+from flows.cli.stack.state import SWEEP_DB_SECRET, StackPaths, StackState, load_secrets
+from flows.cli.sweep import check_own_models
 from tasks.core.errors import ConfigError
 from tasks.core.gate import GateResult
 from tasks.core.params_spec import Params, SearchRange
 from tasks.core.verdicts import Blessing, BlessOutcome
 from tasks.sweep import space
 from tasks.sweep.report import accepts, ranked, shared_work
-from tasks.sweep.study import REASON, STOP, TRIAL, WAIT, Tally, next_move, storage_url, tally
+from tasks.sweep.study import REASON, STOP, STORAGE_ENV, TRIAL, WAIT, Tally, next_move, storage_url, tally
+from tasks.sweep.workspace import own_code_env
 from tasks.training.pruning import SWEEP_TRIAL_ENV, Pruned, epoch_reporter
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -49,7 +57,7 @@ def test_trial_0_holds_what_no_range_holds_and_draws_the_rest_from_the_sampler()
     drawn = space.draw(optuna.trial.FixedTrial(fits), ranges, held)
     assert drawn == {"train.lr": None, "train.epochs": 8, "train.model_args.mlp.hidden": [64]}
     raw = space.with_values({"train": {"epochs": 3}}, drawn)
-    assert raw["train"] == {"epochs": 8, "lr": None, "model_args": {"mlp": {"hidden": [64]}}}
+    assert raw["train"] == {"epochs": 8, "model_args": {"mlp": {"hidden": [64]}}}   # lr unset: the model's own
 
 
 def trials(*states: TrialState, reason: bool = False) -> list:
@@ -136,3 +144,42 @@ def test_the_pruning_hook_reports_each_epoch_and_stops_a_trial_below_the_median(
     with pytest.raises(Pruned, match="pruned by the sweep at epoch 1"):
         reporter.report({"epoch": 1, "val_f1_macro": 0.5})
     assert study.trials[-1].intermediate_values == {1: 0.5}
+
+
+def test_a_null_for_a_key_the_params_do_not_name_leaves_it_unset_and_a_named_null_stays():
+    raw = {"train": {"lr": None, "epochs": 3}}
+    merged = space.with_values(raw, {"train.lr": None, "train.seed": None, "train.model_args.mlp.hidden": None,
+                                     "train.epochs": 5})
+    assert merged == {"train": {"lr": None, "epochs": 5}} and raw["train"]["epochs"] == 3
+
+
+def test_a_trials_stages_find_your_own_module_in_the_project_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    assert own_code_env(tmp_path) == {"PYTHONPATH": f"{tmp_path.resolve()}{os.pathsep}/elsewhere"}
+
+
+def test_sweep_probes_your_own_modules_before_any_stage_as_run_does(monkeypatch):
+    probed = []
+    monkeypatch.setattr("tasks.training.probe_process.check_before_stages",
+                        lambda raw, model, pretrained: probed.append((raw["train"]["model"], model)))
+    raw = {"train": {"model": "mlp"}, "sweep": {"space": {"train.model": {"choices": [
+        "mlp", "linear", "docs.examples.own_table_model:ResidualMLP"]}}}}
+    check_own_models(raw, Params.model_validate(raw))
+    assert probed == [("mlp", "mlp"), ("docs.examples.own_table_model:ResidualMLP",
+                                       "docs.examples.own_table_model:ResidualMLP")]
+
+
+def test_the_stack_hands_clients_the_study_database_by_url_and_its_own_roles_password(tmp_path):
+    paths = StackPaths(tmp_path)
+    secrets = load_secrets(paths, {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "abc"})
+    StackState(ports={"postgres": 5, "moto": 2, "mlflow": 3, "prefect": 4}).save(paths)
+    env = client_env({"postgres": 5, "moto": 2, "mlflow": 3, "prefect": 4}, secrets)
+    assert env[STORAGE_ENV] == "postgresql+psycopg2://torchship_sweep@127.0.0.1:5/optuna"
+    lines = shell_env(paths)
+    assert not [name for name, value in secrets.items() if value in lines]   # read from the file at eval time
+    shell = subprocess.run(["bash", "-c", f"{lines}\nenv -0"], capture_output=True, text=True, check=True,
+                           env={"PATH": os.environ["PATH"]})
+    exported = dict(item.split("=", 1) for item in shell.stdout.split("\0") if "=" in item)
+    # the sweep role's password, not the one that owns MLflow's and Prefect's databases
+    assert exported["PGPASSWORD"] == secrets[SWEEP_DB_SECRET] != secrets["PGPASSWORD"]
+    assert exported[STORAGE_ENV] == env[STORAGE_ENV]

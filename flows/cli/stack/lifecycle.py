@@ -24,7 +24,7 @@ from flows.cli.stack.state import (
     stop_group,
     tree_rss_mib,
 )
-from tasks.core.env import MLFLOW_TRACKING_URI_ENV, PG_PASSWORD_ENV, STACK_DIR_ENV
+from tasks.core.env import MLFLOW_TRACKING_URI_ENV, STACK_DIR_ENV
 from tasks.core.errors import TorchshipError
 from tasks.core.procs import free_port, start_child
 
@@ -115,7 +115,7 @@ def stack_up(paths: StackPaths, workers: int, environ: Mapping[str, str]) -> lis
     if postgres.postgres_pid(paths) is None:
         refuse_taken_port("postgres", ports)
     postgres.start_postgres(paths, ports["postgres"], environ)
-    postgres.create_databases(paths, ports["postgres"], secrets[PG_PASSWORD_ENV], environ)
+    postgres.create_databases(paths, ports["postgres"], secrets, environ)
     started = time.time()
     launch_server(paths, state, "prefect", secrets, environ)
     if fresh_moto:
@@ -248,9 +248,10 @@ def shell_env(paths: StackPaths) -> str:
     secrets = load_secrets(paths)
     env = parts.client_env(state.ports, secrets)
     lines = [f"# the team stack in {paths.root}: eval \"$(torchship stack env)\""]
+    held = {value: name for name, value in secrets.items()}   # the secrets file's name of each value
     for name, value in env.items():
-        if value in secrets.values():
-            value = f"$(sed -n 's/^{name}=//p' {shlex.quote(str(paths.secrets))})"
+        if value in held:   # PGPASSWORD is the sweep role's: read by that name
+            value = f"$(sed -n 's/^{held[value]}=//p' {shlex.quote(str(paths.secrets))})"
             lines.append(f'export {name}="{value}"')
         else:
             lines.append(f"export {name}={shlex.quote(value)}")

@@ -9,8 +9,8 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from flows.cli.stack.servers import DATABASES, DB_ROLE, HOST, base_env, run_checked
-from flows.cli.stack.state import StackPaths
+from flows.cli.stack.servers import DATABASES, DB_ROLE, HOST, SWEEP_DATABASE, SWEEP_ROLE, base_env, run_checked
+from flows.cli.stack.state import SWEEP_DB_SECRET, StackPaths
 from tasks.core.env import PG_PASSWORD_ENV, STACK_DIR_ENV
 from tasks.core.errors import TorchshipError
 
@@ -66,18 +66,23 @@ def start_postgres(paths: StackPaths, port: int, environ: Mapping[str, str]) -> 
                                              "-o", options, "start"]), env)
 
 
-def create_databases(paths: StackPaths, port: int, password: str, environ: Mapping[str, str]) -> None:
-    """The role (its password set on every up, from the secrets file) and its databases, created when missing.
-    The password reaches psql by environment (`\\getenv`), not its command line."""
+def create_databases(paths: StackPaths, port: int, secrets: Mapping[str, str], environ: Mapping[str, str]) -> None:
+    """The roles (their passwords set on every up, from the secrets file) and their databases, created when
+    missing: torchship's (MLflow, its auth app, Prefect) and the sweep's (its studies). The passwords reach psql by
+    environment (`\\getenv`), not its command line."""
     exists = "SELECT 'CREATE {what}' WHERE NOT EXISTS (SELECT FROM {table} WHERE {column} = '{name}')\\gexec\n"
-    sql = exists.format(what=f"ROLE {DB_ROLE} LOGIN", table="pg_roles", column="rolname", name=DB_ROLE)
-    sql += f"\\getenv password {PG_PASSWORD_ENV}\nALTER ROLE {DB_ROLE} PASSWORD :'password';\n"
-    for database in DATABASES:
-        sql += exists.format(what=f"DATABASE {database} OWNER {DB_ROLE}", table="pg_database", column="datname",
-                             name=database)
+    sql = ""
+    for role, secret, databases in ((DB_ROLE, PG_PASSWORD_ENV, DATABASES),
+                                    (SWEEP_ROLE, SWEEP_DB_SECRET, (SWEEP_DATABASE,))):
+        sql += exists.format(what=f"ROLE {role} LOGIN", table="pg_roles", column="rolname", name=role)
+        sql += f"\\getenv password {secret}\nALTER ROLE {role} PASSWORD :'password';\n"
+        for database in databases:
+            sql += exists.format(what=f"DATABASE {database} OWNER {role}", table="pg_database", column="datname",
+                                 name=database)
     command = [str(postgres_bin() / "psql"), "-h", str(paths.postgres / "socket"), "-p", str(port), "-U", "postgres",
                "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-q", "-f", "-"]
-    run_checked("psql", as_postgres(command), {**base_env(environ), PG_PASSWORD_ENV: password}, sql)
+    passwords = {PG_PASSWORD_ENV: secrets[PG_PASSWORD_ENV], SWEEP_DB_SECRET: secrets[SWEEP_DB_SECRET]}
+    run_checked("psql", as_postgres(command), {**base_env(environ), **passwords}, sql)
 
 
 def postgres_pid(paths: StackPaths) -> int | None:

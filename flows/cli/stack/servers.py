@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from flows.cli.stack.state import StackPaths
+from flows.cli.stack.state import SWEEP_DB_SECRET, StackPaths
 from tasks.core.env import (
     AWS_ENDPOINT_ENV,
     AWS_KEY_ID_ENV,
@@ -43,9 +43,12 @@ from tasks.core.env import (
     UNBUFFERED,
 )
 from tasks.core.errors import TorchshipError
+from tasks.sweep.study import STORAGE_ENV as SWEEP_STORAGE_ENV
 
 HOST = "127.0.0.1"
 DB_ROLE, DATABASES = "torchship", ("mlflow", "mlflow_auth", "prefect")
+# `torchship sweep`'s studies: a role of their own, so a worker that reaches them reaches no other database
+SWEEP_ROLE, SWEEP_DATABASE = "torchship_sweep", "optuna"
 BUCKET, REGION = "torchship", "us-east-1"
 MLFLOW_USER, MLFLOW_ADMIN = "torchship", "admin"
 POOL = "torchship-process"   # the process pool of prefect.yaml, which `torchship deploy` creates
@@ -54,13 +57,16 @@ BIN = Path(sys.executable).parent
 
 def client_env(ports: Mapping[str, int], secrets: Mapping[str, str]) -> dict[str, str]:
     """What a client of the stack (a worker, a flow run, a user's shell) sets: every server's address and its
-    credentials. tracking.uri in params.yaml is what torchship itself reads; MLflow's own tools read the variable."""
+    credentials. tracking.uri in params.yaml is what torchship itself reads; MLflow's own tools read the variable.
+    `torchship sweep`'s study database: its URL (no password) and its role's password as libpq's PGPASSWORD."""
     return {
         MLFLOW_TRACKING_URI_ENV: f"http://{HOST}:{ports['mlflow']}", MLFLOW_USERNAME_ENV: MLFLOW_USER,
         MLFLOW_PASSWORD_ENV: secrets[MLFLOW_PASSWORD_ENV], **MLFLOW_PROXIED_TRANSFERS,
         PREFECT_API_URL: f"http://{HOST}:{ports['prefect']}/api", PREFECT_AUTH_ENV: secrets[PREFECT_AUTH_ENV],
         AWS_ENDPOINT_ENV: f"http://{HOST}:{ports['moto']}", AWS_REGION_ENV: REGION,
         AWS_KEY_ID_ENV: secrets[AWS_KEY_ID_ENV], AWS_SECRET_ENV: secrets[AWS_SECRET_ENV],
+        SWEEP_STORAGE_ENV: database_uri("psycopg2", ports["postgres"], SWEEP_DATABASE, SWEEP_ROLE),
+        PG_PASSWORD_ENV: secrets[SWEEP_DB_SECRET],
     }
 
 
@@ -100,9 +106,9 @@ def run_checked(what: str, command: list[str], env: Mapping[str, str], stdin: st
         raise TorchshipError(f"{what} failed (exit {done.returncode}): {(done.stderr or done.stdout)[-1500:]}")
 
 
-def database_uri(driver: str, port: int, database: str) -> str:
+def database_uri(driver: str, port: int, database: str, role: str = DB_ROLE) -> str:
     """No password inside: the client reads PGPASSWORD."""
-    return f"postgresql+{driver}://{DB_ROLE}@{HOST}:{port}/{database}"
+    return f"postgresql+{driver}://{role}@{HOST}:{port}/{database}"
 
 
 def moto_command(port: int) -> list[str]:

@@ -22,6 +22,7 @@ from tasks.core.env import (
 from tasks.core.errors import TorchshipError
 
 MOTO_SEED = "MOTO_SEED"   # seeds moto's generator, so the S3 keys it issues are the same after every up
+SWEEP_DB_SECRET = "TORCHSHIP_SWEEP_PGPASSWORD"   # the sweep's study database role; its clients read it as PGPASSWORD
 # Each generated secret, by the variable its user reads. The S3 keys are moto's (issued at up, then stored here).
 GENERATED = {
     PG_PASSWORD_ENV: lambda: secrets.token_urlsafe(24),
@@ -30,6 +31,7 @@ GENERATED = {
     MLFLOW_FLASK_KEY_ENV: lambda: secrets.token_hex(32),
     PREFECT_AUTH_ENV: lambda: f"torchship:{secrets.token_urlsafe(24)}",
     MOTO_SEED: lambda: str(secrets.randbits(62)),
+    SWEEP_DB_SECRET: lambda: secrets.token_urlsafe(24),
 }
 
 
