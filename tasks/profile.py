@@ -88,7 +88,8 @@ def publish_raw_model(name: str, variant: Path, holdout: Holdout, rules: ExportP
     schema = schema_from_metadata({p.key: p.value for p in bare.metadata_props})
     modality = modality_of(schema)
     composed = modality.compose(bare, schema).SerializeToString()
-    gate = modality.raw_parity(name, open_onnx(variant, threads), open_onnx(composed, threads), schema, holdout, rules)
+    gate = modality.raw_parity(name, open_onnx(variant, threads), open_onnx(composed, threads), schema, holdout, rules,
+                               composed)
     entry = {"variant": name, "variant_path": str(variant), "gate": gate.model_dump()}
     if gate.status == "fail":
         paths.RAW_MODEL.unlink(missing_ok=True)   # never leave an earlier run's graph where register looks

@@ -24,7 +24,8 @@ def teacher_job(params: Params) -> TrainingJob:
     """The teacher's job with its settings fitted to the training split and the device (model `auto`, batch, epochs,
     lr)."""
     modality = modality_of(load_schema(paths.SCHEMA))
-    fitted = fit_training(params.train, split_rows(paths.TRAIN_SPLIT), device_kind(), modality)
+    fitted = fit_training(params.train, split_rows(paths.TRAIN_SPLIT), device_kind(), modality,
+                          modality.large_from(params))
     settings = fitted_settings(params.train, fitted)
     return TrainingJob("train", settings, model_spec(settings), paths.MODEL_WEIGHTS, paths.CHECKPOINTS,
                        paths.TRAIN, paths.TRAIN_LOGS, fitted=fitted, balanced=balances_classes(params.bless.metric),

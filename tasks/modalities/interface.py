@@ -87,7 +87,6 @@ class Modality:
     cross_validates: ClassVar[bool] = False   # small training sets train k-fold members (tasks/training/crossval.py)
     batch_loader: ClassVar[bool] = False      # a large split may feed training through a DataLoader
     int8: ClassVar[tuple[str, ...]] = ()      # ONNX Runtime int8 kinds that suit it: "dynamic", "static"
-    large_rows_key: ClassVar[str | None] = None   # `section.key`: `auto` trains the `large` family from these rows
 
     # -- the source ---------------------------------------------------------------------------------------------
     def claims(self, data, params) -> bool:
@@ -162,6 +161,11 @@ class Modality:
     def layout_from_dict(self, saved: dict) -> Any:
         raise NotImplementedError
 
+    def large_from(self, params) -> tuple[int, str]:
+        """(training rows from which `train.model: auto` trains the modality's `large` family, the setting that says
+        so)."""
+        return params.train.ft_min_rows, "train.ft_min_rows"
+
     def augmentation(self, params) -> Any:
         """The label-safe augmentation of training batches (its settings, part of the run's identity), or None."""
         return None
@@ -189,8 +193,10 @@ class Modality:
         """The served graph: the bare ONNX model behind its raw inputs, with probabilities and the decision."""
         raise NotImplementedError
 
-    def raw_parity(self, name: str, bare_session, served_session, schema, holdout: Holdout, rules):
-        """The gate that the served graph answers its raw inputs as the bare model answers its inputs."""
+    def raw_parity(self, name: str, bare_session, served_session, schema, holdout: Holdout, rules,
+                   graph: bytes | None = None):
+        """The gate that the served graph (`served_session`, opened from `graph`, its serialised bytes) answers its
+        raw inputs as the bare model answers its inputs."""
         raise NotImplementedError
 
     def feed(self, schema, inputs) -> Feed:

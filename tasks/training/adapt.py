@@ -62,10 +62,12 @@ def cross_validation_plan(settings: TrainParams, train_rows: int, modality: Moda
     return settings.cv_folds, auto_models(modality.name, "compared") if settings.model == AUTO else [settings.model]
 
 
-def pick_model(settings: TrainParams, train_rows: int, modality: Modality | None = None) -> tuple[str, str | None]:
-    """`auto` -> the modality's `default` family below `ft_min_rows` training rows, else its `large` one where it has
-    one (tables: the MLP, then the FT-Transformer); an explicit model stays. Below `cv_max_rows` the default is
-    provisional: cross-validation picks among the `compared` families (tasks/training/crossval.py)."""
+def pick_model(settings: TrainParams, train_rows: int, modality: Modality | None = None,
+               large_from: tuple[int, str] | None = None) -> tuple[str, str | None]:
+    """`auto` -> the modality's `default` family below `large_from` training rows (its `large_from(params)`;
+    `train.ft_min_rows` unless given), else its `large` one where it has one (tables: the MLP, then the
+    FT-Transformer); an explicit model stays. Below `cv_max_rows` the default is provisional: cross-validation picks
+    among the `compared` families (tasks/training/crossval.py)."""
     if settings.model != AUTO:
         return settings.model, None
     modality = modality or fallback_modality()
@@ -76,11 +78,10 @@ def pick_model(settings: TrainParams, train_rows: int, modality: Modality | None
                          f"training rows < train.cv_max_rows {settings.cv_max_rows:,}")
     if not large:
         return default, f"auto picked {default} for the {modality.name} modality"
-    if train_rows < settings.ft_min_rows:
-        return default, (f"auto picked {default}: {train_rows:,} training rows < train.ft_min_rows "
-                         f"{settings.ft_min_rows:,}")
-    return large[0], (f"auto picked {large[0]}: {train_rows:,} training rows >= train.ft_min_rows "
-                      f"{settings.ft_min_rows:,}")
+    threshold, setting = large_from or (settings.ft_min_rows, "train.ft_min_rows")
+    if train_rows < threshold:
+        return default, f"auto picked {default}: {train_rows:,} training rows < {setting} {threshold:,}"
+    return large[0], f"auto picked {large[0]}: {train_rows:,} training rows >= {setting} {threshold:,}"
 
 
 def gpu_batch(batch: int, train_rows: int) -> int:
@@ -90,11 +91,11 @@ def gpu_batch(batch: int, train_rows: int) -> int:
     return max(batch, min(GPU_MAX_BATCH, fitting))
 
 
-def fit_training(settings: TrainParams, train_rows: int, device: str = "cpu", modality: Modality | None = None
-                 ) -> FittedTraining:
+def fit_training(settings: TrainParams, train_rows: int, device: str = "cpu", modality: Modality | None = None,
+                 large_from: tuple[int, str] | None = None) -> FittedTraining:
     """The effective model, batch, epochs, patience and learning rate for `train_rows` training rows on a `device`
     of that kind ("cpu" or "cuda"), for a model of `modality` (None: the fallback's, tables)."""
-    model, picked = pick_model(settings, train_rows, modality)
+    model, picked = pick_model(settings, train_rows, modality, large_from)
     reasons = [picked] if picked else []
     folds, families = cross_validation_plan(settings, train_rows, modality)
     if folds > 1 and len(families) < 2:   # with two families, `picked` already says why there are folds

@@ -267,16 +267,13 @@ def test_each_name_has_one_import_path():
 # that is no modality, never a branch).
 NAMING_ALLOWED = {
     ("tasks/registry/model_card.py", "names modality 'table'"): "markdown-it's table extension, not the modality",
-    ("tasks/canary/client.py", "names modality 'text'"): "the key it keeps a /metrics body under, not the modality",
-    ("tasks/registry/notifications.py", "names modality 'text'"): "a notice's `text` field (its webhook JSON), not "
-                                                                  "the modality",
 }
 
 
 def modality_naming(path) -> list[str]:
     """What `path` says about modalities that only a modality package may say: a modality's name as a string (a model
-    file's `modality = "<name>"` declaration aside), an `is_<modality>` predicate, a modality compared with a string,
-    or a modality package's type in an `isinstance` or a union."""
+    file's `modality = "<name>"` declaration and a dict key or subscript, a field's name, aside), an `is_<modality>`
+    predicate, or a modality package's type in an `isinstance` or a union."""
     import ast
 
     from tasks.modalities import registered_modalities
@@ -288,12 +285,14 @@ def modality_naming(path) -> list[str]:
                   and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
     declared = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Assign)
                 and [getattr(t, "id", None) for t in node.targets] == ["modality"]}
+    keys = {id(key) for node in ast.walk(tree) if isinstance(node, ast.Dict) for key in node.keys} | {
+        id(node.slice) for node in ast.walk(tree) if isinstance(node, ast.Subscript)}   # a field's name, no branch
     types = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
              and node.module and node.module.startswith("tasks.modalities.") and node.module.split(".")[2] in names
              for alias in node.names}
     found = set()
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Constant) and node.value in names and id(node) not in docstrings | declared):
+        if (isinstance(node, ast.Constant) and node.value in names and id(node) not in docstrings | declared | keys):
             found.add(f"names modality {node.value!r}")
         name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
         if name.startswith("is_") and name[3:].split("_")[0].rstrip("s") in names:

@@ -184,8 +184,8 @@ def test_the_raw_parity_gate_passes_the_served_graph_and_refuses_one_with_a_wron
     wrong = compose_text_model(bare, schema, shifted).SerializeToString()
     rules = ExportParams()
     passed = modality.raw_parity("onnx", open_onnx(model_file.with_name("bare.onnx"), 1), open_onnx(right, 1),
-                                 schema, holdout, rules)
+                                 schema, holdout, rules, right)
     assert passed.status == "pass" and "the served graph's own front end" in passed.reasons[0], passed.reasons
     refused = modality.raw_parity("onnx", open_onnx(model_file.with_name("bare.onnx"), 1), open_onnx(wrong, 1),
-                                  schema, holdout, rules)
+                                  schema, holdout, rules, wrong)
     assert refused.status == "fail" and refused.reasons[0].startswith("tokenization gate"), refused.reasons

@@ -139,7 +139,8 @@ class Image(Modality):
 
         return compose_image_model(bare, schema)
 
-    def raw_parity(self, name: str, bare_session, served_session, schema, holdout: Holdout, rules):
+    def raw_parity(self, name: str, bare_session, served_session, schema, holdout: Holdout, rules,
+                   graph: bytes | None = None):
         from tasks.modalities.image.graph import check_raw_parity, probe_images
 
         return check_raw_parity(name, bare_session, served_session, schema,

@@ -22,7 +22,6 @@ class Table(Modality):
     contract = Contract
     cross_validates = True
     int8 = ("dynamic",)
-    large_rows_key = "train.ft_min_rows"
 
     def claims(self, data, params) -> bool:
         return False   # the fallback: it claims what no other modality does
@@ -133,7 +132,8 @@ class Table(Modality):
 
         return compose_raw_model(bare, schema)
 
-    def raw_parity(self, name: str, bare_session, served_session, schema, holdout: Holdout, rules):
+    def raw_parity(self, name: str, bare_session, served_session, schema, holdout: Holdout, rules,
+                   graph: bytes | None = None):
         from tasks.modalities.table.probe import check_raw_parity, raw_probe_rows
 
         return check_raw_parity(name, bare_session, served_session, schema,

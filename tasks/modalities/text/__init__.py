@@ -28,7 +28,6 @@ class Text(Modality):
     contract = TextContract
     # ONNX Runtime's dynamic int8 of the Linear layers (and embedding tables): what suits NLP models on CPUs
     int8 = ("dynamic",)
-    large_rows_key = "train.ft_min_rows"
 
     def claims(self, data, params) -> bool:
         from tasks.modalities.text.sources import looks_like_text
@@ -132,6 +131,9 @@ class Text(Modality):
 
         return TextLayout(**saved)
 
+    def large_from(self, params) -> tuple[int, str]:
+        return params.text.transformer_min_rows, "text.transformer_min_rows"
+
     def student(self, distill) -> tuple[str, dict]:
         return "bag", {"dim": max(8, distill.hidden[0] // 2)}
 
@@ -154,11 +156,13 @@ class Text(Modality):
 
         return compose_text_model(bare, schema, schema_tokenizer(schema))
 
-    def raw_parity(self, name: str, bare_session, served_session, schema, holdout: Holdout, rules):
+    def raw_parity(self, name: str, bare_session, served_session, schema, holdout: Holdout, rules,
+                   graph: bytes | None = None):
         from tasks.modalities.text.graph import TEXT_INPUT
         from tasks.modalities.text.parity import check_raw_parity
 
-        return check_raw_parity(name, bare_session, served_session, schema, list(holdout.feed[TEXT_INPUT]), rules)
+        return check_raw_parity(name, bare_session, served_session, schema, list(holdout.feed[TEXT_INPUT]), rules,
+                                graph)
 
     def feed(self, schema, inputs) -> dict:
         from tasks.modalities.text.graph import text_feed

@@ -15,25 +15,22 @@ from tasks.modalities.text.graph import text_feed, tokenizer_graph
 from tasks.modalities.text.inputs import schema_tokenizer
 
 
-def served_graph(session, schema: Schema):
-    """(what the tokenization gate reads, in words): the served graph the session was opened from (its bytes or its
-    file: the gate reads the ids its own front end feeds the model), else the front end the schema's tokenizer
-    builds. The seam hands `raw_parity` sessions, not graphs: ONNX Runtime keeps what a session was made from."""
-    made_from = getattr(session, "_model_bytes", None) or getattr(session, "_model_path", None)
-    if made_from is not None:
+def served_graph(graph: bytes | None, schema: Schema):
+    """(what the tokenization gate reads, in words): the served graph itself (the gate reads the ids its own front
+    end feeds the model), else the front end the schema's tokenizer builds."""
+    if graph is not None:
         import onnx
 
-        graph = onnx.load_from_string(made_from) if isinstance(made_from, bytes) else onnx.load(made_from)
-        return graph, "the served graph's own front end"
+        return onnx.load_from_string(graph), "the served graph's own front end"
     return tokenizer_graph(schema_tokenizer(schema)), "the front end the schema's tokenizer builds"
 
 
 def check_raw_parity(name: str, bare_session, served_session, schema: Schema, texts: list[str],
-                     rules: ExportParams) -> GateResult:
+                     rules: ExportParams, served: bytes | None = None) -> GateResult:
     """Tokenization first (every holdout text), then probabilities parity on `rules.probe_rows` holdout texts and
     ADVERSARIAL."""
     gate_name = f"raw parity {name}"
-    graph, which = served_graph(served_session, schema)
+    graph, which = served_graph(served, schema)
     tokens = tokenization_gate(schema_tokenizer(schema), graph, texts)
     if tokens.status == "fail":
         return GateResult(gate=gate_name, status="fail", reasons=[f"tokenization gate ({which}): {r}"
