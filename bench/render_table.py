@@ -406,7 +406,9 @@ def render_sweep(results: dict[str, dict]) -> list[str]:
     result = _need(results, "sweep")
     f = result["figures"]
     config = f["config"]
-    ran = (f"{config['trials']} trials a study, {config['seeds']} seed(s), sets {', '.join(config['sets'])}; "
+    seeds = max(s["seeds"] for s in f["sets"].values())
+    planned = "" if seeds == config["seeds"] else f" of {config['seeds']} planned"
+    ran = (f"{config['trials']} trials a study, {seeds} seed(s){planned}, sets {', '.join(config['sets'])}; "
            f"bench wall {f['wall_s'] / 60:.0f} min" + ("; a reduced run" if config["reduced"] else ""))
     lines = [f"**{result['title']}** ({_when(result)}; {ran}; goal: {result['goal']}). Holdout macro-F1, mean ± 95% "
              "interval over seeds; winner minus default paired per seed (points), with the seeds whose paired "
@@ -421,12 +423,18 @@ def render_sweep(results: dict[str, dict]) -> list[str]:
                      f"{'yes' if s['met'] else '**no**'} |")
     scale = f.get("scale")
     if scale:
+        when = f", measured {scale['measured_at'][:16]}" if "measured_at" in scale else ""
+        earlier = scale.get("earlier")
         lines += ["", f"Trials per hour ({scale['set']}; {scale['trials']} trials each, one thread a trial, load "
-                      f"average {scale['load_average'][0]:.1f} after): one worker {scale['one']:.0f}, two workers "
-                      f"{scale['two']:.0f} ({scale['ratio']:.2f}x; goal {scale['goal']:g}x on 2 cores)."]
+                      f"average {scale['load_average'][0]:.1f} after{when}): one worker {scale['one']:.0f}, two "
+                      f"workers {scale['two']:.0f} ({scale['ratio']:.2f}x; goal {scale['goal']:g}x on 2 cores)."
+                  + (f" A first measurement, while other CPU work of this bench's author ran beside it: one worker "
+                     f"{earlier['one']:.0f}, two {earlier['two']:.0f} ({earlier['ratio']:.2f}x)." if earlier else "")]
     if not config["complete"]:
-        lines += ["", "*A partial run: " + ", ".join(f"{name} {s['seeds']}/{config['seeds']} seeds"
-                                                     for name, s in f["sets"].items()) + ".*"]
+        why = (f"Stopped by its time budget ({config['budget_minutes']:g} min) before the next seed"
+               if config.get("budget_minutes") else "A partial run")
+        lines += ["", f"*{why}: " + ", ".join(f"{name} {s['seeds']}/{config['seeds']} seeds"
+                                              for name, s in f["sets"].items()) + ".*"]
     return lines
 
 
