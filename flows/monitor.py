@@ -60,7 +60,7 @@ def measure(params: Params):
 def trigger_decision(params: Params, window, report: monitor_step.MonitorReport) -> guards.Decision:
     retrained = versions_tagged(registry_client(params.tracking), report.model_name, TRIGGER_KEY, RETRAINED)
     history = guards.read_decisions(decisions_at(params))
-    ingested = retrain_step.labelled_times()   # e.g. an image model learns from ingested images, not the log
+    ingested = retrain_step.labelled_times(params)   # e.g. an image model learns from ingested images, not the log
     outcome, reasons = guards.decide_retrain(report.gate, window, history, params.retrain, time.time(), retrained,
                                              report.prediction_only, ingested)
     until = {"labels_until": max(ingested, default=0.0)} if ingested is not None else {}

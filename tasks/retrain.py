@@ -34,18 +34,24 @@ class RetrainBatch(BaseModel):
     labels_until: float
 
 
-def labelled_times() -> list[float] | None:
+def labelled_times(params: Params) -> list[float] | None:
     """When each labelled example a retrain could learn from arrived, where those are not the request log's feedback
-    (an image model learns from the images `torchship ingest` accepted); None where they are."""
+    (an image model learns from the images `torchship ingest` accepted, on any machine: the shared index's); None
+    where they are."""
     if not paths.SCHEMA.exists():
         return None
-    return modality_of(load_schema(paths.SCHEMA)).labelled_times()
+    modality = modality_of(load_schema(paths.SCHEMA))
+    if modality.labelled_times() is None:   # the window's feedback labels: no accepted batch to count
+        return None
+    pull_accepted(params)
+    return modality.labelled_times()
 
 
 def take_labelled(params: Params, window: Window, since: float, until: float) -> RetrainBatch:
     """What a retrain learns from, labelled in (since, until], judged at the modality's batch door: nothing joins the
     training set unless the gate passes, and nothing is lost (refused items are kept in data/quarantine/)."""
     schema = load_schema(paths.SCHEMA)
+    pull_accepted(params)   # the batches `torchship ingest` accepted on other machines are what some modalities learn
     labelled = modality_of(schema).labelled_batch(params, schema, window, since, until)
     batch = None
     if labelled.store is not None:
@@ -55,6 +61,12 @@ def take_labelled(params: Params, window: Window, since: float, until: float) ->
     return RetrainBatch(gate=labelled.gate, rows=labelled.offered, accepted_rows=labelled.accepted,
                         quarantined_rows=labelled.quarantined, batch=batch, quarantine=labelled.quarantine,
                         labels_since=since, labels_until=until)
+
+
+def pull_accepted(params: Params) -> None:
+    """This tree's data/batches/ as the shared batch index names it: on the team topology a worker's fresh clone holds
+    none of the batches `torchship ingest` accepted elsewhere (a no-op in the embedded default)."""
+    log.info(batch_index.pull_shared_batches(params.tracking, params.data.registered_model_name()))
 
 
 def keep_batch(params: Params, store: Callable[[], Path]) -> Path:
