@@ -54,10 +54,10 @@ IN_MEMORY = ("unit", "data", "model")
 # The modules that take minutes (the CPU report `make test` prints), longest first: each starts before the rest of
 # its start class (below), so that none is left running alone on one worker at the end while the others idle. Only
 # the order changes with this list: a module missing from it runs all the same, in collection order.
-LONGEST_FIRST = ("integration/test_journey", "integration/test_images", "integration/test_text",
-                 "reliability/test_kill_ladder", "integration/test_pipeline", "reliability/test_contract_doors",
-                 "integration/test_training_engine", "integration/test_cli", "integration/test_small_table",
-                 "integration/test_two_nodes", "integration/test_stack")
+LONGEST_FIRST = ("integration/test_journey", "integration/test_images_stack", "integration/test_images",
+                 "integration/test_text", "reliability/test_kill_ladder", "integration/test_pipeline",
+                 "reliability/test_contract_doors", "integration/test_training_engine", "integration/test_cli",
+                 "integration/test_small_table", "integration/test_two_nodes", "integration/test_stack")
 SHARED_BUILD_TIMEOUT_S = 1200
 
 
@@ -308,11 +308,11 @@ TEAM_STACK_GROUP = "team-stack"   # the xdist group of the modules on the shared
 
 @pytest.fixture(scope="session")
 def team_stack():
-    """One `torchship stack`'s folder for the modules of the TEAM_STACK_GROUP (the journey, then test_stack.py's
-    checks, which end with its `down`), on one worker: a stack's start-up (PostgreSQL, moto, MLflow's and Prefect's
-    servers and their migrations) is ~25 CPU-s on two busy cores. Each module runs `up` first, which starts only
-    what is not running. Stopped and removed on every way out. Not under pytest's tmp_path: its base is 0700, and
-    PostgreSQL runs as another user that must traverse it."""
+    """One `torchship stack`'s folder for the modules of the TEAM_STACK_GROUP (the journey, the image loop beside it,
+    then test_stack.py's checks, which end with its `down`), on one worker: a stack's start-up (PostgreSQL, moto,
+    MLflow's and Prefect's servers and their migrations) is ~25 CPU-s on two busy cores. Each module runs `up` first,
+    which starts only what is not running. Stopped and removed on every way out. Not under pytest's tmp_path: its
+    base is 0700, and PostgreSQL runs as another user that must traverse it."""
     import shutil
     import tempfile
 

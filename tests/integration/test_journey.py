@@ -93,6 +93,7 @@ CHECKPOINT_EVERY, HANG_AT_STEP = 4, 6   # the killed run stops at training step 
 # the answers) then holds such a champion over any retrain that answers "yes" at all. Not another seed: the retrain
 # must beat the champion there, and another seed's model may be the better one by chance.
 TEAMMATE_EPOCHS = 3
+MODEL = "synthetic-churn"               # the journey's registered model (the synthetic default's)
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +137,7 @@ def git_remote(root: Path, owner: Host, readers: list[Host]) -> Path:
 def publish_project(host: Host, remote: Path, env: dict[str, str]) -> tuple[Path, str]:
     """Host A's project: tracking on the MLflow server, the DVC remote in the bucket, the docs' pull steps; committed
     and pushed. Returns the project and the pushed commit."""
-    project = host.home / "project"
-    team = {"tracking": {"uri": env["MLFLOW_TRACKING_URI"], "artifacts": None},
-            "serve": {"ship_to": SHIP_TO, "ship_seconds": 2}, "data": {"shift": "covariate"},
+    team = {"serve": {"ship_to": SHIP_TO, "ship_seconds": 2}, "data": {"shift": "covariate"},
             # v2 is trained to answer otherwise on the drifted traffic, so its mix of answers may move: the canary
             # judges it on errors, latency and accuracy on the labelled traffic here (a challenger whose mix moved
             # is rolled back by the PSI check in tests/integration/test_canary_live.py)
@@ -146,7 +145,15 @@ def publish_project(host: Host, remote: Path, env: dict[str, str]) -> tuple[Path
             # the gate's baseline without cross-validation (4 fits, not 24, in each of the journey's five baseline
             # stages): TINY's max_baseline_gap leaves that gate open here, and the pick is tests/model's to check
             "baseline": {"cv_max_rows": 0}}
-    make_project(project, {**team, **light_params()})
+    project = publish(host, remote, env, {**team, **light_params()})
+    return project, checked(host.run("git", "rev-parse", "HEAD", cwd=project)).strip()
+
+
+def publish(host: Host, remote: Path, env: dict[str, str], params: dict) -> Path:
+    """`host`'s project with `params` over the tiny ones, tracking on the MLflow server, the DVC remote in the bucket
+    and the docs' pull steps at `remote`; committed and pushed."""
+    project = host.home / "project"
+    make_project(project, {"tracking": {"uri": env["MLFLOW_TRACKING_URI"], "artifacts": None}, **params})
     with (project / "prefect.yaml").open("a") as handle:
         handle.write(docs_pull_steps(f"file://{remote}"))
     subprocess.run(["chown", "-R", f"{host.user}:{host.user}", str(project)], check=True, timeout=60)
@@ -154,7 +161,7 @@ def publish_project(host: Host, remote: Path, env: dict[str, str]) -> tuple[Path
                     ["git", "commit", "-qam", "the team topology: MLflow server, DVC remote, pull steps"],
                     ["git", "push", "-q", str(remote), "HEAD:main"]):
         checked(host.run(*command, cwd=project, env=env))
-    return project, checked(host.run("git", "rev-parse", "HEAD", cwd=project)).strip()
+    return project
 
 
 def docs_pull_steps(remote: str) -> str:
@@ -374,44 +381,45 @@ def restart_the_tracking_server_mid_register(paths: StackPaths, env: dict[str, s
     return run, version
 
 
-def wait_shipped(env: dict[str, str], rows: int, timeout: float = 120) -> None:
+def wait_shipped(env: dict[str, str], rows: int, timeout: float = 120, ship_to: str = SHIP_TO) -> None:
     """Until the bucket holds `rows` served rows and their labels (D ships every serve.ship_seconds)."""
-    source = bucket_source(SHIP_TO, s3_client(env))
+    source = bucket_source(ship_to, s3_client(env))
     deadline = time.monotonic() + timeout
     while len(read_lines(source.served(), 10 * rows, 0.0)) < rows or len(read_feedback(source.feedback())) < rows:
         assert time.monotonic() < deadline, "host D's log did not reach the bucket"
         time.sleep(1)
 
 
-def first_run_of(env: dict[str, str], deployment: str, timeout: float = 180) -> str:
-    """The id of the deployment's first flow run, once there is one (an automation starts it)."""
+def first_run_of(env: dict[str, str], deployment: str, timeout: float = 180, known: frozenset[str] = frozenset()
+                 ) -> str:
+    """The id of the deployment's first flow run not in `known`, once there is one (an automation starts it)."""
     deadline = time.monotonic() + timeout
     with prefect_http(env) as prefect:
         found = prefect.get(f"/deployments/name/{deployment}").json()["id"]
-        while not (runs := prefect.post("/flow_runs/filter",
-                                        json={"flow_runs": {"deployment_id": {"any_": [found]}}}).json()):
+        while not (runs := [run for run in prefect.post("/flow_runs/filter", json={
+                "flow_runs": {"deployment_id": {"any_": [found]}}}).json() if run["id"] not in known]):
             assert time.monotonic() < deadline, f"no run of {deployment} within {timeout:.0f} s"
             time.sleep(2)
     return runs[0]["id"]
 
 
-def champion_of(env: dict[str, str]) -> str:
+def champion_of(env: dict[str, str], model: str = MODEL) -> str:
     with mlflow_http(env) as mlflow:
-        found = mlflow.get("/registered-models/alias", params={"name": "synthetic-churn", "alias": "champion"})
+        found = mlflow.get("/registered-models/alias", params={"name": model, "alias": "champion"})
     assert found.status_code == 200, found.text[:500]
     return found.json()["model_version"]["version"]
 
 
-def version_tags(env: dict[str, str], version: str) -> dict[str, str]:
+def version_tags(env: dict[str, str], version: str, model: str = MODEL) -> dict[str, str]:
     with mlflow_http(env) as mlflow:
-        found = mlflow.get("/model-versions/get", params={"name": "synthetic-churn", "version": version})
+        found = mlflow.get("/model-versions/get", params={"name": model, "version": version})
     assert found.status_code == 200, found.text[:500]
     return {tag["key"]: tag["value"] for tag in found.json()["model_version"].get("tags", [])}
 
 
-def version_numbers(env: dict[str, str]) -> set[int]:
+def version_numbers(env: dict[str, str], model: str = MODEL) -> set[int]:
     with mlflow_http(env) as mlflow:
-        found = mlflow.get("/model-versions/search", params={"filter": "name='synthetic-churn'"})
+        found = mlflow.get("/model-versions/search", params={"filter": f"name='{model}'"})
     assert found.status_code == 200, found.text[:500]
     return {int(version["version"]) for version in found.json().get("model_versions", [])}
 
