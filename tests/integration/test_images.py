@@ -70,7 +70,7 @@ def service(project, tmp_path_factory):
 
 def holdout(project) -> tuple[np.ndarray, pd.Series]:
     schema = json.loads((project.root / "data/prepare/schema.json").read_text())
-    shape = (schema["image"]["height"], schema["image"]["width"], schema["image"]["channels"])
+    shape = (schema["inputs"]["height"], schema["inputs"]["width"], schema["inputs"]["channels"])
     path = project.root / "data/prepare/holdout.parquet"
     return read_pixels(path, shape), read_metadata(path, "label")["label"].astype(str)
 
