@@ -142,13 +142,14 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
-    from tasks.core.schema_spec import ImageShape, Schema
+    from tasks.core.schema_spec import Schema
+    from tasks.modalities.image.contract import ImageShape
     from tests.helpers.images import bomb_png, served_image_model
 
     args = parse_args()
     rounds = 1 if args.tiny else args.rounds
     schema = Schema(source="bench", target="label", classes=["a", "b", "c"], modality="image",
-                    image=ImageShape(height=32, width=32, channels=3, mode="RGB"))
+                    inputs=ImageShape(height=32, width=32, channels=3, mode="RGB").model_dump())
     with tempfile.TemporaryDirectory(prefix="bench-image-limits-") as tmp:
         folder = Path(tmp)
         model = served_image_model(folder, schema)
