@@ -249,8 +249,11 @@ class ImageServing:
                                                "description": "one or more PNG or JPEG files "
                                                               "(curl -F image=@file.png)"}}}}},
                 "components": {}, "items": "image",
-                "too_large": "the body is over serve.max_body_mb, or an image over its size or pixel limits (read "
-                             "from its header, before decoding)",
+                "too_large": "the body is over serve.max_body_mb (the first limit a request meets), an image over its "
+                             "file or pixel limit (the model's own, images.max_file_mb, images.max_pixels, "
+                             "images.serve_pixels_factor x the model's size: read from its header, before decoding), "
+                             "the request's images over images.max_request_pixels together, or more than "
+                             "images.max_parts images",
                 "refused": "images that break the rules: one problem per image (decodable, min_side, base64), or a "
                            "body of another shape"}
 
