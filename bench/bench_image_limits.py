@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import save  # noqa: E402
-from tasks.core.env import PARAMS_ENV  # noqa: E402
+from tasks.core.env import PARAMS_ENV, TELEMETRY_OFF  # noqa: E402
 from tasks.core.procs import free_port, http_ok, start_child, wait_until_ready  # noqa: E402
 
 SIDE = 6300
@@ -58,7 +58,7 @@ def service(code: Path, model: Path, folder: Path, images: dict):
     with params_file.open("w") as handle:
         yaml.dump(params, handle)
     port = free_port()
-    env = {**os.environ, PARAMS_ENV: str(params_file), "PYTHONPATH": str(code), "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env = {**os.environ, PARAMS_ENV: str(params_file), "PYTHONPATH": str(code), **TELEMETRY_OFF}
     child = start_child("service", [sys.executable, "-m", "serving", "--port", str(port), "--model-file", str(model),
                                     "--request-log", ""], folder / f"{params_file.stem}.log", env=env, cwd=code)
     url = f"http://127.0.0.1:{port}"
