@@ -18,14 +18,16 @@ def probe_features(params: Params, schema: Schema, train_inputs: np.ndarray) -> 
     """inputs -> the frozen pretrained backbone's embeddings, its layout fitted on the training split."""
     import torch
 
-    from models import auto_models, build_model
+    from models import build_model
+    from tasks.training.adapt import pick_model
     from tasks.training.model_args import chosen_model_kwargs
     from tasks.training.pretrained import load_pretrained
 
     modality = modality_of(schema)
     settings = params.train
-    if settings.model == AUTO:
-        settings = settings.model_copy(update={"model": auto_models(modality.name, "default")[0]})
+    if settings.model == AUTO:   # the family the train stage will pick for this many rows
+        picked, _ = pick_model(settings, len(train_inputs), modality, modality.large_from(params))
+        settings = settings.model_copy(update={"model": picked})
     model = build_model(settings.model, modality.fit_layout(train_inputs, schema), **chosen_model_kwargs(settings))
     embed = getattr(model, "embed", None)
     if embed is None:   # before the weights are read: the run fails at once

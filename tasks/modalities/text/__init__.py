@@ -4,11 +4,11 @@ TF-IDF, served as raw strings and watched by their descriptors and the model's e
 
 Its parts: `sources` and `generated` (tables, folders of .txt files, packaged sets), `checks`, `near_duplicates`,
 `contract` and `expectations` (the text contract and its suite), `prepare`, `splits` and `shards` (judge, split,
-write), `tokenizer` and `inputs` (the tokenizer artifact, as the schema carries it), `layout` (what a model takes,
-probes), `baseline`, `graph`, `gate` and `parity` (the served graph: raw strings in, its tokenization gate),
-`requests`, `labelled` (the batch door of ingest and the retrain), `descriptors` and `watch` (what the monitor
-compares), `suggest`, `batch` (`torchship predict`) and `serving` (the service's text requests). Importing the package
-imports none of them."""
+write), `tokenizer` and `inputs` (the tokenizer artifact, as the schema carries it), `pretrained` (a pretrained
+encoder's checkpoint and the tokenizer it carries), `layout` (what a model takes, probes), `baseline`, `graph`,
+`gate` and `parity` (the served graph: raw strings in, its tokenization gate), `requests`, `labelled` (the batch door
+of ingest and the retrain), `descriptors` and `watch` (what the monitor compares), `suggest`, `batch` (`torchship
+predict`) and `serving` (the service's text requests). Importing the package imports none of them."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -44,10 +44,12 @@ class Text(Modality):
         return LABEL
 
     def check_source(self, params, target: str) -> None:
+        from tasks.modalities.text.pretrained import pretrained_tokenizer
         from tasks.modalities.text.sources import check_text_source
         from tasks.modalities.text.splits import text_settings
 
         check_text_source(params.data.source, target, text_settings(params).text_column)
+        pretrained_tokenizer(params.train.pretrained)   # a text checkpoint without its own tokenizer: refused now
 
     def fingerprint(self, params) -> dict:
         from tasks.modalities.text.sources import fingerprint_texts
@@ -85,16 +87,16 @@ class Text(Modality):
 
     def baselines(self, params, schema, backbone=None) -> tuple[dict, dict]:
         from tasks.core import paths
-        from tasks.core.errors import ConfigError
         from tasks.modalities.text.baseline import baseline_report
         from tasks.modalities.text.shards import read_texts
 
-        if backbone is not None:
-            raise ConfigError("train.pretrained: the linear probe on a pretrained text encoder is not built yet "
-                              "(docs/text.md): train text models from scratch")
-        train, holdout = (self.read_split(path, schema).labels for path in (paths.TRAIN_SPLIT, paths.HOLDOUT_SPLIT))
-        return baseline_report(read_texts(paths.TRAIN_SPLIT), train, read_texts(paths.HOLDOUT_SPLIT), holdout,
-                               schema.classes, params.baseline, params.bless.metric)
+        train, holdout = (self.read_split(path, schema) for path in (paths.TRAIN_SPLIT, paths.HOLDOUT_SPLIT))
+        probe = None
+        if backbone is not None:   # the frozen encoder's features: the linear probe joins, as the gate's baseline
+            features = backbone(train.inputs)
+            probe = (features(train.inputs), features(holdout.inputs))
+        return baseline_report(read_texts(paths.TRAIN_SPLIT), train.labels, read_texts(paths.HOLDOUT_SPLIT),
+                               holdout.labels, schema.classes, params.baseline, params.bless.metric, probe)
 
     def read_split(self, path: Path, schema) -> Split:
         from tasks.core.labels import encode_target

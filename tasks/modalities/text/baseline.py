@@ -1,7 +1,9 @@
 """What a few lines of scikit-learn reach on the same text splits: the majority class, and TF-IDF (word 1-2 grams
 and character 2-5 grams within word boundaries, sublinear term frequency) + logistic regression, the baseline text
-practitioners reach for first; with `add_balanced`, the logistic regression with class-balanced weights too. Pure:
-texts and labels in, scores and holdout predictions out."""
+practitioners reach for first; with `add_balanced`, the logistic regression with class-balanced weights too; and
+with a pretrained text encoder, a linear probe on its frozen features, which is then the gate's baseline (a fine-tune
+must beat the features it started from). Pure: texts (and features) and labels in, scores and holdout predictions
+out."""
 from __future__ import annotations
 
 import time
@@ -11,7 +13,7 @@ import numpy as np
 from tasks.core.metrics import classification_metrics
 from tasks.core.params_spec import BaselineParams
 
-MAJORITY, TFIDF = "majority_class", "tfidf_logistic_regression"
+MAJORITY, TFIDF, PROBE = "majority_class", "tfidf_logistic_regression", "linear_probe"
 BALANCED = "_balanced"
 MAX_FEATURES = 200_000   # word and character n-grams together: the most frequent kept, half each
 MIN_DF = 2               # an n-gram seen in one training text only says nothing about a class
@@ -38,11 +40,28 @@ def logistic(rules: BaselineParams, weights: str | None):
                               solver="newton-cg")
 
 
+def weightings(add_balanced: bool) -> dict[str, str | None]:
+    """{name suffix: class_weight} of each logistic regression fitted."""
+    return {"": None, BALANCED: "balanced"} if add_balanced else {"": None}
+
+
+def probe_model(rules: BaselineParams, weights: str | None):
+    """The linear probe: a logistic regression on the standardised frozen features (dense, a few hundred wide)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(StandardScaler(), LogisticRegression(C=rules.logistic_c, max_iter=rules.logistic_max_iter,
+                                                              class_weight=weights))
+
+
 def fit_and_predict(train: list[str], train_labels: np.ndarray, holdout: list[str], holdout_labels: np.ndarray,
-                    n_classes: int, rules: BaselineParams, add_balanced: bool, max_features: int = MAX_FEATURES
+                    n_classes: int, rules: BaselineParams, add_balanced: bool, max_features: int = MAX_FEATURES,
+                    probe: tuple[np.ndarray, np.ndarray] | None = None
                     ) -> tuple[dict[str, dict[str, float]], dict[str, np.ndarray]]:
     """({name: {accuracy, f1_macro, fit_seconds}} on the holdout, {name: (N,) predicted class indices}). The TF-IDF
-    features are fitted once on the training texts; each model's fit_seconds includes that fit."""
+    features are fitted once on the training texts; each model's fit_seconds includes that fit. With `probe` (the
+    frozen encoder's features of the training and holdout texts), the linear probe on them too."""
     from sklearn.dummy import DummyClassifier
 
     results, predictions = {}, {}
@@ -53,9 +72,12 @@ def fit_and_predict(train: list[str], train_labels: np.ndarray, holdout: list[st
     train_features = features.fit_transform(train)
     holdout_features = features.transform(holdout)
     vectorised = time.perf_counter() - started
-    for suffix, weights in ({"": None, BALANCED: "balanced"} if add_balanced else {"": None}).items():
+    for suffix, weights in weightings(add_balanced).items():
         _fit_one(TFIDF + suffix, logistic(rules, weights), train_features, holdout_features, train_labels,
                  holdout_labels, n_classes, vectorised, results, predictions)
+    for suffix, weights in weightings(add_balanced).items() if probe is not None else ():
+        _fit_one(PROBE + suffix, probe_model(rules, weights), *probe, train_labels, holdout_labels, n_classes, 0.0,
+                 results, predictions)
     return results, predictions
 
 
@@ -69,24 +91,28 @@ def _fit_one(name: str, model, train, holdout, train_labels: np.ndarray, holdout
 
 
 def gate_baseline(results: dict[str, dict[str, float]], metric: str) -> str:
-    """The baseline bless holds the candidate to: the best on the holdout (TF-IDF, unless the majority class wins
-    on a degenerate set)."""
-    return max(results, key=lambda name: results[name][metric])
+    """The baseline bless holds the candidate to: the linear probe on a pretrained encoder's features when there is
+    one (a fine-tune must beat the features it started from), else the best on the holdout (TF-IDF, unless the
+    majority class wins on a degenerate set)."""
+    pool = [name for name in results if name.startswith(PROBE)] or list(results)
+    return max(pool, key=lambda name: results[name][metric])
 
 
 def baseline_report(train: list[str], train_labels: np.ndarray, holdout: list[str], holdout_labels: np.ndarray,
-                    classes: list[str], rules: BaselineParams, metric: str) -> tuple[dict, dict]:
+                    classes: list[str], rules: BaselineParams, metric: str,
+                    probe: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict, dict]:
     """(the baseline report: {metric, models, gate, headline, ...}, the gate's holdout predictions) of the majority
-    class and TF-IDF + logistic regression (class-balanced too where the metric rewards it)."""
+    class and TF-IDF + logistic regression (class-balanced too where the metric rewards it), and with `probe` the
+    linear probe on a pretrained encoder's frozen features, the gate's baseline."""
     from tasks.core.metrics import balances_classes, best_baseline
 
     models, predicted = fit_and_predict(train, train_labels, holdout, holdout_labels, len(classes), rules,
-                                        balances_classes(metric))
+                                        balances_classes(metric), probe=probe)
     gate = gate_baseline(models, metric)
     best, score = best_baseline({"models": models}, metric)
     report = {"metric": metric, "modality": "text", "models": models, "picked": None, "cv_scores": None,
               "class_weights": ["none", "balanced"] if balances_classes(metric) else ["none"], "gate": gate,
               "headline": f"best {best.replace('_', ' ')} {metric} {score:.4f}; " + ", ".join(
                   f"{name.replace('_', ' ')} {figures[metric]:.4f}" for name, figures in models.items()
-                  if name != best)}
+                  if name != best) + (f"; the gate's: {gate.replace('_', ' ')}" if gate != best else "")}
     return report, {"baseline": gate, "metric": metric, "rows": len(holdout), "predicted": predicted[gate].tolist()}

@@ -1,5 +1,6 @@
 """prepare for texts: judge every text once by the text contract, quarantine the refused ones with the report,
-split the rest stratified with near duplicates kept together, and fit the run's tokenizer on the training split.
+split the rest stratified with near duplicates kept together, and fit the run's tokenizer on the training split
+(or, starting from a pretrained text encoder, take the tokenizer its checkpoint carries).
 
 One pass names every bad text with every rule it breaks (tasks/modalities/text/checks.py). The run goes on when the
 refused share is within `max_bad_share` (the contract's, else `text.max_bad_share`); above it nothing is written and
@@ -108,9 +109,11 @@ def split_groups(labels: pd.Series, groups: np.ndarray, params: PrepareParams, o
 
 
 def prepare_texts(records: list[TextRecord], origin: str, target: str, column: str, params: TextParams,
-                  split: PrepareParams, contract: TextContract | None = None) -> PreparedTexts:
-    """The core: judge, quarantine, split (near copies together), fit the tokenizer on the training texts. Raises
-    DataError (after quarantining) when the refused share is over the limit or a class is too small to split."""
+                  split: PrepareParams, contract: TextContract | None = None,
+                  pretrained: Tokenizer | None = None) -> PreparedTexts:
+    """The core: judge, quarantine, split (near copies together), fit the tokenizer on the training texts (or take
+    a `pretrained` encoder's own: its ids must mean what they meant in pretraining). Raises DataError (after
+    quarantining) when the refused share is over the limit or a class is too small to split."""
     if not records:
         raise DataError(f"{origin} holds no texts")
     rules = rules_for([r.label for r in records], params, contract)
@@ -126,8 +129,8 @@ def prepare_texts(records: list[TextRecord], origin: str, target: str, column: s
     splits = {name: kept[assignment == name][["name", TEXT, LABEL, *METADATA[1:]]].reset_index(drop=True)
               for name in SPLITS}
     settings = params.tokenizer
-    tokenizer = fit_tokenizer(splits["train"][TEXT], settings.tokens_per_text, settings.lowercase,
-                              settings.min_count, settings.max_vocab)
+    tokenizer = pretrained or fit_tokenizer(splits["train"][TEXT], settings.tokens_per_text, settings.lowercase,
+                                            settings.min_count, settings.max_vocab)
     schema = Schema(source=origin, target=target, classes=class_labels(kept[LABEL]), modality="text",
                     inputs=text_inputs(tokenizer, column, rules.chars[1]))
     return PreparedTexts(schema=schema, splits=splits, refused=refused, rules=rules, texts=len(records),

@@ -43,7 +43,7 @@ def source_column(source: str, target: str, settings) -> str:
     return text_column_of(read_table(path, sample=True), target, settings.text_column, source)
 
 
-def write_prepared_texts(prepared: PreparedTexts) -> dict:
+def write_prepared_texts(prepared: PreparedTexts, tokenizer_from: str = "fitted on the training split") -> dict:
     """Write the text splits (one shard file each), the schema and the headline figures atomically."""
     for name, path in SPLIT_PATHS:
         write_split(path, prepared.splits[name])
@@ -55,12 +55,13 @@ def write_prepared_texts(prepared: PreparedTexts) -> dict:
     truncated = sum(count > shape.max_tokens for count in counted) / max(1, len(counted))
     metrics = {"modality": "text", "rows": rows, "texts": prepared.texts, "refused": len(prepared.refused),
                "column": shape.column, "vocabulary": shape.vocab_size, "tokens_per_text": shape.max_tokens,
-               "lowercase": shape.lowercase, "tokenizer_sha256": shape.tokenizer_sha256,
+               "lowercase": shape.lowercase, "tokenizer_sha256": shape.tokenizer_sha256, "tokenizer": tokenizer_from,
                "truncated_share": round(truncated, 4), "classes": len(prepared.schema.classes),
                "class_share": {str(k): round(float(v), 4) for k, v in
                                train[LABEL].value_counts(normalize=True).sort_index().items()},
                "headline": f"{sum(rows.values()):,} texts, {len(prepared.schema.classes)} classes, a tokenizer of "
-                           f"{shape.vocab_size:,} ids ({shape.max_tokens} a text, {truncated:.0%} of training texts "
+                           f"{shape.vocab_size:,} ids {tokenizer_from.split(',')[0]} ({shape.max_tokens} a text, "
+                           f"{truncated:.0%} of training texts "
                            "truncated)" + (f", {len(prepared.refused)} refused (quarantined)" if prepared.refused
                                            else "")}
     write_json_atomic(paths.PREPARE_METRICS, metrics)
@@ -68,17 +69,21 @@ def write_prepared_texts(prepared: PreparedTexts) -> dict:
 
 
 def prepare_source(params, target: str) -> dict:
-    """The stage's text body: read, judge, quarantine, split, fit the tokenizer, write."""
+    """The stage's text body: read, judge, quarantine, split, fit the tokenizer (or take a pretrained encoder's),
+    write."""
     from tasks.modalities.text.labelled import batch_records
+    from tasks.modalities.text.pretrained import pretrained_tokenizer
 
     settings = text_settings(params)
+    pretrained = pretrained_tokenizer(params.train.pretrained)
     records, origin = list_texts(params.data.source, target, settings, params.data.seed, params.data.drift)
     accepted = batch_records(settings.max_chars)   # labelled texts `torchship ingest` accepted
     if accepted:
         records, origin = records + accepted, f"{origin} + {len(accepted)} accepted batch text(s)"
     column = source_column(params.data.source, target, settings)
-    return write_prepared_texts(prepare_texts(records, origin, target, column, settings, params.prepare,
-                                              declared(params)))
+    prepared = prepare_texts(records, origin, target, column, settings, params.prepare, declared(params), pretrained)
+    return write_prepared_texts(prepared, f"pretrained, beside {params.train.pretrained.path}" if pretrained
+                                else "fitted on the training split")
 
 
 def split_records(schema: Schema) -> tuple[list[TextRecord], list[str]]:
