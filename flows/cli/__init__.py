@@ -47,8 +47,8 @@ class TorchshipGroup(TyperGroup):
 
 app = typer.Typer(cls=TorchshipGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   rich_markup_mode="markdown",
-                  help="torchship: a PyTorch classifier for tables or images, from raw data to a canaried service. "
-                       "Run commands from the project folder (the one holding params.yaml).")
+                  help="torchship: a PyTorch classifier for tables, images or texts, from raw data to a canaried "
+                       "service. Run commands from the project folder (the one holding params.yaml).")
 
 
 def show_version(show: bool) -> None:

@@ -11,7 +11,10 @@ contract_app = typer.Typer(help="The data contract: propose one from reference d
 @contract_app.command("suggest")
 def contract_suggest(data: str = typer.Argument(..., help="A CSV/Parquet path, `synthetic` or `sklearn:<name>`; "
                                                          "or images: a folder with one subfolder per class, a "
-                                                         "manifest, `images:digits` or `images:shapes`."),
+                                                         "manifest, `images:digits` or `images:shapes`; or texts: "
+                                                         "a table with a free-text column, a folder of class "
+                                                         "subfolders of .txt files, `text:tickets` or "
+                                                         "`text:tweets`."),
                      target: str = typer.Option(None, help="The label column (default: data.target or the "
                                                             "built-in source's)."),
                      margin: float = typer.Option(0.1, help="Widen observed numeric ranges by this share.")) -> None:

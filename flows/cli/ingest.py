@@ -10,7 +10,9 @@ from flows.cli.output import console, fail
 from flows.environment import enter_project
 
 
-def ingest(batch: Path = typer.Argument(..., help="A labelled CSV/Parquet batch (production rows with outcomes).")
+def ingest(batch: Path = typer.Argument(..., help="A labelled CSV/Parquet batch (production rows with outcomes); "
+                                               "for an image or text model, a folder with one subfolder of images "
+                                               "or .txt files per class, or a table of them with their labels.")
            ) -> None:
     """Judge a new labelled batch by the committed contract before it joins the training set.
 

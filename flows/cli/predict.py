@@ -1,5 +1,5 @@
-"""`torchship predict`: score a CSV or Parquet file (or, for an image model, a folder or a manifest of images) with a
-registered version, by the service's rules."""
+"""`torchship predict`: score a CSV or Parquet file (or, for an image model, a folder or a manifest of images; for a
+text model, a table's text column or a folder of .txt files) with a registered version, by the service's rules."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +13,9 @@ from flows.environment import enter_project
 def predict(source: Path = typer.Argument(..., help="The rows to score: a .csv (header line first) or .parquet file "
                                                     "with the model's feature columns (other columns are copied "
                                                     "to the output). For an image model: a folder of images (class "
-                                                    "subfolders optional) or a manifest with images.path_column."),
+                                                    "subfolders optional) or a manifest with images.path_column. "
+                                                    "For a text model: a CSV or Parquet file with its text column, "
+                                                    "or a folder of .txt files."),
             output: Path = typer.Option(..., "--output", "-o", help="Where the predictions go (.csv or .parquet)."),
             version: str = typer.Option(None, help="The registered version to score with (default: the alias)."),
             alias: str = typer.Option(None, help="The alias whose version scores (default: champion)."),
