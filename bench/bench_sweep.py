@@ -136,6 +136,11 @@ def trials_per_hour(project: Path, workers: int, trials: int) -> float:
     return done.ended / seconds * 3600
 
 
+def goal_met(per_set: dict, scaled: dict | None) -> bool:
+    """Every set met, and two workers at least SCALE_GOAL times one's trials per hour (where measured)."""
+    return all(s["met"] for s in per_set.values()) and (scaled is None or scaled["ratio"] >= SCALE_GOAL)
+
+
 def save_results(per_set: dict, scaled: dict | None, args, started: float) -> None:
     """bench/results/sweep.json; the ratio is the worst set's winner / baseline macro-F1."""
     code = git_state(ROOT)
@@ -144,7 +149,7 @@ def save_results(per_set: dict, scaled: dict | None, args, started: float) -> No
     complete = all(len(per_set.get(name, {}).get("runs", [])) == args.seeds for name in args.sets)
     reduced = (args.seeds < 5 or args.trials < 12 or not set(SETS) <= set(args.sets) or scaled is None
                or not complete)
-    met = all(s["met"] for s in per_set.values()) and (scaled is None or scaled["ratio"] >= SCALE_GOAL)
+    met = goal_met(per_set, scaled)
     ratio = min(s["winner"]["mean"] / s["cv_baseline"]["mean"] for s in per_set.values())
     notes = (f"Code: commit {code['git_commit'][:10]}, uncommitted changes {code['git_dirty']}. "
              f"{'PARTIAL: ' if not complete else ''}Quality in process (bench/sweep_study.py), one torch thread; "
@@ -163,19 +168,24 @@ def save_results(per_set: dict, scaled: dict | None, args, started: float) -> No
 
 
 def rescale(trials: int) -> None:
-    """--scale-only: the scale part measured again into the saved result, the earlier measurement kept beside it."""
+    """--scale-only: the scale part measured again into the saved result (and its goal judged again), the earlier
+    measurements kept beside it."""
     import json
 
     from bench.common import RESULTS, machine
 
     path = RESULTS / "sweep.json"
     saved = json.loads(path.read_text())
-    earlier = saved["figures"].get("scale")
+    before = saved["figures"].get("scale") or {}
+    earlier = before.get("earlier") or []
+    earlier = [earlier] if isinstance(earlier, dict) else earlier
+    if before:
+        earlier.append({k: before[k] for k in ("one", "two", "ratio", "load_average", "measured_at") if k in before})
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as folder:
         scaled = scale(trials, Path(folder))
-    saved["figures"]["scale"] = {**scaled, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                 "earlier": earlier and {k: earlier[k] for k in ("one", "two", "ratio",
-                                                                                 "load_average")}}
+    saved["figures"]["scale"] = {**scaled, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "earlier": earlier}
+    if saved["goal_met"] is not None:   # a full run: its goal again, with this measurement
+        saved["goal_met"] = goal_met(saved["figures"]["sets"], saved["figures"]["scale"])
     saved["machine"] = machine()
     path.write_text(json.dumps(saved, indent=2) + "\n")
     print(json.dumps(saved["figures"]["scale"], indent=2))

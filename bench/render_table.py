@@ -424,12 +424,14 @@ def render_sweep(results: dict[str, dict]) -> list[str]:
     scale = f.get("scale")
     if scale:
         when = f", measured {scale['measured_at'][:16]}" if "measured_at" in scale else ""
-        earlier = scale.get("earlier")
+        earlier = scale.get("earlier") or []
+        earlier = [earlier] if isinstance(earlier, dict) else earlier
         lines += ["", f"Trials per hour ({scale['set']}; {scale['trials']} trials each, one thread a trial, load "
                       f"average {scale['load_average'][0]:.1f} after{when}): one worker {scale['one']:.0f}, two "
                       f"workers {scale['two']:.0f} ({scale['ratio']:.2f}x; goal {scale['goal']:g}x on 2 cores)."
-                  + (f" A first measurement, while other CPU work of this bench's author ran beside it: one worker "
-                     f"{earlier['one']:.0f}, two {earlier['two']:.0f} ({earlier['ratio']:.2f}x)." if earlier else "")]
+                  + ("".join(f" Measured before{' at ' + e['measured_at'][11:16] if 'measured_at' in e else ''} "
+                             f"(load average {e['load_average'][0]:.1f}): one worker {e['one']:.0f}, two "
+                             f"{e['two']:.0f} ({e['ratio']:.2f}x)." for e in earlier))]
     if not config["complete"]:
         why = (f"Stopped by its time budget ({config['budget_minutes']:g} min) before the next seed"
                if config.get("budget_minutes") else "A partial run")
