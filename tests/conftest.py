@@ -57,7 +57,8 @@ IN_MEMORY = ("unit", "data", "model")
 LONGEST_FIRST = ("integration/test_journey", "integration/test_images_stack", "integration/test_images",
                  "integration/test_text", "reliability/test_kill_ladder", "integration/test_pipeline",
                  "reliability/test_contract_doors", "integration/test_training_engine", "integration/test_cli",
-                 "integration/test_small_table", "integration/test_two_nodes", "integration/test_stack")
+                 "integration/test_small_table", "integration/test_two_nodes", "integration/test_sweep_stack",
+                 "integration/test_stack")
 SHARED_BUILD_TIMEOUT_S = 1200
 
 
