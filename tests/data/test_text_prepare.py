@@ -1,8 +1,9 @@
 """prepare, validate and the batch door on texts, in process: a folder with the bad inputs users bring (not UTF-8, an
 empty file, a one-megabyte text, a label outside the contract's classes, a binary file named .txt, an exact copy)
 has each named with its rule in one pass and quarantined, while the rest is prepared; near copies land in one split;
-the tokenizer sees the training split only; validate refuses a near copy planted across splits, the batch door one of
-a prepared text; and a table with a free-text column is text, refused as a table with the way to read it."""
+the tokenizer sees the training split only; a text keeps its split when texts join the set; validate refuses a near
+copy planted across splits, the batch door one of a prepared text; and a table with a free-text column is text,
+refused as a table with the way to read it."""
 from __future__ import annotations
 
 import json
@@ -155,3 +156,27 @@ def test_a_table_with_a_free_text_column_is_text_and_refused_as_a_table(tmp_path
     said = str(refused.value)
     assert "column 'review' holds free text" in said and "--set data.modality=text" in said
     assert not paths.TRAIN_SPLIT.exists()
+
+
+def test_a_text_keeps_its_split_when_texts_join_the_set():
+    """A retrain's ingested texts join the set: a text prepared before moves at most across the edges of the
+    validation band, never from training into the holdout, so the holdout a retrain and its champion are compared on
+    holds no text the champion was trained on; and a class of three texts still has one in each split."""
+    from tasks.core.params_spec import PrepareParams
+    from tasks.modalities.text.prepare import split_groups
+
+    def splits(frame: pd.DataFrame) -> dict[str, str]:
+        named = split_groups(frame["label"], frame["text"], pd.factorize(frame["text"])[0], PrepareParams(), "t")
+        return dict(zip(frame["text"], named))
+
+    before = generate_tickets(400, seed=7)
+    after = splits(pd.concat([before, generate_tickets(200, seed=8, drift=1.0)], ignore_index=True))
+    before = splits(before)
+    moved = [(split, after[text]) for text, split in before.items() if after[text] != split]
+    assert all("val" in move for move in moved), moved   # only across the validation band's edges
+    assert len(moved) <= 0.06 * len(before)
+    shares = pd.Series(list(after.values())).value_counts(normalize=True)
+    assert abs(shares["holdout"] - 0.15) < 0.01 and abs(shares["val"] - 0.15) < 0.01   # stratified, per class
+    rare = pd.DataFrame({"text": ["a b c", "d e f", "g h i"], "label": "rare"})
+    named = splits(pd.concat([generate_tickets(40, seed=9), rare], ignore_index=True))
+    assert sorted(named[text] for text in rare["text"]) == ["holdout", "train", "val"]

@@ -40,12 +40,12 @@ def logistic(rules: BaselineParams, weights: str | None):
                               solver="newton-cg")
 
 
-def weightings(add_balanced: bool) -> dict[str, str | None]:
+def _weightings(add_balanced: bool) -> dict[str, str | None]:
     """{name suffix: class_weight} of each logistic regression fitted."""
     return {"": None, BALANCED: "balanced"} if add_balanced else {"": None}
 
 
-def probe_model(rules: BaselineParams, weights: str | None):
+def _linear_probe(rules: BaselineParams, weights: str | None):
     """The linear probe: a logistic regression on the standardised frozen features (dense, a few hundred wide)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
@@ -72,11 +72,11 @@ def fit_and_predict(train: list[str], train_labels: np.ndarray, holdout: list[st
     train_features = features.fit_transform(train)
     holdout_features = features.transform(holdout)
     vectorised = time.perf_counter() - started
-    for suffix, weights in weightings(add_balanced).items():
+    for suffix, weights in _weightings(add_balanced).items():
         _fit_one(TFIDF + suffix, logistic(rules, weights), train_features, holdout_features, train_labels,
                  holdout_labels, n_classes, vectorised, results, predictions)
-    for suffix, weights in weightings(add_balanced).items() if probe is not None else ():
-        _fit_one(PROBE + suffix, probe_model(rules, weights), *probe, train_labels, holdout_labels, n_classes, 0.0,
+    for suffix, weights in _weightings(add_balanced).items() if probe is not None else ():
+        _fit_one(PROBE + suffix, _linear_probe(rules, weights), *probe, train_labels, holdout_labels, n_classes, 0.0,
                  results, predictions)
     return results, predictions
 

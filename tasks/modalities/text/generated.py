@@ -5,7 +5,10 @@ or as a side remark), generic filler, and noise (typos, lower-casing, dropped pu
 flipped. So the words carry the class but not trivially: TF-IDF + logistic regression lands near 0.9 macro-F1, not 1.
 
 `drift` in [0, 1] moves the topic mix from the reference products to new ones (other nouns, other jargon) and the
-register from formal to chat-like: a topic and vocabulary shift for the monitor, with the labelling unchanged.
+register from formal to chat-like: a topic and vocabulary shift for the monitor, with the labelling unchanged. A
+chat-like writer also says what is wrong in words of their own (slang requests the reference tickets never use), so
+a model trained on the reference alone misreads many shifted tickets, and a retrain on labelled shifted tickets has
+something to learn. At drift 0 the tickets are exactly those of a generator without these.
 """
 from __future__ import annotations
 
@@ -42,6 +45,18 @@ REQUESTS = {
                  "the courier never came", "order {order} is stuck in the warehouse",
                  "the delivery is {days} days late", "I received someone else's parcel",
                  "can you ship to my new address instead", "half of my order is missing from the box"],
+}
+# the chat register's own requests (drift): other words for the same four problems
+SLANG_REQUESTS = {
+    "billing": ["got overcharged for {thing} smh", "they hit my card 2x for {amount}", "double debit on my bank app",
+                "pls give me my cash back for {thing}", "why am i paying {amount} extra",
+                "that renewal fee is a ripoff"],
+    "technical": ["{thing} is glitching nonstop", "{thing} keeps lagging and buffering", "bug after patch {version}",
+                  "{thing} is bricked", "stuck on the loading spinner forever", "{thing} wont boot up"],
+    "account": ["cant sign in at all", "my login got hacked", "pw reset link is dead", "locked out again ugh",
+                "otp code never shows up", "how do i nuke my profile"],
+    "shipping": ["where tf is my delivery", "courier ghosted me", "tracking {order} is blank for days",
+                 "box showed up smashed", "the driver dropped it at my neighbours", "still nothing at my door"],
 }
 # weak cues: each could come from two classes, so the class is a guess beyond the word
 VAGUE_REQUESTS = {"billing": ["something is wrong with my order {order}", "the app says my plan expired"],
@@ -106,6 +121,8 @@ def _ticket(rng: random.Random, label: str, topic: str, drift: float) -> str:
              "customer": f"C-{rng.randint(100000, 999999)}", "n": str(rng.randint(2, 40)),
              "month": rng.choice(MONTHS), "day": str(rng.randint(1, 28))}
     pool = VAGUE_REQUESTS[label] if rng.random() < VAGUE else REQUESTS[label]
+    if drift and rng.random() < drift:   # no draw at drift 0: the reference tickets stay what they were
+        pool = SLANG_REQUESTS[label]
     sentences = [rng.choice(GREETING), CONTEXT[topic].format(**slots), rng.choice(pool).format(**slots)]
     if rng.random() < DISTRACTOR:
         other = rng.choice([c for c in CLASSES if c != label])

@@ -1,6 +1,6 @@
 """prepare for texts: judge every text once by the text contract, quarantine the refused ones with the report,
-split the rest stratified with near duplicates kept together, and fit the run's tokenizer on the training split
-(or, starting from a pretrained text encoder, take the tokenizer its checkpoint carries).
+split the rest stratified, by a seeded hash of each text, with near duplicates kept together, and fit the run's
+tokenizer on the training split (or, starting from a pretrained text encoder, take the one its checkpoint carries).
 
 One pass names every bad text with every rule it breaks (tasks/modalities/text/checks.py). The run goes on when the
 refused share is within `max_bad_share` (the contract's, else `text.max_bad_share`); above it nothing is written and
@@ -8,9 +8,11 @@ prepare fails. Either way every refused text is kept in data/quarantine/ with re
 
 Near duplicates (word-pair Jaccard at least `near_duplicate_jaccard`, chains included) form one group, and a group
 is split as one item: a near copy of a holdout text never sits in the training split, so the holdout measures what
-the model was not shown. The tokenizer sees the training texts only."""
+the model was not shown. A group's place in its class comes from a hash of its own text, so texts that join the set
+later never move an earlier one from training into the holdout. The tokenizer sees the training texts only."""
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 
@@ -80,30 +82,34 @@ def judged(records: list[TextRecord], origin: str, rules: TextRules) -> tuple[pd
     return table, refused
 
 
-def split_groups(labels: pd.Series, groups: np.ndarray, params: PrepareParams, origin: str) -> np.ndarray:
-    """Each text's split ("train", "val", "holdout"): groups of near duplicates are split as one item, stratified by
-    the label of their first text, seeded."""
-    from sklearn.model_selection import train_test_split
+def stable_draw(text: str, seed: int) -> float:
+    """A seeded hash of a text as a number in [0, 1): where it falls, whatever other texts the set holds."""
+    digest = hashlib.sha256(f"{seed}\0{text}".encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0 ** 64
 
+
+def split_groups(labels: pd.Series, texts: pd.Series, groups: np.ndarray, params: PrepareParams,
+                 origin: str) -> np.ndarray:
+    """Each text's split ("train", "val", "holdout"): groups of near duplicates are split as one item, stratified by
+    the label of their first text. Within a class the groups rank by a seeded hash of their first text: the lowest
+    `holdout_fraction` go to the holdout, the next `val_fraction` to validation, the rest to training. So texts that
+    join the set (a retrain's ingested texts) move the earlier ones at most across the edges of the validation band,
+    never from training into the holdout: the holdout a retrain and its champion are compared on holds no text the
+    champion was trained on (a random re-split hands it a third of them)."""
     first = pd.Series(np.arange(len(groups))).groupby(groups).min()          # group id -> its first text
-    group_labels = labels.iloc[first.to_numpy()].reset_index(drop=True)
-    smallest = group_labels.value_counts().min()
-    if smallest < 3:
-        raise DataError(f"{origin}: a class has only {smallest} text(s) (near copies counted once); each class needs "
-                        "at least 3 to appear in train, validation and holdout. Add texts or merge rare classes.")
-    index = np.arange(len(first))
-    try:
-        rest, holdout = train_test_split(index, test_size=params.holdout_fraction, random_state=params.seed,
-                                         stratify=group_labels)
-        share = params.val_fraction / (1 - params.holdout_fraction)
-        train, val = train_test_split(rest, test_size=share, random_state=params.seed,
-                                      stratify=group_labels.iloc[rest])
-    except ValueError as exc:
-        raise DataError(f"{origin}: {len(labels)} texts are too few to split {labels.nunique()} classes into train, "
-                        f"validation and holdout ({exc}). Add texts, or raise prepare.val_fraction / "
-                        "prepare.holdout_fraction.") from None
-    named = np.empty(len(first), dtype=object)
-    named[train], named[val], named[holdout] = "train", "val", "holdout"
+    group_labels = labels.iloc[first.to_numpy()].to_numpy()
+    draws = np.array([stable_draw(texts.iloc[i], params.seed) for i in first.to_numpy()])
+    named = np.full(len(first), "train", dtype=object)
+    for label in np.unique(group_labels):
+        ranked = np.flatnonzero(group_labels == label)
+        ranked = ranked[np.argsort(draws[ranked], kind="stable")]
+        holdout = max(1, round(params.holdout_fraction * len(ranked)))
+        val = max(1, round(params.val_fraction * len(ranked)))
+        if holdout + val >= len(ranked):
+            raise DataError(f"{origin}: class '{label}' has only {len(ranked)} text(s) (near copies counted once), "
+                            "too few to appear in train, validation and holdout. Add texts, merge rare classes, or "
+                            "lower prepare.val_fraction / prepare.holdout_fraction.")
+        named[ranked[:holdout]], named[ranked[holdout:holdout + val]] = "holdout", "val"
     by_group = dict(zip(first.index, named))
     return np.array([by_group[g] for g in groups], dtype=object)
 
@@ -125,7 +131,7 @@ def prepare_texts(records: list[TextRecord], origin: str, target: str, column: s
     kept[TEXT] = [by_name[name] for name in kept["name"]]
     kept[LABEL] = label_strings(kept[LABEL])
     groups = near_duplicate_groups(kept[TEXT].tolist(), rules.near_duplicate_jaccard, split.seed)
-    assignment = split_groups(kept[LABEL], groups, split, origin)
+    assignment = split_groups(kept[LABEL], kept[TEXT], groups, split, origin)
     splits = {name: kept[assignment == name][["name", TEXT, LABEL, *METADATA[1:]]].reset_index(drop=True)
               for name in SPLITS}
     settings = params.tokenizer
