@@ -31,6 +31,17 @@ class TextLayout:
         return asdict(self)
 
 
+def trimmed(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """The ids without the trailing columns that pad every row (one column at least): both families read a batch
+    the same either way, at the cost of its longest text instead of the padded width (the run's tokenizer pads
+    to `tokens_per_text`; tweets fill a fifth of it). Eager only: a trace, an export or a compiled graph keeps the
+    width fixed, since the cut depends on the data."""
+    if torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting():
+        return ids
+    used = (ids != pad_id).any(dim=0).nonzero()
+    return ids[:, : int(used.max()) + 1 if len(used) else 1]
+
+
 def masked_mean(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B, T, D) states, (B, T) bool mask -> (B, D) mean over the masked-in positions; zeros for a row with none."""
     weights = mask.to(states.dtype).unsqueeze(-1)                      # (B, T, 1)
@@ -92,7 +103,7 @@ class TextBag(PooledTextClassifier):
 
     Config = BagConfig
     default_lr = 1e-2   # embedding bags train best with a high rate (fastText's own default is 0.1 with SGD)
-    auto = "default"    # what `auto` trains on texts below train.ft_min_rows training rows
+    auto = "default"    # what `auto` trains on texts below text.transformer_min_rows training texts
 
     def __init__(self, layout: TextLayout, **hyper: Any):
         config = BagConfig(**hyper)
@@ -103,6 +114,7 @@ class TextBag(PooledTextClassifier):
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, T) ids -> (B, dim): the mean of every real token's and token pair's embedding."""
+        ids = trimmed(ids, self.pad_id)
         mask = ids != self.pad_id                                          # (B, T)
         states, present = self.tokens(ids), mask
         if self.buckets:
@@ -121,7 +133,12 @@ class TextTransformerConfig:
     layers: int = field(default=2, metadata={"doc": "Transformer blocks."})
     heads: int = field(default=4, metadata={"doc": "Attention heads per block."})
     mlp_factor: int = field(default=4, metadata={"doc": "MLP width as a multiple of dim."})
-    dropout: float = field(default=0.1, metadata={"doc": "Dropout on embeddings, attention and MLP outputs."})
+    dropout: float = field(default=0.1, metadata={"doc": "Dropout on the embeddings and on each block's attention and "
+                                                          "MLP outputs."})
+    attention_dropout: float = field(default=0.0, metadata={
+        "doc": "Dropout on the attention weights themselves. Off by default: it sends scaled_dot_product_attention "
+               "to its unfused path, which draws a random mask over every (query, key) pair of every head; on a CPU "
+               "a training step takes several times as long (bench/results/text.json)."})
     checkpointing: bool = field(default=False, metadata={
         "doc": "Recompute each block's activations in the backward pass (less memory, about a third more compute); "
                "training only."})
@@ -133,16 +150,17 @@ class TextTransformerConfig:
             raise ValueError(f"{', '.join(small)}: each must be at least 1")
         if self.dim % self.heads:
             raise ValueError(f"dim {self.dim} must be a multiple of heads {self.heads}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout {self.dropout} must be in [0, 1)")
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} {getattr(self, name)} must be in [0, 1)")
 
 
 class Block(nn.Module):
     """x + attention(LayerNorm(x)), then x + MLP(LayerNorm(x)): one pre-norm encoder block (FSDP wraps each)."""
 
-    def __init__(self, dim: int, heads: int, mlp_factor: int, dropout: float):
+    def __init__(self, dim: int, heads: int, mlp_factor: int, dropout: float, attention_dropout: float = 0.0):
         super().__init__()
-        self.heads, self.attention_dropout = heads, dropout
+        self.heads, self.attention_dropout = heads, attention_dropout
         self.attention_norm, self.mlp_norm = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.qkv, self.projection = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
         self.mlp = nn.Sequential(nn.Linear(dim, mlp_factor * dim), nn.GELU(), nn.Linear(mlp_factor * dim, dim))
@@ -165,7 +183,7 @@ class TextTransformer(PooledTextClassifier):
 
     Config = TextTransformerConfig
     default_lr = 1e-3
-    auto = "large"      # `auto` trains it from train.ft_min_rows training rows
+    auto = "large"      # `auto` trains it from text.transformer_min_rows training texts
 
     def __init__(self, layout: TextLayout, **hyper: Any):
         config = TextTransformerConfig(**hyper)
@@ -174,12 +192,13 @@ class TextTransformer(PooledTextClassifier):
         self.tokens = embedding_table(layout.vocab_size, config.dim, 0.02, layout.pad_id)
         self.positions = embedding_table(layout.max_tokens, config.dim, 0.02)
         self.embedding_dropout = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config.dim, config.heads, config.mlp_factor, config.dropout)
-                                    for _ in range(config.layers))
+        self.blocks = nn.ModuleList(Block(config.dim, config.heads, config.mlp_factor, config.dropout,
+                                          config.attention_dropout) for _ in range(config.layers))
         self.norm = nn.LayerNorm(config.dim)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, T) ids -> (B, dim): the final states' mean over the real tokens."""
+        ids = trimmed(ids, self.pad_id)
         mask = ids != self.pad_id                                          # (B, T)
         # A row of padding only would mask every key (softmax over nothing: NaN): it attends to all positions
         # instead, and its pooled mean is zero anyway.

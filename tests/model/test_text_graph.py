@@ -23,7 +23,6 @@ from tasks.modalities.text.graph import (
     IDS,
     TEXT_INPUT,
     TOKENIZER_KEY,
-    ServedTextModel,
     compose_text_model,
     lowered,
     text_feed,
@@ -31,6 +30,7 @@ from tasks.modalities.text.graph import (
     tokenizer_graph,
 )
 from tasks.modalities.text.tokenizer import LAST_CODE_POINT, Tokenizer, fit_tokenizer
+from tasks.modalities.text.traced import ServedTextModel
 
 WORDS = ("good", "bad", "great", "awful", "food", "service", "price", "straße", "istanbul", "café", "naïve", "σίσυφος",
          "مرحبا", "שלום", "日本", "😀", "👍🏽", "ǆemal", "ﬁne")

@@ -1,6 +1,6 @@
 """The text model families (models/text.py): shapes, padding and empty texts, a trivially separable task learnt,
 activation checkpointing, and ONNX exports (dynamo and legacy) of the module the export stage traces
-(tasks/modalities/text/graph.py ServedTextModel) that answer eager's logits and embedding projection."""
+(tasks/modalities/text/traced.py ServedTextModel) that answer eager's logits and embedding projection."""
 from __future__ import annotations
 
 import dataclasses
@@ -46,6 +46,18 @@ def test_both_families_are_registered_as_text_models_and_their_defaults_build():
         TextTransformer(LAYOUT, dim=10, heads=4)
     with pytest.raises(ValueError, match="buckets"):
         TextBag.Config(buckets=-1)
+    with pytest.raises(ValueError, match="attention_dropout"):
+        TextTransformer.Config(attention_dropout=1.0)
+
+
+def test_attention_dropout_is_its_own_setting_and_off_by_default():
+    """The default draws no mask over the attention weights (its unfused CPU path costs 3x a step): with the other
+    dropout off, two training-mode passes agree; with attention dropout on, they differ."""
+    ids = padded_ids(4)
+    quiet, noisy = model("text_transformer").train(), model("text_transformer", attention_dropout=0.5).train()
+    assert TextTransformer.Config().attention_dropout == 0.0
+    torch.testing.assert_close(quiet(ids), quiet(ids))
+    assert not torch.allclose(noisy(ids), noisy(ids))
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -74,6 +86,18 @@ def test_padding_is_invisible_and_the_last_real_token_counts(name):
         moved = net(ids)
     torch.testing.assert_close(unpadded, full[2:3], atol=1e-5, rtol=0)
     assert not torch.allclose(full[2], moved[2]) and torch.equal(full[[0, 1, 3, 4]], moved[[0, 1, 3, 4]])
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_an_eager_batch_is_read_to_its_longest_text_not_the_padded_width(name):
+    """The columns that pad every row are cut before the embeddings (same logits as the short batch); exports keep
+    the width (test_onnx_exports_... below fails when they do not)."""
+    net, ids = model(name), padded_ids(5)
+    ids[:, 4:], ids[1, :4] = 0, 2
+    widths = []
+    net.tokens.register_forward_hook(lambda module, args, output: widths.append(args[0].shape[1]))
+    torch.testing.assert_close(net(ids), net(ids[:, :4]))
+    assert widths == [4, 4]
 
 
 def test_the_bags_token_pairs_see_word_order_and_tokens_alone_do_not():
@@ -148,7 +172,7 @@ def test_onnx_exports_answer_eagers_logits_and_projection_on_other_batch_sizes(t
     import onnx
 
     from tasks.core.runtime import open_onnx
-    from tasks.modalities.text.graph import ServedTextModel
+    from tasks.modalities.text.traced import ServedTextModel
 
     traced = ServedTextModel(model(name), torch.zeros(4, LAYOUT.max_tokens, dtype=torch.long)).eval()
     export(traced, tmp_path / "model.onnx", dynamo)

@@ -6,9 +6,10 @@ Its parts: `sources` and `generated` (tables, folders of .txt files, packaged se
 `contract` and `expectations` (the text contract and its suite), `prepare`, `splits` and `shards` (judge, split,
 write), `tokenizer` and `inputs` (the tokenizer artifact, as the schema carries it), `pretrained` (a pretrained
 encoder's checkpoint and the tokenizer it carries), `layout` (what a model takes, probes), `baseline`, `graph`,
-`gate` and `parity` (the served graph: raw strings in, its tokenization gate), `requests`, `labelled` (the batch door
-of ingest and the retrain), `descriptors` and `watch` (what the monitor compares), `suggest`, `batch` (`torchship
-predict`) and `serving` (the service's text requests). Importing the package imports none of them."""
+`traced`, `gate` and `parity` (the served graph: raw strings in, what export traces, its tokenization gate),
+`requests`, `labelled` (the batch door of ingest and the retrain), `descriptors` and `watch` (what the monitor
+compares), `suggest`, `batch` (`torchship predict`) and `serving` (the service's text requests). Importing the
+package imports none of them."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -148,7 +149,7 @@ class Text(Modality):
 
     def traced(self, model, example):
         from tasks.core.runtime import EMBEDDING
-        from tasks.modalities.text.graph import ServedTextModel
+        from tasks.modalities.text.traced import ServedTextModel
 
         return ServedTextModel(model, example).eval(), ["logits", EMBEDDING]
 

@@ -11,14 +11,11 @@ most; K = 0 when no text has a token) -> the first max_tokens columns -> `ai.onn
 ids, "" -> 0, anything else -> 1) -> padded with zeros to [N, max_tokens] int64."""
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 import onnx
-import torch
 from onnx import TensorProto, compose, helper
-from torch import nn
 
 from tasks.core.graph_nodes import MODEL, OPSET, GraphNodes, assemble, at_opset
 from tasks.core.runtime import DECISION, EMBEDDING, RAW_INPUTS, decision_threshold
@@ -85,31 +82,6 @@ def tokenizer_graph(tokenizer: Tokenizer) -> onnx.ModelProto:
 def text_input():
     """The graph input: strings [N]."""
     return helper.make_tensor_value_info(TEXT_INPUT, TensorProto.STRING, ["batch"])
-
-
-class ServedTextModel(nn.Module):
-    """(B, T) int64 ids -> (logits (B, C), embedding projection (B, k)): what the export stage traces. The embedding
-    is the model's own `logits_and_embedding` second output, or its logits where it has none."""
-
-    def __init__(self, model: nn.Module, example: torch.Tensor, seed: int = 0):
-        super().__init__()
-        self.model = model
-        with torch.no_grad():
-            width = self.features(example)[1].shape[-1]
-        k = min(PROJECTED, width)
-        gaussian = torch.randn(width, k, generator=torch.Generator().manual_seed(seed))
-        self.register_buffer("projection", gaussian / math.sqrt(k))
-
-    def features(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits, the embedding to project) of the wrapped model."""
-        if hasattr(self.model, "logits_and_embedding"):
-            return self.model.logits_and_embedding(ids)
-        logits = self.model(ids)
-        return logits, logits
-
-    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits, embedding = self.features(ids)
-        return logits, embedding.float() @ self.projection
 
 
 def compose_text_model(bare: onnx.ModelProto, schema: Schema, tokenizer: Tokenizer) -> onnx.ModelProto:
