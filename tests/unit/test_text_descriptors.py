@@ -38,6 +38,21 @@ def test_descriptors_measure_length_words_symbols_and_unknown_words():
     assert text_descriptors(["a b"])["oov_share"].isna().all()           # no vocabulary: not measured
 
 
+def test_a_services_row_is_the_monitors_row_with_its_shares_rounded():
+    """The service logs descriptor_row per text, the monitor's reference is model_descriptors: the same numbers."""
+    from tasks.modalities.text.descriptors import descriptor_row, model_descriptors
+    from tasks.modalities.text.tokenizer import fit_tokenizer
+
+    texts = ["The parcel is LATE!", "zebra parcel 42 ??", "", "🙂 parcel"]
+    tokenizer = fit_tokenizer(["the parcel is late", "the parcel"], max_tokens=8)
+    frame = model_descriptors(texts, tokenizer)
+    assert list(frame.columns) == list(DESCRIPTORS) and frame["chars"].dtype == np.int64
+    assert frame["oov_share"].tolist() == [0.2, 0.8, 0.0, 0.5]   # "!"; zebra, 42, ?, ?; the emoji: unknown tokens
+    rounded = frame.round(3).to_dict("records")
+    assert [descriptor_row(text, tokenizer, 3) for text in texts] == rounded
+    assert model_descriptors([], tokenizer).empty
+
+
 def test_the_vocabulary_is_the_runs_own_words_by_count():
     texts = ["red red red blue", "red green blue", "Blue"]
     assert vocabulary_of(texts) == {"red", "blue", "green"}
@@ -101,6 +116,7 @@ def calls(tmp: Path) -> dict[str, object]:
         "descriptors.text_descriptors": lambda: descriptors.text_descriptors(texts, {"the"}),
         "descriptors.lone_surrogate": lambda: descriptors.lone_surrogate("a\ud800"),
         "descriptors.model_descriptors": lambda: descriptors.model_descriptors(texts, tokenizer),
+        "descriptors.descriptor_row": lambda: descriptors.descriptor_row(texts[0], tokenizer, 4),
         "sources.is_packaged": lambda: sources.is_packaged("text:tickets"),
         "sources.max_bytes": lambda: sources.max_bytes(10),
         "sources.inspect_text": lambda: sources.inspect_text("x", b"abc", 10),

@@ -69,10 +69,20 @@ def lone_surrogate(text: str) -> str | None:
     return None
 
 
+def descriptor_row(text: str, tokenizer, digits: int | None = None) -> dict[str, int | float]:
+    """One text's descriptors with the out-of-vocabulary share read by the run's own tokenizer (a Tokenizer): the
+    share of its tokens the model reads as unknown; the shares rounded to `digits` (as numpy rounds) when given.
+    Plain numbers: the service logs one row per text, and a DataFrame per request cost it more than the model."""
+    words = words_of(text)
+    shares = (non_letter_share(text), float(tokenizer.unknown_shares([text])[0]))
+    if digits is not None:
+        shares = tuple(float(np.round(share, digits)) for share in shares)
+    return {"chars": len(text), "words": len(words), "non_letter_share": shares[0], "oov_share": shares[1]}
+
+
 def model_descriptors(texts: Sequence[str], tokenizer) -> pd.DataFrame:
-    """`text_descriptors` with the out-of-vocabulary share read by the run's own tokenizer (a Tokenizer): the share of
-    a text's tokens the model reads as unknown. What the service logs of each text and what the monitor's reference
-    holds, computed alike on both sides."""
-    frame = text_descriptors(texts)
-    frame["oov_share"] = tokenizer.unknown_shares(texts)
-    return frame
+    """`descriptor_row` of every text, one row each: what the service logs of each text and what the monitor's
+    reference holds, computed alike on both sides."""
+    frame = pd.DataFrame([descriptor_row(text, tokenizer) for text in texts], columns=list(DESCRIPTORS))
+    return frame.astype({"chars": np.int64, "words": np.int64, "non_letter_share": np.float64,
+                         "oov_share": np.float64})

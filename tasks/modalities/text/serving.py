@@ -24,7 +24,7 @@ import numpy as np
 
 from tasks.core.refusals import BodyRefused, RowsRefused
 from tasks.core.schema_spec import Schema
-from tasks.modalities.text.descriptors import lone_surrogate, model_descriptors
+from tasks.modalities.text.descriptors import descriptor_row, lone_surrogate
 from tasks.modalities.text.graph import TEXT_INPUT, text_feed
 from tasks.modalities.text.inputs import schema_max_chars, schema_tokenizer, text_shape
 from tasks.modalities.text.settings import TextParams
@@ -122,9 +122,7 @@ class TextDecoder:
 
     def _stats(self, texts: list[str]) -> list[dict]:
         """Per text what the request log keeps: its descriptors (and the text itself where the host opted in)."""
-        frame = model_descriptors(texts, self.tokenizer).round({"non_letter_share": SHARE_DIGITS,
-                                                               "oov_share": SHARE_DIGITS})
-        stats = frame.to_dict("records")
+        stats = [descriptor_row(text, self.tokenizer, SHARE_DIGITS) for text in texts]
         if self.limits.log_raw:
             for row, text in zip(stats, texts):
                 row[TEXT_INPUT] = text
