@@ -18,10 +18,14 @@ class LiveTraffic:
     """Users sending rows (holdout rows, or drifted ones), each under a key of its own (so the split is sticky), and
     the true labels as feedback, in a thread, until stopped: the live traffic a canary observes."""
 
-    def __init__(self, url: str, features: pd.DataFrame | np.ndarray, truth: pd.Series):
-        """`features`: rows' feature columns, or images ((N, H, W, C) uint8, sent as base64 PNG files)."""
-        self.url, self.stop_event = url, threading.Event()
-        if isinstance(features, np.ndarray):
+    def __init__(self, url: str, features: pd.DataFrame | np.ndarray | list[str], truth: pd.Series,
+                 pause_s: float = 0.0):
+        """`features`: rows' feature columns, images ((N, H, W, C) uint8, sent as base64 PNG files), or texts.
+        `pause_s`: the users' pause after each ten requests (0: as fast as the service answers)."""
+        self.url, self.stop_event, self.pause_s = url, threading.Event(), pause_s
+        if isinstance(features, list):
+            self.bodies = [{"texts": [text]} for text in features]
+        elif isinstance(features, np.ndarray):
             self.bodies = [{"images": [base64.b64encode(encode_png(image)).decode()]} for image in features]
         else:
             rows = features.astype(object).where(features.notna(), None).to_dict(orient="records")
@@ -42,6 +46,7 @@ class LiveTraffic:
                         labels.append({"id": answer.json()["predictions"][0]["id"], "label": self.truth[i]})
                 if labels:
                     http.post("/feedback", json={"labels": labels})
+                self.stop_event.wait(self.pause_s)
 
     def __enter__(self) -> LiveTraffic:
         self.thread.start()

@@ -14,7 +14,6 @@ import subprocess
 
 import httpx
 import numpy as np
-import pandas as pd
 import pytest
 
 from tasks.modalities.text.gate import ADVERSARIAL
@@ -180,14 +179,6 @@ def test_a_topic_shift_moves_the_descriptors_and_the_embedding_and_clean_traffic
     assert shifted.features["oov_share"].drifted and shifted.features[EMBEDDING].drifted, shifted.features
 
 
-class LiveTexts(LiveTraffic):
-    """LiveTraffic's users, each request one text: the live traffic the canary observes."""
-
-    def __init__(self, url: str, texts: list[str], truth: pd.Series):
-        super().__init__(url, pd.DataFrame({"text": texts}), truth)
-        self.bodies = [{"texts": [text]} for text in texts]
-
-
 def send(url: str, texts: list[str], labels: list[str]) -> None:
     """The texts twenty a request, then their true labels as feedback."""
     with httpx.Client(base_url=url, timeout=30) as client:
@@ -227,7 +218,8 @@ def test_the_drift_retrain_learns_from_ingested_shifted_texts_and_the_live_canar
     assert approved.returncode == 0, approved.stdout[-2000:] + approved.stderr[-2000:]
     request_log = project.root / "data/serve/requests.jsonl"
     holdout = project.root / "data/prepare/holdout.parquet"   # the retrain's: old tickets and shifted ones
-    with LiveTexts(service, read_texts(holdout), read_metadata(holdout)["label"]):
+    # users at about 40 requests a second: the canary's steps fill in a second, and no CPU goes on a flood
+    with LiveTraffic(service, read_texts(holdout), read_metadata(holdout)["label"], pause_s=0.2):
         canary = project.torchship("canary", "--url", service, "--token", TOKEN, "--request-log", str(request_log),
                                    timeout=900)
     assert canary.returncode == 0, canary.stdout[-3000:] + canary.stderr[-3000:]
