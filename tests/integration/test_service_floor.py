@@ -103,7 +103,7 @@ def test_2000_requests_sent_during_a_hot_swap_all_succeed_and_are_logged(served)
     assert served_by[0] == before and served_by[-1] == new, "the swap did not happen during the load"
     assert set(served_by) == {before, new}
     described = httpx.get(f"{url}/openapi.json").json()["paths"]["/predict"]["post"]   # follows the swap too
-    assert f"champion v{new}," in described["description"]
+    assert f"(champion v{new})" in described["description"]
     row_schema = described["requestBody"]["content"]["application/json"]["schema"]["properties"]["rows"]["items"]
     assert set(row_schema["properties"]) == set(row)
     deadline = time.monotonic() + 10

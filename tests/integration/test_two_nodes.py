@@ -145,14 +145,14 @@ def set_train(root: Path, **train) -> None:
 def prepare_in_place(root: Path) -> None:
     """The prepare stage's splits and schema, written in-process (the stage adds only its MLflow run)."""
     from tasks.config import load_params
-    from tasks.core.sources import resolve_target
+    from tasks.modalities.sources import resolve_target
     from tasks.modalities.table.prepare import prepare_tables, write_prepared
     from tasks.modalities.table.sources import read_source
 
     with contextlib.chdir(root):
         params = load_params()
         raw, origin, found = read_source(params.data)
-        write_prepared(prepare_tables(raw, resolve_target(params.data, params.contract), origin, params.prepare,
+        write_prepared(prepare_tables(raw, resolve_target(params), origin, params.prepare,
                                       params.contract, found, params.validate_.max_non_numeric_share))
 
 

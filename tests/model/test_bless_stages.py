@@ -221,6 +221,18 @@ def test_a_slow_model_is_refused_when_the_no_op_queues_behind_it_on_a_saturated_
     assert result.status == "fail" and "the median request took 200.0 ms more" in result.reasons[0], result
 
 
+def test_a_slow_model_is_refused_by_its_own_time_when_every_no_op_waits_behind_it():
+    """Four clients, the model scored on the service's event loop: each no-op waits behind another client's 200 ms
+    request, so neither the p99s nor the pairs tell the model from the box; the service's own time on each does."""
+    behind = answers([420.0, 410.0] * 30, [True] * 60, noop_ms=[400.0, 415.0] * 30)
+    queued = load_figures(behind.assign(served_ms=[205.0, 212.0] * 30), ["yes"] * 60, 60, 4, 1.0, 300)
+    assert queued["model_p99"]["low"] < 100 and queued["model_p50"]["low"] < 100 < queued["served_p50"]["low"]
+    result = judge_service(queued, SloParams(p99_ms=100))
+    assert result.status == "fail" and "the service itself took a median 208.5 ms" in result.reasons[0], result
+    quick = load_figures(behind.assign(served_ms=[3.0] * 60), ["yes"] * 60, 60, 4, 1.0, 300)
+    assert judge_service(quick, SloParams(p99_ms=100)).status == "pass"   # the box's wait, not the model's
+
+
 def test_a_p99_within_the_objective_is_never_refused_whatever_the_no_op_path_took():
     quick = load_figures(answers([5.0] * 100, [True] * 100, noop_ms=[900.0] * 100), ["yes"] * 100, 100, 4, 1.0, 300)
     assert judge_service(quick, SloParams(p99_ms=10)).status == "pass"

@@ -85,7 +85,7 @@ def peak_mib_of(code: str) -> tuple[str, float]:
 def load_source_code(path: Path, limit_mb: float) -> str:
     """What the prepare stage does first: read the source (here, through check and load as they run)."""
     return ("from tasks.core.params_spec import DataParams\nfrom tasks.core.errors import DataError\n"
-            "from tasks.core.sources import check_source, load_source\n"
+            "from tasks.modalities.table.sources import check_source, load_source\n"
             f"data = DataParams(source={str(path)!r}, target='y', max_source_mb={limit_mb})\n"
             "try:\n    check_source(data, 'y'); load_source(data, with_batches=False); print('read')\n"
             "except DataError as exc:\n    print('refused: ' + str(exc).replace(chr(10), ' '))\n")
@@ -121,8 +121,7 @@ def test_a_parquet_file_declaring_more_than_the_limit_is_refused_from_its_metada
 
 def test_a_data_file_under_the_limit_is_read(tmp_path):
     from tasks.core.params_spec import DataParams
-    from tasks.core.sources import check_source
-    from tasks.modalities.table.sources import load_source
+    from tasks.modalities.table.sources import check_source, load_source
 
     table = tmp_path / "small.csv"
     table.write_text("x,y\n" + "1,yes\n2,no\n" * 50)
