@@ -1,6 +1,6 @@
 """The HTTP API fuzzed from its own OpenAPI document (schemathesis): bounded examples that fit each operation's schema
 and examples that break it, every answer judged (tests/reliability/test_fuzz_api.py on a table model,
-tests/integration/test_images.py on an image model)."""
+tests/reliability/test_fuzz_images.py on an image model, in memory)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Images on the team stack: the image loop of tests/integration/test_images.py where a team runs it, beside the
+"""Images on the team stack: tests/integration/test_images.py's model, its drift loop where a team runs it, beside the
 journey (tests/integration/test_journey.py) on the session's one stack (tests/conftest.py team_stack: same xdist
 group, never a second stack), with hosts that share only the servers, the bucket and the git remote
 (tests/helpers/hosts.py).
