@@ -351,6 +351,119 @@ def render_image_limits(results: dict[str, dict]) -> list[str]:
     return lines
 
 
+def render_serving_parent(results: dict[str, dict]) -> list[str]:
+    """bench/bench_serving_parent.py: the table /predict at this code beside the code before the hardening, in
+    alternating rounds of bench/bench_serving.py on the same machine."""
+    result = _need(results, "serving_parent")
+    f = result["figures"]
+    lines = [f"**The table hot path against the code before the hardening** ({_when(result)}; "
+             f"`{result['baseline']['commit']}`, alternating rounds; goal: {result['goal']}).", "",
+             "| round | before: requests/s | this code: requests/s | ratio | before: p99 ms | this code: p99 ms |",
+             "|---|---|---|---|---|---|"]
+    for r, ratio in zip(f["rounds"], f["per_round_ratio"]):
+        before, now = r["parent"]["torchship"], r["this"]["torchship"]
+        lines.append(f"| {r['round'] + 1} | {before['requests_per_s']:,.0f} | {now['requests_per_s']:,.0f} | "
+                     f"{ratio:.2f} | {before['p99_us'] / 1e3:.1f} | {now['p99_us'] / 1e3:.1f} |")
+    lines += ["", f"Median {f['this_rps_median']:,.0f} against {f['parent_rps_median']:,.0f} requests/s "
+                  f"({result['ratio']:.2f}×); against the minimal FastAPI app of the same rounds "
+                  f"{f['this_vs_minimal_median']:.2f}× against {f['parent_vs_minimal_median']:.2f}×."]
+    return lines
+
+
+TEXT_SETS = {"tweets": "`text:tweets`", "tickets": "`text:tickets`"}
+
+
+def render_text_quality(results: dict[str, dict]) -> list[str]:
+    """bench/bench_text.py: held-out macro-F1 of the served text model beside TF-IDF + logistic regression, per set."""
+    result = _need(results, "text")
+    f = result["figures"]
+    lines = [f"**{result['title']}** ({_when(result)}; goal: {result['goal']}).", "",
+             "| set | texts: training / holdout | served model | served macro-F1 | TF-IDF + logistic regression | "
+             "served − TF-IDF (95% CI) | majority class | within 1 point |", "|---|---|---|---|---|---|---|---|"]
+    for name, label in TEXT_SETS.items():
+        q = f[name]
+        held, gap = q[q["held_to"]], q[q["held_to"]]["served_minus_baseline_f1_macro"]
+        weights = "class-balanced" if q["held_to"].endswith("_balanced") else "unweighted"
+        lines.append(f"| {label} | {q['train_texts']:,} / {q['holdout_texts']:,} | {q['trained']['model']} "
+                     f"({q['compression']['served_variant']}) | {q['served']['f1_macro']:.4f} | "
+                     f"{held['f1_macro']:.4f} ({weights}) | {gap['difference'] * 100:+.2f} points "
+                     f"({gap['low'] * 100:+.2f} to {gap['high'] * 100:+.2f}) | {q['majority_class']['f1_macro']:.4f} | "
+                     f"{'yes' if f['goals'][f'{name}_served_within_1_point'] else 'no'} |")
+    return lines
+
+
+def render_text_compression(results: dict[str, dict]) -> list[str]:
+    """bench/bench_text.py: the dynamic int8 and student variants' size and macro-F1 beside the fp32 teacher."""
+    result = _need(results, "text")
+    lines = [f"Compressed text models ({_when(result)}, `bench/bench_text.py`: each set's default run; the served "
+             "variant is profile's pick):", "",
+             "| set | variant | size KiB | holdout macro-F1 | within the budget | served |",
+             "|---|---|---|---|---|---|"]
+    for name, label in TEXT_SETS.items():
+        variants = result["figures"][name]["compression"]
+        served = variants["served_variant"]
+        for variant, v in variants.items():
+            if variant == "served_variant":
+                continue
+            size = f"{v['bytes'] / 1024:,.0f}" if v.get("bytes") else "-"
+            score = f"{v['f1_macro']:.4f}" if "f1_macro" in v else f"not built: {_one_line(v.get('error', ''), 80)}"
+            budget = "reference" if variant == "fp32" else "yes" if v["publishable"] else "no"
+            named = {"fp32": "onnx-fp32"}.get(variant, variant)   # profile names the teacher's file so
+            lines.append(f"| {label} | {variant} | {size} | {score} | {budget} | {'yes' if served == named else ''} |")
+    return lines
+
+
+def render_text_speed(results: dict[str, dict]) -> list[str]:
+    """bench/bench_text.py: the train stage against a plain loop, and the pipeline's time against the table's."""
+    result = _need(results, "text")
+    t, p = result["figures"]["training"], result["figures"]["pipeline"]
+    return [f"Text training ({_when(result)}, `bench/bench_text.py`, the tweets splits, `{t['model']}`, batch "
+            f"{t['settings']['batch_size']}, {t['settings']['threads']} thread): the train stage "
+            f"{t['samples_per_s']:,} samples/s against a plain PyTorch loop of the same Transformer's "
+            f"{t['plain_samples_per_s']:,} ({t['ratio']:.2f}×; goal ≥ 0.95×); with attention dropout 0.1 (off by "
+            f"default) the stage ran {t['attention_dropout']['samples_per_s']:,}. The pipeline on `text:tweets` took "
+            f"{p['tweets_s']:.0f} s against {p['table_s']:.0f} s for the tabular default in the same run "
+            f"({p['ratio']:.2f}×; goal ≤ 1.5×)."]
+
+
+def render_text_serving(results: dict[str, dict]) -> list[str]:
+    """bench/bench_text_serving.py: raw strings per request, three servers on the same registered text version."""
+    result = _need(results, "text_serving")
+    f = result["figures"]
+    agree = ", ".join(f"{server} {gap:.1e}" for server, gap in f["max_probability_difference"].items())
+    lines = [f"**{f['texts_per_request']} tweet(s) per request** ({_when(result)}; `bench/bench_text_serving.py`, "
+             f"{f['model']}; goal: {result['goal']}). Medians over rounds. Each server's probabilities for the same "
+             f"texts against ONNX Runtime's on the registered file, largest difference: {agree}.", "",
+             "| server | texts/s | p50 ms | p99 ms | RSS MiB: worker (all processes) | errors |",
+             "|---|---|---|---|---|---|"]
+    for server, s in f["servers"].items():
+        lines.append(f"| {server} | {s['texts_per_s']:,.0f} | {s['p50_us'] / 1e3:.2f} | {s['p99_us'] / 1e3:.2f} | "
+                     f"{s['rss_mib']:.0f} ({s['tree_rss_mib']:.0f}) | {s['errors']} |")
+    return lines
+
+
+def render_text_auto(results: dict[str, dict]) -> list[str]:
+    """bench/bench_text_auto.py: the bag vs the Transformer by training texts, and what the tweets' gap is made of."""
+    result = _need(results, "text_auto")
+    f = result["figures"]
+    lines = [f"**{result['title']}** ({_when(result)}, `bench/bench_text_auto.py`; {result['baseline']['rule']}; "
+             f"goal: {result['goal']}).", "",
+             "| set and training texts | bag macro-F1 | Transformer macro-F1 | bag s | Transformer s | auto trains | "
+             "a right pick |", "|---|---|---|---|---|---|---|"]
+    for label, e in f["families"].items():
+        lines.append(f"| {label} | {e['bag_f1']:.4f} | {e['text_transformer_f1']:.4f} | {e['bag_s']:,.0f} | "
+                     f"{e['text_transformer_s']:,.0f} | {e['auto']} | {'yes' if e['auto_right'] else 'no'} |")
+    gap = f.get("tweets_gap")
+    if gap:
+        parts = ", ".join(f"{name.replace('_', ' ')} {score:.4f}" for name, score in gap["tfidf_balanced"].items())
+        words, grams = gap["bag_tokens"], gap["bag_tokens_and_char_3_5_grams"]
+        lines += ["", "What the tweets' gap is made of (holdout macro-F1): class-balanced TF-IDF + logistic "
+                      f"regression on {parts}; the bag on the run's tokens {words['holdout_f1_macro']:.4f}, and on"
+                      f" them plus the text's character 3-5 grams {grams['holdout_f1_macro']:.4f} "
+                      f"({grams['vocabulary']:,} ids)."]
+    return lines
+
+
 def _cell(value, digits: int = 2) -> str:
     if value is None:
         return "—"
@@ -443,6 +556,8 @@ def render_sweep(results: dict[str, dict]) -> list[str]:
 RENDERERS: dict[str, Callable[[dict[str, dict]], list[str]]] = {
     "images": render_images, "image-compression": render_image_compression, "image-speed": render_image_speed,
     "image-serving": render_image_serving, "image-limits": render_image_limits,
+    "text-quality": render_text_quality, "text-compression": render_text_compression, "text-speed": render_text_speed,
+    "text-serving": render_text_serving, "serving-parent": render_serving_parent, "text-auto": render_text_auto,
     "summary": render_summary, "serving": render_serving, "serving-ratios": render_serving_ratios,
     "workers": render_workers, "tables": render_tables, "bless": render_bless, "pipeline": render_pipeline,
     "headline": render_headline, "load": render_load, "estimate": render_estimate,
