@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -217,6 +218,70 @@ def plain_loop(project: Path, batch: int, epochs: int, precision: str, timeout: 
     if done.returncode != 0:
         raise RuntimeError(f"the plain loop failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def stage_figures(project: Path, train: dict, timeout: float) -> dict:
+    """The real train stage with `train` merged into the project's params (old checkpoints removed first, so it
+    starts afresh): its figures (train_figures)."""
+    set_params(project, train=train)
+    for old in (project / "data/train/checkpoints").glob("*"):
+        old.unlink()
+    started = time.perf_counter()
+    ran = run_module(project, "tasks.train", timeout)
+    if ran["returncode"] != 0:
+        raise RuntimeError(f"the train stage ({train.get('precision')}) exited {ran['returncode']}: "
+                           f"{ran['stderr_tail']}")
+    return train_figures(project, time.perf_counter() - started)
+
+
+def precision_pairs(project: Path, train: dict, sizes: dict, timeout: float, plain_script: str,
+                    unit: str) -> dict:
+    """Per precision (fp32, then bf16): the train stage with `train` and the plain loop `plain_script`, both at
+    `sizes`' batch and epochs, and the ratio of their steady `unit`/s."""
+    figures = {}
+    for precision in ("fp32", "bf16"):
+        ours = stage_figures(project, {**train, "epochs": sizes["epochs"], "batch_size": sizes["batch_size"],
+                                       "precision": precision}, timeout)
+        theirs = plain_loop(project, sizes["batch_size"], sizes["epochs"], precision, timeout, plain_script)
+        figures[precision] = {"stage": ours, "plain_loop": theirs,
+                              "ratio": round(ours["steady_samples_per_s"] / theirs["samples_per_s"], 3)}
+        print(f"{precision}: stage {ours['steady_samples_per_s']:,} {unit}/s (peak "
+              f"{ours.get('peak_device_memory_mb')} MB), plain loop {theirs['samples_per_s']:,.0f} {unit}/s (peak "
+              f"{theirs['peak_device_memory_mb']} MB): {figures[precision]['ratio']}x", flush=True)
+    return figures
+
+
+def pairs_main(doc: str, name: str, sizes: dict[str, dict], prepare: Callable[[Path, dict, float], dict],
+               train: dict, plain_script: str, unit: str) -> None:
+    """A modality's GPU check (bench/gpu_images.py, bench/gpu_text.py): the real prepare stage in a scratch project
+    (`prepare(project, sizes, timeout)`), the precision pairs, judged (the stage >= 0.95x the plain loop at each)
+    and written to bench/results/<name>.json (or --out). `--cpu` takes sizes["cpu"] and checks the plumbing only."""
+    import argparse
+    import tempfile
+
+    import torch
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--cpu", action="store_true", help="tiny data, no GPU needed: checks the plumbing only")
+    parser.add_argument("--out", type=Path, default=ROOT / f"bench/results/{name}.json")
+    parser.add_argument("--timeout", type=float, default=150, help="seconds allowed to each stage or loop run")
+    args = parser.parse_args()
+    if not args.cpu and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device here: run with --cpu to check the plumbing, or on a GPU machine")
+    chosen, started = sizes["cpu" if args.cpu else "gpu"], time.perf_counter()
+    figures: dict = {"mode": "cpu" if args.cpu else "gpu", "sizes": chosen, "train": train,
+                     "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
+    with tempfile.TemporaryDirectory(prefix=f"torchship-{name}-") as folder:
+        project = make_project(Path(folder) / "project")
+        figures["prepare"] = prepare(project, chosen, args.timeout)
+        figures.update(precision_pairs(project, train, chosen, args.timeout, plain_script, unit))
+    figures["wall_s"] = round(time.perf_counter() - started, 1)
+    figures["goal"] = f"the stage >= 0.95x the plain loop's steady {unit}/s at each precision"
+    figures["met"] = all(figures[p]["ratio"] >= 0.95 for p in ("fp32", "bf16"))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"wrote {args.out} in {figures['wall_s']} s; goal met: {figures['met']}"
+          + (" (CPU mode: plumbing only, no GPU's figures)" if args.cpu else ""))
 
 
 def export_figures(project: Path) -> dict:

@@ -3,7 +3,8 @@ One async route, a pydantic body, ONNX Runtime on the same file, one uvicorn wor
 and httptools when installed, as they are here). No validation beyond the body's shape, no routing, metrics or
 log. ONNX Runtime gets 1 intra-op thread, as torchship's service does (serve.threads): the stronger peer on a
 shared 2-core machine. An image model's graph (input `image`) gets `{"images": [base64 PNG or JPEG]}`: each
-decoded with Pillow, converted to the model's mode and resized to its size, as a user would.
+decoded with Pillow, converted to the model's mode and resized to its size, as a user would. A text model's graph
+(input `text`, strings: the tokenizer is inside it) gets `{"texts": ["...", ...]}`, fed to it as they came.
 
 Run: python bench/minimal_onnx_app.py MODEL.onnx PORT
 """
@@ -30,6 +31,8 @@ def create_app(path: str) -> FastAPI:
     app = FastAPI()
     if [name for name, _ in inputs] == ["image"]:
         return image_routes(app, session)
+    if [(i.name, i.type) for i in session.get_inputs()] == [("text", "tensor(string)")]:
+        return text_routes(app, session)
 
     @app.post("/predict")
     async def predict(body: Body) -> dict:
@@ -62,6 +65,19 @@ def image_routes(app: FastAPI, session) -> FastAPI:
             array = np.asarray(image, dtype=np.uint8)
             pixels.append(array[:, :, None] if array.ndim == 2 else array)
         return {"probabilities": session.run(["probabilities"], {"image": np.stack(pixels)})[0].tolist()}
+
+    return app
+
+
+class Texts(BaseModel):
+    texts: list[str]
+
+
+def text_routes(app: FastAPI, session) -> FastAPI:
+    @app.post("/predict")
+    async def predict(body: Texts) -> dict:
+        feed = {"text": np.array(body.texts, dtype=object)}
+        return {"probabilities": session.run(["probabilities"], feed)[0].tolist()}
 
     return app
 

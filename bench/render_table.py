@@ -442,28 +442,6 @@ def render_text_serving(results: dict[str, dict]) -> list[str]:
     return lines
 
 
-def render_text_auto(results: dict[str, dict]) -> list[str]:
-    """bench/bench_text_auto.py: the bag vs the Transformer by training texts, and what the tweets' gap is made of."""
-    result = _need(results, "text_auto")
-    f = result["figures"]
-    lines = [f"**{result['title']}** ({_when(result)}, `bench/bench_text_auto.py`; {result['baseline']['rule']}; "
-             f"goal: {result['goal']}).", "",
-             "| set and training texts | bag macro-F1 | Transformer macro-F1 | bag s | Transformer s | auto trains | "
-             "a right pick |", "|---|---|---|---|---|---|---|"]
-    for label, e in f["families"].items():
-        lines.append(f"| {label} | {e['bag_f1']:.4f} | {e['text_transformer_f1']:.4f} | {e['bag_s']:,.0f} | "
-                     f"{e['text_transformer_s']:,.0f} | {e['auto']} | {'yes' if e['auto_right'] else 'no'} |")
-    gap = f.get("tweets_gap")
-    if gap:
-        parts = ", ".join(f"{name.replace('_', ' ')} {score:.4f}" for name, score in gap["tfidf_balanced"].items())
-        words, grams = gap["bag_tokens"], gap["bag_tokens_and_char_3_5_grams"]
-        lines += ["", "What the tweets' gap is made of (holdout macro-F1): class-balanced TF-IDF + logistic "
-                      f"regression on {parts}; the bag on the run's tokens {words['holdout_f1_macro']:.4f}, and on"
-                      f" them plus the text's character 3-5 grams {grams['holdout_f1_macro']:.4f} "
-                      f"({grams['vocabulary']:,} ids)."]
-    return lines
-
-
 def _cell(value, digits: int = 2) -> str:
     if value is None:
         return "—"
@@ -557,7 +535,7 @@ RENDERERS: dict[str, Callable[[dict[str, dict]], list[str]]] = {
     "images": render_images, "image-compression": render_image_compression, "image-speed": render_image_speed,
     "image-serving": render_image_serving, "image-limits": render_image_limits,
     "text-quality": render_text_quality, "text-compression": render_text_compression, "text-speed": render_text_speed,
-    "text-serving": render_text_serving, "serving-parent": render_serving_parent, "text-auto": render_text_auto,
+    "text-serving": render_text_serving, "serving-parent": render_serving_parent,
     "summary": render_summary, "serving": render_serving, "serving-ratios": render_serving_ratios,
     "workers": render_workers, "tables": render_tables, "bless": render_bless, "pipeline": render_pipeline,
     "headline": render_headline, "load": render_load, "estimate": render_estimate,

@@ -53,9 +53,10 @@ class TextParams(Section):
     tokenizer: TextTokenizer = TextTokenizer()
     transformer_min_rows: int = Field(50_000, ge=0, description="`train.model: auto` trains the Transformer from this "
                                                                 "many training texts, the bag of n-grams below it: "
-                                                                "the bag matched it at every size measured, at a "
-                                                                "fraction of its time on a CPU "
-                                                                "(bench/results/text_auto.json).")
+                                                                "on a CPU the bag trains in a fraction of the "
+                                                                "Transformer's time (bench/results/text.json); the "
+                                                                "size from which the Transformer pays is not yet "
+                                                                "measured, so the bar is set high.")
     max_texts: int = Field(256, ge=1, description="The most texts one request to the service may carry (413 above).")
     log_raw: bool = Field(False, description="Keep each served text in the request log. Off: the log keeps its "
                                              "descriptors and the model's embedding projection only.")
