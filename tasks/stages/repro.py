@@ -63,6 +63,35 @@ def run_dvc(root: Path, *args: str, timeout: float | None = None) -> None:
                              f"{' '.join(result.stderr.strip().splitlines()[-3:])}")
 
 
+def repair_dvc_rwlock(cwd: Path = Path(".")) -> bool:
+    """DVC rewrites `.dvc/tmp/rwlock` in place (truncate, then dump) under its `rwlock.lock`: a dvc process killed
+    in between leaves it empty or cut short, and every dvc command after it fails with "JSON structure is
+    corrupted". Under that same guard, a file that does not parse is removed (DVC reads a missing one as no locks);
+    a whole one is left alone. Called by a run that holds the workspace, so no torchship process of this folder is
+    running DVC: the file's writer was killed. True when it repaired."""
+    import json
+
+    from dvc.lock import LockError, make_lock
+
+    tmp = cwd / ".dvc" / "tmp"
+    path = tmp / "rwlock"
+    if not path.exists():
+        return False
+    try:
+        with make_lock(str(tmp / "rwlock.lock"), tmp_dir=str(tmp)):
+            try:
+                json.loads(path.read_text(encoding="utf-8"))
+                return False
+            except FileNotFoundError:
+                return False
+            except (ValueError, UnicodeDecodeError):
+                path.unlink()
+    except LockError:   # a live dvc command is editing it right now: the file is its, and DVC says so if it fails
+        return False
+    log.warning("removed DVC's half-written %s (a dvc process was killed while writing it)", path)
+    return True
+
+
 def stage_changes(stage: str | None = None, cwd: Path = Path(".")) -> dict[str, list[str]]:
     """DVC's status as {stage: [why it would run, ...]}; an empty dict means up to date."""
     from dvc.exceptions import DvcException
@@ -93,6 +122,7 @@ def record_stage(stage: str, cwd: Path = Path(".")) -> None:
     from dvc.lock import LockError
     from dvc.repo import Repo
 
+    repair_dvc_rwlock(cwd)
     dvc_log = logging.getLogger("dvc")
     level = dvc_log.level
     dvc_log.setLevel(logging.WARNING)    # not "Updating lock file 'dvc.lock'" in every run's output
@@ -206,6 +236,7 @@ def reproduce(stage: str, env: dict[str, str] | None = None, echo=sys.stdout, cw
     shared. `log_stage_run`: the stage records its MLflow run in a folder (STAGE_LOG_ENV) and this logs it, once the
     stage has ended, failed or not; it must not raise (the stage's own outcome is what this reports)."""
     started = time.perf_counter()
+    repair_dvc_rwlock(cwd)
     changes = ["forced (rebuild)"] if force else stage_changes(stage, cwd).get(stage)
     if not changes:
         return StageOutcome(stage=stage, status="skipped", reason="deps, params and outs unchanged",
