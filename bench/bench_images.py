@@ -78,11 +78,12 @@ def env() -> dict[str, str]:
     return {**clean, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{clean['PATH']}", **TELEMETRY_OFF}
 
 
-def run_pipeline(folder: Path, source: str) -> tuple[Path, float]:
-    """`torchship run` at the defaults on `source` in a fresh project copy: (its root, wall seconds)."""
+def run_pipeline(folder: Path, source: str, overrides: dict | None = None, tiny: bool = False) -> tuple[Path, float]:
+    """`torchship run` at the defaults (tests' tiny params with `tiny`, then `overrides`) on `source` in a fresh
+    project copy: (its root, wall seconds)."""
     from tests.conftest import make_project
 
-    project = make_project(folder, {"data": {"source": source}}, tiny=False).root
+    project = make_project(folder, {"data": {"source": source}, **(overrides or {})}, tiny=tiny).root
     started = time.perf_counter()
     done = subprocess.run([str(Path(sys.executable).parent / "torchship"), "run"], cwd=project, env=env(),
                           capture_output=True, text=True, timeout=7200)

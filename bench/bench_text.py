@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +32,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_images import env  # noqa: E402
 from bench.common import save  # noqa: E402
 
 SETS = {"tweets": "text:tweets", "tickets": "text:tickets"}
@@ -46,19 +44,12 @@ GOAL_GAP = 0.01   # served macro-F1 at least the baseline's less one point
 
 
 def run_pipeline(folder: Path, source: str, tiny: bool) -> tuple[Path, dict]:
-    """`torchship run` at the defaults (tests' tiny params with `tiny`) on `source` in a fresh project copy: (its
-    root, {seconds, load average at the start})."""
-    from tests.conftest import make_project
+    """bench_images' run (tests' tiny params with `tiny`) on `source`: (its root, {seconds, load average at the
+    start})."""
+    from bench.bench_images import run_pipeline as timed_run
 
-    overrides = {"data": {"source": source}, **(TINY if tiny and source.startswith("text:") else {})}
-    project = make_project(folder, overrides, tiny=tiny).root
     load = os.getloadavg()[0]
-    started = time.perf_counter()
-    done = subprocess.run([str(Path(sys.executable).parent / "torchship"), "run"], cwd=project, env=env(),
-                          capture_output=True, text=True, timeout=7200)
-    seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"torchship run on {source} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    project, seconds = timed_run(folder, source, TINY if tiny and source.startswith("text:") else None, tiny)
     print(f"{source}: torchship run in {seconds:.0f} s (load {load:.1f} at the start)", flush=True)
     return project, {"seconds": round(seconds, 1), "load_1m_at_start": round(load, 2)}
 

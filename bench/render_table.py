@@ -431,7 +431,7 @@ def render_text_serving(results: dict[str, dict]) -> list[str]:
     result = _need(results, "text_serving")
     f = result["figures"]
     agree = ", ".join(f"{server} {gap:.1e}" for server, gap in f["max_probability_difference"].items())
-    lines = [f"**{f['texts_per_request']} tweet(s) per request** ({_when(result)}; `bench/bench_text_serving.py`, "
+    lines = [f"**{f['texts_per_request']} text(s) per request** ({_when(result)}; `bench/bench_text_serving.py`, "
              f"{f['model']}; goal: {result['goal']}). Medians over rounds. Each server's probabilities for the same "
              f"texts against ONNX Runtime's on the registered file, largest difference: {agree}.", "",
              "| server | texts/s | p50 ms | p99 ms | RSS MiB: worker (all processes) | errors |",
