@@ -1,10 +1,13 @@
-"""Text classifiers on token ids: (B, T) int64 in (0 pads, as the run's tokenizer writes them), logits out. The
-tokenizer itself lives in the served graph's front, so the module sees ids only, and every export takes them.
+"""Text classifiers on token ids: (B, W) int64 in (0 pads, as the run's tokenizer writes them), logits out. The
+tokenizer itself lives in the served graph's front, so the module sees ids only, and every export takes them. A row
+holds `layout.max_tokens` word ids in order, then `layout.gram_slots` ids of the text's character n-grams (none when
+the tokenizer has none): W = layout.width.
 
-`TextBag` is a fastText-style bag of n-gram embeddings (Joulin et al. 2017): the mean of the tokens' embeddings and
-of hashed embeddings of adjacent token pairs, then a linear head. `TextTransformer` is a small pre-norm Transformer
-encoder (token + learned position embeddings, `scaled_dot_product_attention` with a padding mask, GELU MLP), mean-
-pooled over the real tokens. Both answer a text without tokens (a row of padding) with finite logits."""
+`TextBag` is a fastText-style bag of n-gram embeddings (Joulin et al. 2017): the mean of the tokens' embeddings, of
+hashed embeddings of adjacent token pairs and of the character n-grams' embeddings, then a linear head.
+`TextTransformer` is a small pre-norm Transformer encoder (token + learned position embeddings,
+`scaled_dot_product_attention` with a padding mask, GELU MLP) over the words, mean-pooled over the real tokens.
+Both answer a text without tokens (a row of padding) with finite logits."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -20,12 +23,18 @@ BIGRAM_MULTIPLIER = 1_000_003   # a prime: hash(a, b) = (a * it + b) mod buckets
 
 @dataclass(frozen=True)
 class TextLayout:
-    """The ids a model takes: vocab_size ids (0 = padding), max_tokens per text, n_classes logits out."""
+    """The ids a model takes: vocab_size ids (0 = padding), max_tokens words per text then gram_slots character
+    n-grams, n_classes logits out."""
 
     vocab_size: int
     max_tokens: int
     n_classes: int
     pad_id: int = 0
+    gram_slots: int = 0
+
+    @property
+    def width(self) -> int:
+        return self.max_tokens + self.gram_slots
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -36,10 +45,24 @@ def trimmed(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
     the same either way, at the cost of its longest text instead of the padded width (the run's tokenizer pads
     to `tokens_per_text`; tweets fill a fifth of it). Eager only: a trace, an export or a compiled graph keeps the
     width fixed, since the cut depends on the data."""
-    if torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting():
+    if fixed_width():
         return ids
     used = (ids != pad_id).any(dim=0).nonzero()
     return ids[:, : int(used.max()) + 1 if len(used) else 1]
+
+
+def fixed_width() -> bool:
+    """Whether the module runs under a trace, an export or a compiler, which keep every width as given."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
+
+
+def summed(table: nn.Embedding, ids: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+    """(B, T) ids, (B, T) bool -> (B, D): the sum of the present ids' rows. Eagerly one `embedding_bag` (no (B, T, D)
+    states: a bag of hundreds of character n-grams a text trains several times faster); traced or exported the
+    plain gather and sum, which every exporter writes as stock operators. Both add the same rows."""
+    if fixed_width() or not ids.shape[1]:
+        return (table(ids) * present.to(table.weight.dtype).unsqueeze(-1)).sum(dim=1)
+    return F.embedding_bag(ids, table.weight, mode="sum", per_sample_weights=present.to(table.weight.dtype))
 
 
 def masked_mean(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -99,7 +122,8 @@ class PooledTextClassifier(nn.Module):
 
 
 class TextBag(PooledTextClassifier):
-    """Token embeddings + hashed bigram embeddings -> masked mean (the embedding, (B, dim)) -> dropout -> Linear."""
+    """Token, hashed bigram and character n-gram embeddings -> their mean (the embedding, (B, dim)) -> dropout ->
+    Linear."""
 
     Config = BagConfig
     default_lr = 1e-2   # embedding bags train best with a high rate (fastText's own default is 0.1 with SGD)
@@ -108,21 +132,25 @@ class TextBag(PooledTextClassifier):
     def __init__(self, layout: TextLayout, **hyper: Any):
         config = BagConfig(**hyper)
         super().__init__(config.dim, layout.n_classes, config.dropout)
-        self.pad_id, self.buckets = layout.pad_id, config.buckets
+        self.pad_id, self.buckets, self.words = layout.pad_id, config.buckets, layout.max_tokens
         self.tokens = embedding_table(layout.vocab_size, config.dim, 1.0 / config.dim, layout.pad_id)
         self.pairs = embedding_table(max(config.buckets, 1), config.dim, 1.0 / config.dim)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """(B, T) ids -> (B, dim): the mean of every real token's and token pair's embedding."""
-        ids = trimmed(ids, self.pad_id)
-        mask = ids != self.pad_id                                          # (B, T)
-        states, present = self.tokens(ids), mask
+        """(B, W) ids -> (B, dim): the mean of every real token's, token pair's and character n-gram's embedding."""
+        words, grams = trimmed(ids[:, :self.words], self.pad_id), trimmed(ids[:, self.words:], self.pad_id)
+        mask = words != self.pad_id                                        # (B, T)
+        total = summed(self.tokens, words, mask)
+        count = mask.sum(dim=1)
+        if grams.shape[1]:
+            present = grams != self.pad_id
+            total, count = total + summed(self.tokens, grams, present), count + present.sum(dim=1)
         if self.buckets:
-            left, right = ids[:, :-1], ids[:, 1:]                          # (B, T-1) adjacent pairs
+            left, right = words[:, :-1], words[:, 1:]                      # (B, T-1) adjacent pairs
+            pairs = mask[:, :-1] & mask[:, 1:]
             buckets = torch.remainder(left * BIGRAM_MULTIPLIER + right, self.buckets)
-            states = torch.cat([states, self.pairs(buckets)], dim=1)       # (B, 2T-1, dim)
-            present = torch.cat([mask, mask[:, :-1] & mask[:, 1:]], dim=1)
-        return masked_mean(states, present)
+            total, count = total + summed(self.pairs, buckets, pairs), count + pairs.sum(dim=1)
+        return total / count.clamp(min=1).unsqueeze(-1).to(total.dtype)
 
 
 @dataclass(frozen=True)
@@ -188,7 +216,7 @@ class TextTransformer(PooledTextClassifier):
     def __init__(self, layout: TextLayout, **hyper: Any):
         config = TextTransformerConfig(**hyper)
         super().__init__(config.dim, layout.n_classes, 0.0)
-        self.pad_id, self.checkpointing = layout.pad_id, config.checkpointing
+        self.pad_id, self.checkpointing, self.words = layout.pad_id, config.checkpointing, layout.max_tokens
         self.tokens = embedding_table(layout.vocab_size, config.dim, 0.02, layout.pad_id)
         self.positions = embedding_table(layout.max_tokens, config.dim, 0.02)
         self.embedding_dropout = nn.Dropout(config.dropout)
@@ -197,8 +225,9 @@ class TextTransformer(PooledTextClassifier):
         self.norm = nn.LayerNorm(config.dim)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """(B, T) ids -> (B, dim): the final states' mean over the real tokens."""
-        ids = trimmed(ids, self.pad_id)
+        """(B, W) ids -> (B, dim): the final states' mean over the real tokens (words only: the character n-grams
+        after them are a bag, with no order to attend over)."""
+        ids = trimmed(ids[:, :self.words], self.pad_id)
         mask = ids != self.pad_id                                          # (B, T)
         # A row of padding only would mask every key (softmax over nothing: NaN): it attends to all positions
         # instead, and its pooled mean is zero anyway.

@@ -55,9 +55,13 @@ def generated_texts(count: int, seed: int) -> list[str]:
                     for _ in range(rng.randint(0, 30))) for _ in range(count)]
 
 
+# Character n-grams as a run fits them, small: a 40-character prefix cuts the long adversarial strings.
+GRAMS = {"low": 3, "high": 5, "chars": 40, "slots": 48, "min_count": 2, "max_grams": 600}
+
+
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    return fit_tokenizer(generated_texts(200, seed=0), max_tokens=24)
+    return fit_tokenizer(generated_texts(200, seed=0), max_tokens=24, grams=GRAMS)
 
 
 def graph_ids(model: onnx.ModelProto, texts: list[str]) -> np.ndarray:
@@ -81,18 +85,23 @@ def test_the_graph_lower_cases_every_code_point_as_the_tokenizers_table_does(tok
     assert [len(out) for out in got] == [len(text) for text in texts] and differ == []
 
 
-@pytest.mark.parametrize("lowercase", [True, False])
-def test_the_graph_gives_the_tokenizers_ids_on_generated_and_adversarial_texts(lowercase):
-    tokenizer = fit_tokenizer(generated_texts(200, seed=0) + list(ADVERSARIAL[:30]), 24, lowercase=lowercase)
+@pytest.mark.parametrize("lowercase, grams", [(True, GRAMS), (False, GRAMS), (True, None)])
+def test_the_graph_gives_the_tokenizers_ids_on_generated_and_adversarial_texts(lowercase, grams):
+    tokenizer = fit_tokenizer(generated_texts(200, seed=0) + list(ADVERSARIAL[:30]), 24, lowercase=lowercase,
+                              grams=grams)
     graph = tokenizer_graph(tokenizer)
     texts = generated_texts(300, seed=1)
     expected = tokenizer.encode(texts)
-    assert (expected > 1).sum() > 1000 and (expected == 1).sum() > 100   # known and unknown tokens both met
+    words = expected[:, :24]
+    assert (words > 1).sum() > 1000 and (words == 1).sum() > 100   # known and unknown tokens both met
+    if grams:   # grams met, some rows cut at their slots
+        assert (expected[:, 24:] > 0).sum() > 3000 and (expected[:, -1] > 0).any()
     np.testing.assert_array_equal(graph_ids(graph, texts), expected)
     np.testing.assert_array_equal(graph_ids(graph, list(ADVERSARIAL)), tokenizer.encode(ADVERSARIAL))
     for text in ADVERSARIAL:   # alone: a batch's padding width is its longest row's
         np.testing.assert_array_equal(graph_ids(graph, [text]), tokenizer.encode([text]))
-    assert graph_ids(graph, ["", " ", "\u200b"]).tolist() == [[0] * 24] * 3   # no text has a token
+    assert graph_ids(graph, [""]).tolist() == [[0] * tokenizer.width]   # no text has a token or a gram
+    assert graph_ids(graph, ["", " ", "\u200b"])[:, :24].tolist() == [[0] * 24] * 3
 
 
 def test_the_gate_passes_the_right_tokenizer_and_refuses_wrong_ones(tokenizer):
@@ -102,7 +111,11 @@ def test_the_gate_passes_the_right_tokenizer_and_refuses_wrong_ones(tokenizer):
     unlowered = dataclasses.replace(tokenizer, lowercase=False)
     latin_only = dataclasses.replace(tokenizer, lower=tuple(pair for pair in tokenizer.lower if pair[0] < 0x250))
     shifted = dataclasses.replace(tokenizer, vocabulary=tokenizer.vocabulary[1:] + tokenizer.vocabulary[:1])
-    for wrong in (unlowered, latin_only, shifted):
+    grams = tokenizer.grams
+    shifted_grams = dataclasses.replace(tokenizer, grams=dataclasses.replace(
+        grams, vocabulary=grams.vocabulary[1:] + grams.vocabulary[:1]))
+    longer_prefix = dataclasses.replace(tokenizer, grams=dataclasses.replace(grams, chars=grams.chars + 20))
+    for wrong in (unlowered, latin_only, shifted, shifted_grams, longer_prefix):
         refused = tokenization_gate(wrong, graph, holdout)
         assert refused.status == "fail" and "texts get other token ids" in refused.reasons[0]
     # Without any holdout, the case probes alone (the vocabulary upper-cased: its Greek) catch the Latin-only rule.
@@ -114,11 +127,12 @@ def served(tokenizer: Tokenizer, name: str, path) -> tuple[torch.nn.Module, onnx
     stage traces it (ServedTextModel; the legacy exporter, the fast one: tests/model/test_text_models.py runs the
     dynamo one on the same module), composed behind the tokenizer."""
     torch.manual_seed(0)
-    layout = TextLayout(tokenizer.vocab_size, tokenizer.max_tokens, len(SCHEMA.classes))
+    layout = TextLayout(tokenizer.vocab_size, tokenizer.max_tokens, len(SCHEMA.classes),
+                        gram_slots=tokenizer.grams.slots)
     net = build_model(name, layout, dim=16, **({"buckets": 64} if name == "bag" else {"layers": 1, "heads": 2}))
     for parameter in net.parameters():
         torch.nn.init.normal_(parameter, std=2.0)
-    example = torch.zeros(4, tokenizer.max_tokens, dtype=torch.long)
+    example = torch.zeros(4, tokenizer.width, dtype=torch.long)
     torch.onnx.export(ServedTextModel(net.eval(), example).eval(), (example,), str(path), dynamo=False,
                       input_names=["x"], output_names=["logits", EMBEDDING], opset_version=17,
                       dynamic_axes={name: {0: "batch"} for name in ("x", "logits", EMBEDDING)})

@@ -39,7 +39,8 @@ def probe():
 
 
 def test_the_probe_batch_holds_an_empty_text_and_every_id(probe):
-    assert probe.inputs.dtype == torch.int64 and probe.inputs.shape[1] == 16 and probe.layout.n_classes == 4
+    assert probe.inputs.dtype == torch.int64 and probe.layout.n_classes == 4
+    assert probe.inputs.shape[1] == probe.layout.width == 16 + probe.layout.gram_slots
     assert not probe.inputs[0].any() and (probe.inputs[2] == 1).all()          # no token; only unknown tokens
     assert int(probe.inputs.max()) == probe.layout.vocab_size - 1
 
@@ -94,9 +95,10 @@ class BatchCentred(nn.Module):
 
 
 @pytest.mark.parametrize("cls, rule", [
-    ("Floats", "forward(x) takes x (B, 16) int64 token ids (0 pads the end of a text, 1 is an unknown token)"),
+    ("Floats", "forward(x) takes x (B, 400) int64 token ids: 16 of a text's words (0 pads the end of a text, 1 is an "
+                "unknown token), then 384 of its character n-grams' (0 pads)"),
     ("PerToken", "forward returns one (B, n_classes) floating tensor of logits"),
-    ("ShortVocabulary", "forward(x) takes x (B, 16) int64 token ids"),
+    ("ShortVocabulary", "forward(x) takes x (B, 400) int64 token ids"),
     ("BatchCentred", "in eval mode a row's answer does not depend on the rows batched with it"),
 ])
 def test_a_broken_text_module_is_refused_naming_the_rule(probe, monkeypatch, cls, rule):

@@ -119,3 +119,40 @@ def test_a_text_that_is_not_a_string_is_refused(tokenizer):
     with pytest.raises(TypeError, match="str"):
         tokenizer.encode(["fine", None])
     assert dataclasses.replace(tokenizer, max_tokens=2).encode(["the cat sat"]).shape == (1, 2)
+
+
+GRAMS = {"low": 2, "high": 3, "chars": 8, "slots": 4, "min_count": 2, "max_grams": 100}
+
+
+def test_character_ngrams_follow_the_words_shortest_first_from_the_lowered_prefix():
+    fitted = fit_tokenizer(TRAIN, max_tokens=4, grams=GRAMS)
+    grams = fitted.grams
+    assert grams.first_id == FIRST_WORD + len(fitted.vocabulary)
+    assert fitted.vocab_size == grams.first_id + len(grams.vocabulary) and fitted.width == 4 + 4
+    assert "th" in grams.vocabulary and "the" in grams.vocabulary and "zz" not in grams.vocabulary
+    ids = fitted.encode(["THE Cat sat", "zzz", ""])
+    assert ids.shape == (3, 8) and ids[:, :4].tolist() == fitted.encode(["the cat sat", "zzz", ""])[:, :4].tolist()
+    gram_id = {gram: grams.first_id + i for i, gram in enumerate(grams.vocabulary)}
+    # "the cat " (its first 8 characters): 2-grams left to right, then 3-grams; unknown ones dropped, 4 kept
+    prefix = "the cat "
+    written = [prefix[i:i + size] for size in (2, 3) for i in range(len(prefix) - size + 1)]
+    expected = [gram_id[g] for g in written if g in gram_id]
+    assert ids[0, 4:].tolist() == expected[:4] and len(expected) > 4
+    assert ids[1, 4:].tolist() == [PAD] * 4 and ids[2].tolist() == [PAD] * 8
+    # only the first `chars` characters are read: grams of the 9th character on never appear
+    assert fitted.encode(["zzzzzzz" + "the"])[0, 4:].tolist() == [PAD] * 4
+
+
+def test_character_ngrams_round_trip_and_words_only_files_keep_their_hash(tokenizer):
+    with_grams = fit_tokenizer(TRAIN, max_tokens=4, grams=GRAMS)
+    back = Tokenizer.from_json(with_grams.to_json())
+    assert back == with_grams and back.sha256 == with_grams.sha256 and back.shape("t").gram_slots == 4
+    assert "char_grams" not in json.loads(tokenizer.to_json())   # a tokenizer written before grams reads the same
+    data = json.loads(with_grams.to_json())
+    data["char_grams"]["vocabulary"].append("four")
+    with pytest.raises(DataError, match="not 2..3 characters"):
+        Tokenizer.from_json(json.dumps(data))
+    data = json.loads(with_grams.to_json())
+    data["char_grams"]["chars"] = 5000
+    with pytest.raises(DataError, match="at most 1000"):
+        Tokenizer.from_json(json.dumps(data))

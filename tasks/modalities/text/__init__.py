@@ -145,7 +145,7 @@ class Text(Modality):
 
         from tasks.modalities.text.inputs import text_shape
 
-        return torch.zeros(4, text_shape(schema).max_tokens, dtype=torch.int64)
+        return torch.zeros(4, text_shape(schema).width, dtype=torch.int64)
 
     def traced(self, model, example):
         from tasks.core.runtime import EMBEDDING

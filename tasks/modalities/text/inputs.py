@@ -23,7 +23,8 @@ def text_inputs(tokenizer: Tokenizer, column: str, max_chars: int) -> dict:
 def text_shape(schema: Schema) -> TextShape:
     """The schema's TextShape (refused, naming the schema's source, when it has none)."""
     try:
-        return TextShape.model_validate({key: schema.inputs[key] for key in TextShape.model_fields})
+        return TextShape.model_validate({key: schema.inputs[key] for key in TextShape.model_fields
+                                         if key in schema.inputs})
     except (KeyError, ValueError) as exc:
         raise DataError(f"the schema of {schema.source} describes no text model input ({exc})") from None
 
@@ -36,7 +37,7 @@ def schema_tokenizer(schema: Schema) -> Tokenizer:
     """The run's tokenizer, rebuilt from the schema and held to the sha256 its shape pins."""
     shape = text_shape(schema)
     tokenizer = _parsed(schema.inputs.get(TOKENIZER, ""))
-    if tokenizer.sha256 != shape.tokenizer_sha256 or tokenizer.max_tokens != shape.max_tokens:
+    if tokenizer.sha256 != shape.tokenizer_sha256 or tokenizer.width != shape.width:
         raise DataError(f"the schema of {schema.source} carries a tokenizer of sha256 {tokenizer.sha256[:12]}..., "
                         f"not the {shape.tokenizer_sha256[:12]}... its shape pins: it was edited")
     return tokenizer

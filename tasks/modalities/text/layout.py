@@ -19,12 +19,14 @@ PROBE_VOCABULARY = 64   # ids of the own-module probe's layout (a real run's com
 def fit_text_layout(schema: Schema) -> TextLayout:
     """The layout of the run's tokenizer: its vocabulary size and ids per text, the schema's classes."""
     shape = text_shape(schema)
-    return TextLayout(vocab_size=shape.vocab_size, max_tokens=shape.max_tokens, n_classes=len(schema.classes))
+    return TextLayout(vocab_size=shape.vocab_size, max_tokens=shape.max_tokens, n_classes=len(schema.classes),
+                      gram_slots=shape.gram_slots)
 
 
 def edge_ids(count: int, max_tokens: int, vocab_size: int, seed: int = 0) -> np.ndarray:
-    """(count, T) int64 rows every text model must answer: no token at all (an empty text), one token, only unknown
-    tokens, every position at the largest id, then random ids with random lengths (padding after)."""
+    """(count, W) int64 rows (W = `max_tokens`: a layout's whole width) every text model must answer: no token at
+    all (an empty text), one token, only unknown tokens, every position at the largest id, then random ids with
+    random lengths (padding after)."""
     rng = np.random.default_rng(seed)
     rows = np.full((count, max_tokens), PAD, dtype=np.int64)
     fixed = [np.full(0, PAD), np.array([FIRST_WORD]), np.full(max_tokens, UNKNOWN), np.full(max_tokens, vocab_size - 1)]
@@ -36,10 +38,13 @@ def edge_ids(count: int, max_tokens: int, vocab_size: int, seed: int = 0) -> np.
 
 def model_probe(params, classes: int) -> Probe:
     """A layout of the configured ids per text and a probe batch of its edge rows."""
-    length = params.text.tokenizer.tokens_per_text
-    layout = TextLayout(vocab_size=PROBE_VOCABULARY, max_tokens=length, n_classes=classes)
-    ids = torch.from_numpy(edge_ids(PROBE_BATCH, length, PROBE_VOCABULARY))
-    return Probe(layout, ids, f"(B, {length}) int64 token ids (0 pads the end of a text, 1 is an unknown token)")
+    settings = params.text.tokenizer
+    length, slots = settings.tokens_per_text, settings.gram_slots if settings.char_grams else 0
+    layout = TextLayout(vocab_size=PROBE_VOCABULARY, max_tokens=length, n_classes=classes, gram_slots=slots)
+    ids = torch.from_numpy(edge_ids(PROBE_BATCH, layout.width, PROBE_VOCABULARY))
+    grams = f", then {slots} of its character n-grams' (0 pads)" if slots else ""
+    return Probe(layout, ids, f"(B, {layout.width}) int64 token ids: {length} of a text's words (0 pads the end of a "
+                              f"text, 1 is an unknown token){grams}")
 
 
 def probe_ids(holdout_ids: np.ndarray, count: int, vocab_size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

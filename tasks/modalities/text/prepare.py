@@ -136,7 +136,7 @@ def prepare_texts(records: list[TextRecord], origin: str, target: str, column: s
               for name in SPLITS}
     settings = params.tokenizer
     tokenizer = pretrained or fit_tokenizer(splits["train"][TEXT], settings.tokens_per_text, settings.lowercase,
-                                            settings.min_count, settings.max_vocab)
+                                            settings.min_count, settings.max_vocab, settings.gram_settings())
     schema = Schema(source=origin, target=target, classes=class_labels(kept[LABEL]), modality="text",
                     inputs=text_inputs(tokenizer, column, rules.chars[1]))
     return PreparedTexts(schema=schema, splits=splits, refused=refused, rules=rules, texts=len(records),

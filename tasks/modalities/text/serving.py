@@ -164,6 +164,7 @@ class TextServing:
         limits, shape = variant.decoder.limits, text_shape(variant.schema)
         return {"description": f"Scores raw texts, tokenized inside the served graph by the run's own tokenizer "
                                f"({shape.vocab_size:,} ids, the first {shape.max_tokens} tokens of a text"
+                               f"{f' and {shape.gram_slots} of its character n-grams' if shape.gram_slots else ''}"
                                f"{', lower-cased' if shape.lowercase else ''}). {TEXTS_SHAPE}.",
                 "content": {"application/json": {"schema": {
                     "type": "object", "title": "PredictTexts", "required": ["texts"], "additionalProperties": False,

@@ -2,7 +2,7 @@
 contract, what every text must be. A spec: fields, defaults and their checks."""
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tasks.core.params_spec import Section
 
@@ -17,6 +17,34 @@ class TextTokenizer(Section):
                                               "the served graph alike).")
     min_count: int = Field(2, ge=1, description="A token seen fewer times in the training split is unknown (id 1).")
     max_vocab: int = Field(20_000, ge=1, le=1_000_000, description="The most frequent training tokens kept.")
+    char_grams: tuple[int, int] | None = Field((3, 5), description="Character n-grams of these sizes (shortest, "
+                                               "longest) after the words, which the bag reads (the Transformer reads "
+                                               "words only): spelling, elongation and punctuation runs that a word "
+                                               "vocabulary misses (tasks/modalities/text/grams.py). null = words "
+                                               "only.")
+    gram_chars: int = Field(256, ge=1, le=1000, description="Character n-grams are read from a text's first this "
+                                                            "many characters.")
+    gram_slots: int = Field(384, ge=1, le=65_536, description="Character n-gram ids a model reads per text: the "
+                                                              "first this many found in the vocabulary.")
+    gram_min_count: int = Field(2, ge=1, description="A character n-gram seen fewer times in the training split is "
+                                                     "dropped.")
+    max_grams: int = Field(100_000, ge=1, le=1_000_000, description="The most frequent training character n-grams "
+                                                                    "kept.")
+
+    @model_validator(mode="after")
+    def _gram_sizes(self):
+        if self.char_grams and not 1 <= self.char_grams[0] <= self.char_grams[1] <= min(8, self.gram_chars):
+            raise ValueError(f"char_grams {list(self.char_grams)}: sizes 1 <= shortest <= longest <= 8, and no "
+                             f"longer than gram_chars ({self.gram_chars})")
+        return self
+
+    def gram_settings(self) -> dict | None:
+        """`fit_tokenizer`'s grams argument (None: words only)."""
+        if not self.char_grams:
+            return None
+        low, high = self.char_grams
+        return {"low": low, "high": high, "chars": self.gram_chars, "slots": self.gram_slots,
+                "min_count": self.gram_min_count, "max_grams": self.max_grams}
 
 
 class TextParams(Section):

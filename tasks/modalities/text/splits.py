@@ -55,6 +55,7 @@ def write_prepared_texts(prepared: PreparedTexts, tokenizer_from: str = "fitted 
     truncated = sum(count > shape.max_tokens for count in counted) / max(1, len(counted))
     metrics = {"modality": "text", "rows": rows, "texts": prepared.texts, "refused": len(prepared.refused),
                "column": shape.column, "vocabulary": shape.vocab_size, "tokens_per_text": shape.max_tokens,
+               "char_grams": len(tokenizer.grams.vocabulary) if tokenizer.grams else 0, "gram_slots": shape.gram_slots,
                "lowercase": shape.lowercase, "tokenizer_sha256": shape.tokenizer_sha256, "tokenizer": tokenizer_from,
                "truncated_share": round(truncated, 4), "classes": len(prepared.schema.classes),
                "class_share": {str(k): round(float(v), 4) for k, v in

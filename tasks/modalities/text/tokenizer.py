@@ -13,7 +13,9 @@ its sha256, never fetched. Its rule is exactly what the served graph's ONNX oper
    and in RE2 (ONNX Runtime's Tokenizer) and does not move with either library's Unicode tables;
 3. ids: 0 pads, 1 is an unknown token, then the vocabulary (most frequent first, ties in code point order); the first
    `max_tokens` tokens are kept, the rest truncated. No Unicode normalisation (stock ONNX has no operator for it):
-   NFC and NFD forms of a word are different tokens, on both sides alike."""
+   NFC and NFD forms of a word are different tokens, on both sides alike;
+4. optionally, after the `max_tokens` word ids, `CharGrams.slots` ids of the lower-cased text's character n-grams
+   (tasks/modalities/text/grams.py states their rule), ids after the words'."""
 from __future__ import annotations
 
 import hashlib
@@ -29,6 +31,7 @@ from functools import cache, cached_property
 import numpy as np
 
 from tasks.core.errors import DataError
+from tasks.modalities.text.grams import CharGrams, fit_char_grams
 from tasks.modalities.text.spec import TextShape
 
 FORMAT = "torchship-text-tokenizer/1"
@@ -102,10 +105,17 @@ class Tokenizer:
     lower: Ranges                 # (code point, its lower case); empty when not lower-casing
     min_count: int = 1
     max_vocab: int = MAX_VOCAB
+    grams: CharGrams | None = None   # character n-grams after the words, if any
 
     @property
     def vocab_size(self) -> int:
-        return FIRST_WORD + len(self.vocabulary)
+        """Every id a model may see: padding, unknown, the words, the character n-grams."""
+        return FIRST_WORD + len(self.vocabulary) + (len(self.grams.vocabulary) if self.grams else 0)
+
+    @property
+    def width(self) -> int:
+        """Ids per text: max_tokens words, then the character n-grams' slots."""
+        return self.max_tokens + (self.grams.slots if self.grams else 0)
 
     @cached_property
     def _pattern(self) -> re.Pattern:
@@ -127,16 +137,22 @@ class Tokenizer:
         """The text's tokens, in order (the first `limit` only, when given)."""
         if not isinstance(text, str):
             raise TypeError(f"a text must be a str, not {type(text).__name__}")
-        cased = text.translate(self._table) if self.lowercase else text
-        return [match.group() for match in itertools.islice(self._pattern.finditer(cased), limit)]
+        return [match.group() for match in itertools.islice(self._pattern.finditer(self.cased(text)), limit)]
+
+    def cased(self, text: str) -> str:
+        """The text lower-cased by the tokenizer's table (as it is when not lower-casing)."""
+        return text.translate(self._table) if self.lowercase else text
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """(N, max_tokens) int64 ids: the first max_tokens tokens of each text, padded with PAD."""
-        ids = np.full((len(texts), self.max_tokens), PAD, dtype=np.int64)
+        """(N, width) int64 ids: the first max_tokens tokens of each text, padded with PAD, then its character
+        n-grams' ids (if any), padded with PAD."""
+        ids = np.full((len(texts), self.width), PAD, dtype=np.int64)
         lookup = self._ids
         for row, text in enumerate(texts):
             found = [lookup.get(token, UNKNOWN) for token in self.tokens(text, self.max_tokens)]
             ids[row, :len(found)] = found
+        if self.grams:
+            self.grams.write(ids[:, self.max_tokens:], (self.cased(text) for text in texts))
         return ids
 
     def unknown_shares(self, texts: Iterable[str]) -> np.ndarray:
@@ -152,7 +168,8 @@ class Tokenizer:
         return {"format": FORMAT, "vocabulary": list(self.vocabulary), "max_tokens": self.max_tokens,
                 "lowercase": self.lowercase, "min_count": self.min_count, "max_vocab": self.max_vocab,
                 "word": [list(r) for r in self.word], "skip": [list(r) for r in self.skip],
-                "lower": [list(p) for p in self.lower]}
+                "lower": [list(p) for p in self.lower],
+                **({"char_grams": self.grams.to_dict()} if self.grams else {})}
 
     def to_json(self) -> str:
         """The canonical JSON (sorted keys, no spaces, ASCII): what is written and hashed."""
@@ -165,7 +182,8 @@ class Tokenizer:
     def shape(self, column: str) -> TextShape:
         """The schema's description of a model that reads `column` through this tokenizer."""
         return TextShape(column=column, max_tokens=self.max_tokens, vocab_size=self.vocab_size,
-                         lowercase=self.lowercase, tokenizer_sha256=self.sha256)
+                         lowercase=self.lowercase, tokenizer_sha256=self.sha256,
+                         gram_slots=self.grams.slots if self.grams else 0)
 
     @classmethod
     def from_json(cls, text: str) -> Tokenizer:
@@ -176,9 +194,12 @@ class Tokenizer:
                 raise DataError(f"not a torchship tokenizer (format {FORMAT!r} expected)")
             if not isinstance(data["lowercase"], bool) or not all(isinstance(t, str) for t in data["vocabulary"]):
                 raise TypeError("`lowercase` must be true or false and every vocabulary entry a string")
-            found = cls(tuple(data["vocabulary"]), int(data["max_tokens"]), data["lowercase"],
+            vocabulary = tuple(data["vocabulary"])
+            grams = data.get("char_grams")
+            found = cls(vocabulary, int(data["max_tokens"]), data["lowercase"],
                         _ranges(data["word"]), _ranges(data["skip"]), _ranges(data["lower"], pairs=True),
-                        int(data["min_count"]), int(data["max_vocab"]))
+                        int(data["min_count"]), int(data["max_vocab"]),
+                        CharGrams.from_dict(grams, FIRST_WORD + len(vocabulary)) if grams is not None else None)
         except (ValueError, KeyError, TypeError) as exc:
             raise DataError(f"tokenizer file unreadable: {exc}") from None
         found.check()
@@ -198,6 +219,10 @@ class Tokenizer:
         bad = next((token for token in self.vocabulary if self.tokens(token) != [token]), None)
         if bad is not None:
             raise DataError(f"tokenizer: vocabulary entry {bad[:40]!r} is not one token of the tokenizer's own rule")
+        if self.grams:
+            self.grams.check()
+            if self.grams.first_id != FIRST_WORD + len(self.vocabulary):
+                raise DataError("tokenizer: the character n-grams' ids must follow the words'")
 
 
 def _ranges(rows: list, pairs: bool = False) -> Ranges:
@@ -210,18 +235,22 @@ def _ranges(rows: list, pairs: bool = False) -> Ranges:
 
 
 def fit_tokenizer(texts: Iterable[str], max_tokens: int, lowercase: bool = True, min_count: int = 1,
-                  max_vocab: int = 20_000) -> Tokenizer:
+                  max_vocab: int = 20_000, grams: dict | None = None) -> Tokenizer:
     """The vocabulary of the training texts: tokens seen at least `min_count` times, the `max_vocab` most frequent
-    (ties in code point order), by the rule of the module docstring."""
+    (ties in code point order), by the rule of the module docstring; with `grams` (`fit_char_grams`' low, high,
+    chars, slots, min_count and max_grams), their character n-grams after the words."""
     if not 0 < max_tokens <= MAX_TOKENS:
         raise DataError(f"max_tokens {max_tokens} must be in 1..{MAX_TOKENS}")
     if min_count < 1 or not 0 < max_vocab <= MAX_VOCAB:
         raise DataError(f"min_count {min_count} must be at least 1 and max_vocab {max_vocab} in 1..{MAX_VOCAB}")
     word, skip, lower = unicode_tables()
     rule = Tokenizer((), max_tokens, lowercase, word, skip, lower if lowercase else ())
+    texts = list(texts)
     counts = Counter(token for text in texts for token in rule.tokens(text))
     ranked = sorted((item for item in counts.items() if item[1] >= min_count), key=lambda item: (-item[1], item[0]))
     if not ranked:
         raise DataError(f"the training texts hold no token seen at least {min_count} times: nothing to learn from")
-    return Tokenizer(tuple(token for token, _ in ranked[:max_vocab]), max_tokens, lowercase, word, skip, rule.lower,
-                     min_count, max_vocab)
+    vocabulary = tuple(token for token, _ in ranked[:max_vocab])
+    fitted_grams = fit_char_grams((rule.cased(text) for text in texts), first_id=FIRST_WORD + len(vocabulary),
+                                  **grams) if grams else None
+    return Tokenizer(vocabulary, max_tokens, lowercase, word, skip, rule.lower, min_count, max_vocab, fitted_grams)
