@@ -156,3 +156,13 @@ def test_character_ngrams_round_trip_and_words_only_files_keep_their_hash(tokeni
     data["char_grams"]["chars"] = 5000
     with pytest.raises(DataError, match="at most 1000"):
         Tokenizer.from_json(json.dumps(data))
+
+
+def test_a_gram_vocabulary_over_the_limit_is_refused(monkeypatch):
+    """A hand-edited file cannot make the graph hold any number of gram keys."""
+    import tasks.modalities.text.grams as grams_module
+
+    text = fit_tokenizer(TRAIN, max_tokens=4, grams=GRAMS).to_json()
+    monkeypatch.setattr(grams_module, "MAX_GRAMS", 3)
+    with pytest.raises(DataError, match="vocabulary of 1..3"):
+        Tokenizer.from_json(text)

@@ -18,12 +18,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
-import numpy as np
-
 from tasks.core.errors import DataError
 
 MAX_CHARS = 1000   # RE2's largest counted repetition: the graph cuts a text's prefix with `.{1,chars}`
 MAX_SIZE = 8
+MAX_GRAMS = 1_000_000   # a file with more is refused (the graph holds one LabelEncoder key per gram)
 
 
 @dataclass(frozen=True)
@@ -47,12 +46,6 @@ class CharGrams:
         found = (lookup.get(gram, 0) for gram in substrings(cased[:self.chars], self.low, self.high))
         return list(itertools.islice((i for i in found if i), self.slots))
 
-    def write(self, ids: np.ndarray, cased: Iterable[str]) -> None:
-        """Each text's gram ids into its row of `ids` (N, slots), which holds zeros."""
-        for row, text in enumerate(cased):
-            found = self.ids(text)
-            ids[row, :len(found)] = found
-
     def to_dict(self) -> dict:
         return {"vocabulary": list(self.vocabulary), "sizes": [self.low, self.high], "chars": self.chars,
                 "slots": self.slots}
@@ -70,10 +63,10 @@ class CharGrams:
         """Refuse what the graph could not reproduce: sizes out of range, a prefix RE2 cannot cut, a gram of
         another size, a gram twice."""
         if not 1 <= self.low <= self.high <= MAX_SIZE or not self.high <= self.chars <= MAX_CHARS \
-                or not 0 < self.slots <= 65_536 or not self.vocabulary:
+                or not 0 < self.slots <= 65_536 or not 0 < len(self.vocabulary) <= MAX_GRAMS:
             raise DataError(f"tokenizer: character n-grams of {self.low}..{self.high} (at most {MAX_SIZE}) over the "
                             f"first {self.chars} characters (at most {MAX_CHARS}), {self.slots} per text and a "
-                            "vocabulary of at least one are required")
+                            f"vocabulary of 1..{MAX_GRAMS:,} ({len(self.vocabulary):,}) are required")
         if len(set(self.vocabulary)) != len(self.vocabulary):
             raise DataError("tokenizer: a character n-gram is there twice")
         bad = next((gram for gram in self.vocabulary if not self.low <= len(gram) <= self.high), None)

@@ -137,7 +137,10 @@ class Tokenizer:
         """The text's tokens, in order (the first `limit` only, when given)."""
         if not isinstance(text, str):
             raise TypeError(f"a text must be a str, not {type(text).__name__}")
-        return [match.group() for match in itertools.islice(self._pattern.finditer(self.cased(text)), limit)]
+        return self._cased_tokens(self.cased(text), limit)
+
+    def _cased_tokens(self, cased: str, limit: int | None = None) -> list[str]:
+        return [match.group() for match in itertools.islice(self._pattern.finditer(cased), limit)]
 
     def cased(self, text: str) -> str:
         """The text lower-cased by the tokenizer's table (as it is when not lower-casing)."""
@@ -149,10 +152,14 @@ class Tokenizer:
         ids = np.full((len(texts), self.width), PAD, dtype=np.int64)
         lookup = self._ids
         for row, text in enumerate(texts):
-            found = [lookup.get(token, UNKNOWN) for token in self.tokens(text, self.max_tokens)]
+            if not isinstance(text, str):
+                raise TypeError(f"a text must be a str, not {type(text).__name__}")
+            cased = self.cased(text)   # once: the words and the grams both read it
+            found = [lookup.get(token, UNKNOWN) for token in self._cased_tokens(cased, self.max_tokens)]
             ids[row, :len(found)] = found
-        if self.grams:
-            self.grams.write(ids[:, self.max_tokens:], (self.cased(text) for text in texts))
+            if self.grams:
+                found = self.grams.ids(cased)
+                ids[row, self.max_tokens:self.max_tokens + len(found)] = found
         return ids
 
     def unknown_shares(self, texts: Iterable[str]) -> np.ndarray:
